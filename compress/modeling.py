@@ -1,0 +1,159 @@
+"""Loading BERT-family classifiers safely, running them in batches, and scoring them.
+
+Shared by the teacher, soft-label, distillation and evaluation code so every stage loads models
+the same way: safetensors only (pickle weights need an explicit opt-in and then load with
+``weights_only=True``), never ``trust_remote_code``, tokenizer checked against the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compress.artifact import check_model_folder
+from compress.errors import CompressError
+
+
+def load_tokenizer(folder: str | Path, model_vocab_size: int | None = None):
+    """The folder's tokenizer, checked against the model's vocabulary size."""
+    from transformers import AutoTokenizer
+
+    path = Path(folder)
+    if not any((path / f).exists() for f in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "vocab.json")):
+        raise CompressError(f"{path} has no tokenizer files (tokenizer.json or vocab.txt). Save the tokenizer beside "
+                            "the model with tokenizer.save_pretrained(folder).")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    except Exception as exc:
+        raise CompressError(f"{path}: the tokenizer could not be loaded ({exc}). Re-save it with save_pretrained().") from exc
+    if model_vocab_size is not None and len(tokenizer) > model_vocab_size:
+        raise CompressError(
+            f"{path}: the tokenizer has {len(tokenizer)} tokens but the model's embedding has {model_vocab_size}: they do "
+            "not belong together. Put the tokenizer the model was trained with in the folder."
+        )
+    return tokenizer
+
+
+def load_classifier(folder: str | Path, num_labels: int | None = None, label_names: list[str] | None = None,
+                    allow_pickle: bool = False, eager_attention: bool = False):
+    """Load a sequence classifier from a local folder; a missing head is created (to be trained).
+
+    Returns ``(model, tokenizer, has_trained_head)``.
+    """
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    path = Path(folder)
+    raw = check_model_folder(path, allow_pickle=allow_pickle)
+    has_head = any(a.endswith("ForSequenceClassification") for a in raw.get("architectures") or [])
+    kwargs: dict[str, Any] = {"trust_remote_code": False}
+    if num_labels is not None:
+        if has_head and raw.get("id2label") and len(raw["id2label"]) != num_labels:
+            raise CompressError(
+                f"{path}: the model's classifier predicts {len(raw['id2label'])} labels but the data has {num_labels}. "
+                "Use a teacher fine-tuned on this task, or a model without a classification head."
+            )
+        names = label_names or [str(i) for i in range(num_labels)]
+        kwargs.update(num_labels=num_labels, id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
+    if eager_attention:
+        kwargs["attn_implementation"] = "eager"
+    config = AutoConfig.from_pretrained(str(path), **kwargs)
+    use_safe = any((path / n).exists() for n in ("model.safetensors", "model.safetensors.index.json"))
+    with _quiet_transformers():
+        model = AutoModelForSequenceClassification.from_pretrained(str(path), config=config, use_safetensors=use_safe,
+                                                                   trust_remote_code=False)
+    tokenizer = load_tokenizer(path, model.config.vocab_size)
+    return model, tokenizer, has_head
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Silence the 'newly initialized weights' report, which is expected for a new head."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def autocast(enabled: bool):
+    """bf16 autocast on the CPU (AMX) or GPU when ``enabled``; a no-op otherwise."""
+    import torch
+
+    if not enabled:
+        return contextlib.nullcontext()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.autocast(device_type=device, dtype=torch.bfloat16)
+
+
+def predict_logits(model, tokenized, batch_size: int = 64, bf16: bool = False, prefix: str = "",
+                   pad_id: int = 0, desc: str = "predicting", progress: bool = True) -> np.ndarray:
+    """Logits for every row of a tokenized dataset, in the dataset's order.
+
+    Rows are run longest first in batches padded to their own length (sorting by length roughly
+    halves the padded compute on short-text tasks), then put back in order.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from compress.data import DynamicPaddingCollator
+
+    ids = tokenized[f"{prefix}input_ids"]
+    order = np.argsort([-len(x) for x in ids], kind="stable")
+    cols = [c for c in (f"{prefix}input_ids", f"{prefix}attention_mask", f"{prefix}token_type_ids") if c in tokenized.column_names]
+    collate = DynamicPaddingCollator({prefix: pad_id})
+    out = np.zeros((len(ids), model.config.num_labels), dtype=np.float32)
+    model.eval()
+    accepts_types = accepts_token_types(model)
+    subset = tokenized.select_columns(cols)
+    with torch.inference_mode(), autocast(bf16):
+        for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress,
+                          file=sys.stderr, leave=False):
+            idx = order[start:start + batch_size]
+            batch = collate([subset[int(i)] for i in idx])
+            inputs = {k[len(prefix):]: v for k, v in batch.items()}
+            if not accepts_types:
+                inputs.pop("token_type_ids", None)
+            logits = model(**inputs).logits
+            out[idx] = logits.float().numpy()
+    return out
+
+
+def accepts_token_types(model) -> bool:
+    """Whether the model's forward takes ``token_type_ids`` (BERT does, MPNet and DistilBERT do not)."""
+    import inspect
+
+    return "token_type_ids" in inspect.signature(model.forward).parameters
+
+
+def classification_metrics(logits: np.ndarray, labels: np.ndarray, reference_logits: np.ndarray | None = None) -> dict[str, float]:
+    """Accuracy, macro-F1 and, given a reference model's logits, agreement of the argmax predictions."""
+    pred = np.asarray(logits).argmax(-1)
+    labels = np.asarray(labels)
+    out = {"accuracy": float((pred == labels).mean()), "macro_f1": macro_f1(pred, labels), "n": int(len(labels))}
+    if reference_logits is not None:
+        out["agreement"] = float((pred == np.asarray(reference_logits).argmax(-1)).mean())
+    return out
+
+
+def macro_f1(pred: np.ndarray, labels: np.ndarray) -> float:
+    """Unweighted mean of per-class F1 over the classes present in labels or predictions."""
+    classes = np.union1d(np.unique(labels), np.unique(pred))
+    scores = []
+    for c in classes:
+        tp = float(np.sum((pred == c) & (labels == c)))
+        fp = float(np.sum((pred == c) & (labels != c)))
+        fn = float(np.sum((pred != c) & (labels == c)))
+        denom = 2 * tp + fp + fn
+        scores.append(2 * tp / denom if denom else 0.0)
+    return float(np.mean(scores)) if scores else 0.0
+
+
+def count_parameters(model) -> int:
+    return int(sum(p.numel() for p in model.parameters()))

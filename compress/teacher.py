@@ -1,0 +1,215 @@
+"""The teacher: fine-tune a BERT-family encoder on the task, evaluate it, and cache its soft labels.
+
+``train_teacher`` turns any local encoder folder (or the built-in ``minilm``/``mpnet-base``) into a
+sequence classifier artifact. A folder that already holds a classifier for the task is evaluated
+and packaged without training unless ``epochs`` is given.
+
+``teacher_logits`` computes the teacher's logits for a split once and caches them on disk, keyed
+by the teacher's weights and the exact token ids, so a second distillation run (or a run with
+other student settings) reuses them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compress.artifact import read_meta, weights_sha256, write_artifact
+from compress.assets import cache_dir, resolve_model
+from compress.data import DataOptions, DynamicPaddingCollator, TaskData, tokenize_split
+from compress.errors import CompressError
+from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
+from compress.training import (TrainSettings, checkpoint_dir, is_main_process, resume_point,
+                               training_arguments)
+
+
+@dataclass
+class TeacherConfig:
+    """Settings of the teacher stage (``bert-compress teacher``)."""
+
+    model: str = "mpnet-base"
+    data: DataOptions = field(default_factory=DataOptions)
+    train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=2.0, lr=2e-5))
+    #: ``None``: fine-tune only when the model has no classifier head for the task yet.
+    finetune: bool | None = None
+    max_length: int = 128
+    allow_pickle: bool = False
+    resume: bool = False
+
+
+def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
+    """Fine-tune (if needed) and evaluate a teacher; write it as an artifact at ``out``."""
+    cfg.train.validate()
+    started = time.perf_counter()
+    source = resolve_model(cfg.model)
+    task = cfg.data.load()
+    model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle)
+    finetune = (not has_head) if cfg.finetune is None else cfg.finetune
+    timings: dict[str, float] = {}
+
+    tokenized = {name: tokenize_split(split, tokenizer, cfg.max_length, task.is_pair, with_length=(name == "train"),
+                                      what="teacher")
+                 for name, split in task.splits.items()}
+    train_log: dict[str, Any] = {}
+    if finetune and cfg.train.epochs > 0:
+        t0 = time.perf_counter()
+        train_log = _fine_tune(model, tokenizer, tokenized["train"], cfg, out)
+        timings["fine_tune_s"] = round(time.perf_counter() - t0, 1)
+    elif not has_head:
+        print("warning: the teacher has no trained classifier head and --epochs is 0: its predictions are random",
+              file=sys.stderr)
+
+    t0 = time.perf_counter()
+    metrics = {}
+    for name in ("validation", "test"):
+        if name in tokenized:
+            logits = predict_logits(model, tokenized[name], bf16=cfg.train.bf16, pad_id=tokenizer.pad_token_id,
+                                    desc=f"evaluating teacher ({name})")
+            metrics[name] = classification_metrics(logits, np.asarray(task.splits[name]["label"]))
+    timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
+    timings["total_s"] = round(time.perf_counter() - started, 1)
+
+    meta = {
+        "stage": "teacher",
+        "kind": "pytorch",
+        "model_type": model.config.model_type,
+        "parameters": count_parameters(model),
+        "parent": {"model": cfg.model, "path": str(source)},
+        "fine_tuned": bool(finetune and cfg.train.epochs > 0),
+        "config": _config_dict(cfg),
+        "data": task.describe(),
+        "metrics": metrics,
+        "training": train_log,
+        "timings": timings,
+    }
+    if not is_main_process():
+        return Path(out)
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        meta["weights_sha256"] = weights_sha256(tmp)
+
+    path = write_artifact(out, fill, meta)
+    _drop_checkpoints(out)
+    _print_metrics("teacher", metrics, timings)
+    return path
+
+
+def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out) -> dict[str, Any]:
+    from transformers import Trainer
+
+    from compress.training import check_finite
+
+    class GuardedTrainer(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            loss = result[0] if return_outputs else result
+            check_finite({"loss": loss}, self.state.global_step, Path(out))
+            return result
+
+    keep = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label", "length") if c in train_ds.column_names]
+    train_ds = train_ds.select_columns(keep)
+    steps = -(-len(train_ds) // cfg.train.batch_size)
+    args = training_arguments(cfg.train, checkpoint_dir(out), steps_per_epoch=steps)
+    resume = resume_point(out, cfg.resume)
+    trainer = GuardedTrainer(model=model, args=args, train_dataset=train_ds,
+                             data_collator=DynamicPaddingCollator({"": tokenizer.pad_token_id}))
+    result = trainer.train(resume_from_checkpoint=resume)
+    return {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
+            "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size}
+
+
+def _drop_checkpoints(out) -> None:
+    import shutil
+
+    folder = checkpoint_dir(out)
+    if folder.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _config_dict(cfg) -> dict[str, Any]:
+    return asdict(cfg)
+
+
+def _print_metrics(name: str, metrics: dict[str, dict[str, float]], timings: dict[str, float]) -> None:
+    parts = [f"{split} accuracy {m['accuracy']:.4f} macro-F1 {m['macro_f1']:.4f}"
+             + (f" agreement {m['agreement']:.4f}" if "agreement" in m else "") for split, m in metrics.items()]
+    print(f"{name}: " + "; ".join(parts) + f" ({timings.get('total_s', 0):.0f} s)")
+
+
+# ----------------------------------------------------------------------------- soft labels
+
+
+@dataclass
+class LoadedTeacher:
+    """A teacher artifact in memory, with the identity used to key its cached logits."""
+
+    path: Path
+    model: Any
+    tokenizer: Any
+    weights_sha256: str
+    meta: dict[str, Any]
+
+
+def load_teacher(folder: str | os.PathLike, task: TaskData | None = None, allow_pickle: bool = False,
+                 eager_attention: bool = False) -> LoadedTeacher:
+    """Load a teacher classifier; it must already predict the task's labels."""
+    path = Path(resolve_model(str(folder)))
+    num_labels = task.num_labels if task is not None else None
+    model, tokenizer, has_head = load_classifier(path, num_labels, task.label_names if task else None, allow_pickle,
+                                                 eager_attention=eager_attention)
+    if not has_head:
+        raise CompressError(
+            f"{path}: this model has no trained classification head, so it cannot teach. Fine-tune it first: "
+            f"bert-compress teacher --model {folder} --data DATA --out TEACHER_DIR"
+        )
+    meta = read_meta(path) or {}
+    sha = meta.get("weights_sha256") or weights_sha256(path)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return LoadedTeacher(path, model, tokenizer, sha, meta)
+
+
+def _ids_digest(tokenized, prefix: str) -> str:
+    digest = hashlib.sha256()
+    for ids in tokenized[f"{prefix}input_ids"]:
+        digest.update(np.asarray(ids, dtype=np.int32).tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
+def teacher_logits(teacher: LoadedTeacher, tokenized, prefix: str = "t_", bf16: bool = False,
+                   batch_size: int = 64, what: str = "train") -> tuple[np.ndarray, bool]:
+    """The teacher's logits for every row of ``tokenized``, cached on disk.
+
+    Returns ``(logits, reused)``. The cache key is the teacher's weights hash, the exact token ids
+    and the precision, so any change to the teacher, the data or the tokenization recomputes.
+    """
+    key = hashlib.sha256(f"{teacher.weights_sha256}|{_ids_digest(tokenized, prefix)}|bf16={bf16}".encode()).hexdigest()
+    folder = cache_dir() / "soft-labels"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{key}.npy"
+    if path.exists():
+        logits = np.load(path, allow_pickle=False)
+        if logits.shape[0] == len(tokenized):
+            print(f"soft labels ({what}, {len(tokenized)} examples): reusing the cache {path}")
+            return logits, True
+    t0 = time.perf_counter()
+    logits = predict_logits(teacher.model, tokenized, batch_size=batch_size, bf16=bf16, prefix=prefix,
+                            pad_id=teacher.tokenizer.pad_token_id, desc=f"teacher soft labels ({what})")
+    if is_main_process():
+        with tempfile.NamedTemporaryFile(dir=folder, suffix=".npy.tmp", delete=False) as handle:
+            np.save(handle, logits, allow_pickle=False)
+        os.replace(handle.name, path)
+    print(f"soft labels ({what}, {len(tokenized)} examples): computed in {time.perf_counter() - t0:.1f} s, cached at {path}")
+    return logits, False

@@ -1,0 +1,134 @@
+"""What teacher fine-tuning and distillation share: Trainer settings, checkpoints, loss guards.
+
+Both stages run on transformers' ``Trainer`` so that DDP under ``torchrun``/``accelerate``,
+checkpoint resume, bf16, gradient accumulation and logging come from the ecosystem. This module
+holds the few settings we fix for them and the guard that stops on a NaN loss with a useful message.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compress.errors import CompressError, NonFiniteLossError
+
+
+@dataclass
+class TrainSettings:
+    """Optimisation settings common to the teacher and distill stages (the same flags on both)."""
+
+    epochs: float = 3.0
+    lr: float = 5e-5
+    batch_size: int = 32
+    grad_accum: int = 1
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 0
+    bf16: bool = False
+    save_steps: int = 500
+    logging_steps: int = 50
+    max_steps: int = -1
+
+    def validate(self) -> None:
+        problems = []
+        if self.epochs < 0:
+            problems.append(f"--epochs must be >= 0, got {self.epochs}")
+        if self.lr <= 0:
+            problems.append(f"--lr must be > 0, got {self.lr}")
+        if self.batch_size < 1:
+            problems.append(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.grad_accum < 1:
+            problems.append(f"--grad-accum must be >= 1, got {self.grad_accum}")
+        if problems:
+            raise CompressError("; ".join(problems))
+
+
+def checkpoint_dir(out: str | os.PathLike) -> Path:
+    """Where the Trainer keeps resumable checkpoints for an artifact: a sibling of ``out``."""
+    out = Path(out).expanduser().resolve()
+    return out.parent / f"{out.name}.checkpoints"
+
+
+def last_checkpoint(folder: Path) -> str | None:
+    """The newest complete ``checkpoint-N`` folder, or ``None``."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if not folder.is_dir():
+        return None
+    return get_last_checkpoint(str(folder))
+
+
+def resume_point(out: str | os.PathLike, resume: bool) -> str | None:
+    """The checkpoint to resume from when ``resume`` is set; a fresh run clears stale checkpoints."""
+    folder = checkpoint_dir(out)
+    if resume:
+        found = last_checkpoint(folder)
+        if found:
+            print(f"resuming from {found}")
+        else:
+            print(f"--resume: no checkpoint in {folder}; starting from the beginning")
+        return found
+    if folder.exists() and is_main_process():
+        shutil.rmtree(folder)
+    return None
+
+
+def is_main_process() -> bool:
+    """Rank 0 (or a single process): the only one that writes artifacts and prints summaries."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def training_arguments(settings: TrainSettings, output_dir: Path, steps_per_epoch: int | None = None, **extra: Any):
+    """``TrainingArguments`` for a CPU-or-GPU run with our defaults (no hub, no external loggers)."""
+    import torch
+    from transformers import TrainingArguments
+
+    warmup = 0
+    if steps_per_epoch:
+        warmup = int(settings.warmup_ratio * steps_per_epoch * max(settings.epochs, 0) / settings.grad_accum)
+    return TrainingArguments(
+        output_dir=str(output_dir),
+        num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps,
+        learning_rate=settings.lr,
+        per_device_train_batch_size=settings.batch_size,
+        per_device_eval_batch_size=settings.batch_size * 2,
+        gradient_accumulation_steps=settings.grad_accum,
+        warmup_steps=warmup,
+        weight_decay=settings.weight_decay,
+        seed=settings.seed,
+        data_seed=settings.seed,
+        bf16=settings.bf16,
+        use_cpu=not torch.cuda.is_available(),
+        save_strategy="steps",
+        save_steps=settings.save_steps,
+        save_total_limit=1,
+        logging_steps=settings.logging_steps,
+        eval_strategy="no",
+        report_to="none",
+        train_sampling_strategy="group_by_length",
+        length_column_name="length",
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        disable_tqdm=not is_main_process(),
+        **extra,
+    )
+
+
+def check_finite(loss_terms: dict[str, Any], step: int, out: Path) -> None:
+    """Stop on a NaN or infinite loss, naming the step, every loss term and the last good checkpoint."""
+    total = loss_terms.get("loss")
+    value = float(total.detach()) if hasattr(total, "detach") else float(total)
+    if math.isfinite(value):
+        return
+    terms = ", ".join(f"{k}={float(v.detach()) if hasattr(v, 'detach') else float(v):.4g}" for k, v in loss_terms.items())
+    ckpt = last_checkpoint(checkpoint_dir(out)) or "none yet"
+    raise NonFiniteLossError(
+        f"training loss became non-finite at step {step} ({terms}). Last good checkpoint: {ckpt}. "
+        "Lower --lr, check the data for broken rows, or disable --bf16; then rerun (add --resume to continue "
+        "from the checkpoint)."
+    )
