@@ -234,7 +234,9 @@ def _raw_labels(series, column: str, path: str) -> list[Any]:
                     "or class names; for a regression target this tool is not the right one."
                 )
         elif isinstance(v, str):
-            out.append(v.strip())
+            # A CSV column with one stray word is read as text throughout: numbers stay numbers.
+            text = v.strip()
+            out.append(int(text) if text.lstrip("-").isdigit() else text)
         else:
             raise CompressError(f"{path}: column {column!r} holds a label of type {type(v).__name__}: {v!r}. "
                                 "Use integers 0..K-1 or class names.")

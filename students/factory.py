@@ -16,12 +16,11 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from compress.distill.layer_map import parse_layer_map, uniform_layer_map
 from compress.errors import CompressError
-from students.presets import DEFAULT_PRESET, StudentShape, parse_shape
+from students.presets import DEFAULT_PRESET, PRESETS, StudentShape, parse_shape
 
 INIT_CHOICES = ("random", "teacher-layers", "minilm", "pretrained:PATH")
 _LAYER_KEY = re.compile(r"^(.*?\.layer\.)(\d+)(\..*)$")
@@ -81,6 +80,9 @@ def build_student(spec: StudentSpec, teacher_model, teacher_tokenizer, label_nam
     torch.manual_seed(seed)
     attn = {"attn_implementation": "eager"} if eager_attention else {}
 
+    if spec.init == "teacher-layers" and spec.shape not in PRESETS and shape.hidden == t_shape.hidden:
+        # LxH at the teacher's width: heads and FFN follow the teacher, so its layers can be copied.
+        shape = StudentShape(shape.layers, shape.hidden, t_shape.heads, t_shape.ffn, shape.name)
     if spec.init in ("random", "teacher-layers"):
         if shape.hidden > t_shape.hidden or shape.layers > t_shape.layers:
             raise CompressError(
@@ -182,7 +184,3 @@ def describe_presets(vocab_size: int = 30522, num_labels: int = 2) -> list[dict[
 
     return [{**shape.to_dict(), "parameters": estimate_parameters(shape, vocab_size, num_labels=num_labels)}
             for shape in PRESETS.values()]
-
-
-def student_path_hint(path: str) -> Path:
-    return Path(path)

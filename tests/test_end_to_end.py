@@ -1,0 +1,165 @@
+"""Teacher -> soft labels -> distill -> reload, on tiny random BERTs built in the test."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from compress.cli import main
+from compress.data import DataOptions
+from compress.distill.trainer import DistillConfig, distill, tokenizations_align
+from compress.teacher import TeacherConfig, train_teacher
+from compress.training import TrainSettings
+from students.factory import StudentSpec
+from tests.conftest import make_bert
+
+
+@pytest.fixture(scope="module")
+def trained_teacher(tmp_path_factory):
+    """A tiny 4-layer BERT fine-tuned on the learnable sentiment file (shared by this module)."""
+    from tests.conftest import sentiment_rows, write_csv
+
+    root = tmp_path_factory.mktemp("e2e")
+    data = write_csv(root / "sentiment.csv", sentiment_rows(240))
+    encoder = make_bert(root / "encoder")
+    cfg = TeacherConfig(model=str(encoder), data=DataOptions(str(data)),
+                        train=TrainSettings(epochs=6, lr=2e-3, batch_size=16, logging_steps=1000))
+    out = train_teacher(cfg, root / "teacher")
+    return out, data
+
+
+def test_teacher_learns_and_writes_a_complete_artifact(trained_teacher):
+    out, _ = trained_teacher
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["complete"] and meta["stage"] == "teacher" and meta["fine_tuned"]
+    assert meta["metrics"]["test"]["accuracy"] >= 0.9  # one sentiment word decides the label
+    assert len(meta["weights_sha256"]) == 64
+    assert not (out.parent / "teacher.checkpoints").exists()
+
+
+def _distill(teacher, data, out, **kw):
+    spec = StudentSpec(kw.pop("student", "2x32"), kw.pop("init", "random"))
+    train = TrainSettings(epochs=kw.pop("epochs", 4), lr=2e-3, batch_size=16, logging_steps=1000)
+    cfg = DistillConfig(teacher=str(teacher), data=DataOptions(str(data)), student=spec, train=train, **kw)
+    return distill(cfg, out)
+
+
+def test_distill_reloads_with_plain_transformers(trained_teacher, tmp_path, capsys):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    teacher, data = trained_teacher
+    out = _distill(teacher, data, tmp_path / "student", student="2x32", init="teacher-layers", epochs=6)
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["distillation"]["intermediate"] is True
+    assert meta["distillation"]["layer_map"] == "0:1,1:3"
+    assert meta["student"]["copied_teacher_layers"] == {"0": 1, "1": 3}
+    model = AutoModelForSequenceClassification.from_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out)
+    assert model.config.num_hidden_layers == 2
+    # the projections of the intermediate losses are not part of the saved student
+    assert not any("projection" in k for k in model.state_dict())
+    test = meta["metrics"]["test"]
+    assert {"accuracy", "macro_f1", "agreement", "teacher_accuracy"} <= set(test)
+    assert test["accuracy"] >= 0.85 and test["agreement"] >= 0.85
+    enc = tok(["a wonderful and charming film", "a boring and tedious film"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        assert model(**enc).logits.argmax(-1).tolist() == [1, 0]
+
+
+def test_narrower_student_gets_projections_and_soft_labels_are_reused(trained_teacher, tmp_path, capsys, monkeypatch):
+    teacher, data = trained_teacher
+    monkeypatch.setenv("BERT_COMPRESS_CACHE", str(tmp_path / "cache"))
+    _distill(teacher, data, tmp_path / "a", student="2x16", init="random", epochs=1)
+    first = capsys.readouterr().out
+    _distill(teacher, data, tmp_path / "b", student="2x16", init="random", epochs=1)
+    second = capsys.readouterr().out
+    assert "soft labels (train, 192 examples): computed" in first
+    assert "soft labels (train, 192 examples): reusing the cache" in second
+    meta = json.loads((tmp_path / "b" / "compress.json").read_text())
+    assert meta["distillation"]["soft_labels_reused"] == {"train": True, "validation": True, "test": True}
+    assert meta["student"]["shape"]["hidden"] == 16
+
+
+def test_pretrained_init_keeps_a_uniform_subset_of_layers(trained_teacher, tmp_path):
+    teacher, data = trained_teacher
+    compact = make_bert(tmp_path / "compact", layers=4, hidden=24, heads=4, ffn=48, seed=3)
+    out = _distill(teacher, data, tmp_path / "student", student="2x24", init=f"pretrained:{compact}", epochs=1,
+                   intermediate=False)
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["student"]["kept_pretrained_layers"] == [1, 3]
+    from safetensors.torch import load_file
+
+    saved = load_file(out / "model.safetensors")
+    source = load_file(compact / "model.safetensors")
+    # the student started from the compact model: its embeddings moved but stayed close
+    key = "bert.embeddings.word_embeddings.weight"
+    assert saved[key].shape == source["embeddings.word_embeddings.weight"].shape
+
+
+def test_two_stage_schedule_and_hard_label_ablation(trained_teacher, tmp_path):
+    teacher, data = trained_teacher
+    out = _distill(teacher, data, tmp_path / "two", student="2x32", init="random", epochs=2, schedule="two-stage",
+                   stage1_epochs=1)
+    losses = json.loads((out / "compress.json").read_text())["distillation"]["losses"]
+    assert set(losses["stage1"]) == {"embedding", "hidden", "attention"}
+    assert set(losses["stage2"]) == {"kd", "hard"}
+    out = _distill(teacher, data, tmp_path / "ablation", student="2x32", init="random", epochs=1, alpha_kd=0.0,
+                   alpha_hard=1.0, intermediate=False)
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["distillation"]["losses"] == {"kd": 0.0, "hard": 1.0}
+    assert "agreement" in meta["metrics"]["test"]
+
+
+def test_misaligned_tokenizers_fall_back_to_logits(tokenizer):
+    from transformers import BertTokenizerFast
+    from tokenizers import BertWordPieceTokenizer
+    from tests.conftest import FIXTURES
+
+    cased = BertTokenizerFast(tokenizer_object=BertWordPieceTokenizer(str(FIXTURES / "vocab.txt"), lowercase=False)._tokenizer,
+                              unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
+    texts = ["A Wonderful film", "the plot"]
+    a = [tokenizer(t)["input_ids"] for t in texts]
+    b = [cased(t)["input_ids"] for t in texts]
+    ok, reason = tokenizations_align(tokenizer, cased, a, b)
+    assert not ok and "example 0" in reason
+    assert tokenizations_align(tokenizer, cased, a[1:], b[1:])[0]
+
+
+def test_resume_continues_from_a_checkpoint(trained_teacher, tmp_path):
+    teacher, data = trained_teacher
+    cfg = DistillConfig(teacher=str(teacher), data=DataOptions(str(data)), student=StudentSpec("2x32", "random"),
+                        train=TrainSettings(epochs=1, lr=2e-3, batch_size=16, save_steps=4, max_steps=8),
+                        keep_checkpoints=True)
+    distill(cfg, tmp_path / "student")
+    ckpt = tmp_path / "student.checkpoints"
+    assert (ckpt / "checkpoint-8").is_dir()
+    cfg.train.max_steps = 10
+    cfg.resume = True
+    distill(cfg, tmp_path / "student")
+    meta = json.loads((tmp_path / "student" / "compress.json").read_text())
+    assert meta["training"]["global_steps"] == 10
+
+
+def test_cli_end_to_end_and_errors(trained_teacher, tmp_path, capsys):
+    teacher, data = trained_teacher
+    rc = main(["distill", "--teacher", str(teacher), "--data", str(data), "--student", "2x32", "--init", "random",
+               "--epochs", "1", "--out", str(tmp_path / "s"), "--no-intermediate"])
+    assert rc == 0 and (tmp_path / "s" / "compress.json").exists()
+    capsys.readouterr()
+    assert main(["distill", "--teacher", str(teacher), "--data", str(data), "--student", "9x999",
+                 "--out", str(tmp_path / "x"), "--init", "random"]) == 2
+    assert "larger than the teacher" in capsys.readouterr().err
+    assert main(["distill", "--teacher", str(teacher), "--data", str(data), "--temperature", "0",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "--temperature must be > 0" in capsys.readouterr().err
+    assert main(["distill", "--teacher", str(tmp_path / "missing"), "--data", str(data), "--out", str(tmp_path / "x")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_encoder_without_head_cannot_teach(tiny_encoder, sentiment_csv, tmp_path):
+    from compress.errors import CompressError
+
+    with pytest.raises(CompressError, match="no trained classification head"):
+        _distill(tiny_encoder, sentiment_csv, tmp_path / "s")

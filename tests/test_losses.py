@@ -1,0 +1,70 @@
+"""Known-value tests of every distillation loss."""
+
+import math
+
+import pytest
+import torch
+
+from compress.distill.losses import LOSSES, attention_mse, hard_cross_entropy, hidden_mse, kl_divergence, soft_cross_entropy
+
+
+def test_registry_names_every_loss():
+    assert set(LOSSES) == {"soft_ce", "kl", "hard_ce", "hidden_mse", "attention_mse"}
+
+
+def test_soft_ce_known_value():
+    # teacher p = softmax([0, ln 3]) = [0.25, 0.75]; student q = [0.5, 0.5] at T=1
+    teacher = torch.tensor([[0.0, math.log(3.0)]])
+    student = torch.zeros(1, 2)
+    expected = -(0.25 * math.log(0.5) + 0.75 * math.log(0.5))
+    assert soft_cross_entropy(student, teacher, 1.0).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_soft_ce_temperature_scaling():
+    # at T=2 the logits are halved before the softmax and the loss multiplied by 4
+    teacher = torch.tensor([[0.0, 2 * math.log(3.0)]])
+    student = torch.zeros(1, 2)
+    expected = 4 * -(0.25 * math.log(0.5) + 0.75 * math.log(0.5))
+    assert soft_cross_entropy(student, teacher, 2.0).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_kl_is_soft_ce_minus_teacher_entropy_and_zero_on_agreement():
+    teacher = torch.tensor([[0.0, math.log(3.0)], [1.0, -1.0]])
+    student = torch.tensor([[0.3, 0.1], [0.0, 0.0]])
+    p = torch.softmax(teacher, -1)
+    entropy = -(p * p.log()).sum(-1).mean()
+    assert kl_divergence(student, teacher, 1.0).item() == pytest.approx((soft_cross_entropy(student, teacher, 1.0) - entropy).item(), rel=1e-5)
+    assert kl_divergence(teacher, teacher, 3.0).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_hard_ce_known_value():
+    logits = torch.tensor([[0.0, math.log(3.0)]])
+    assert hard_cross_entropy(logits, torch.tensor([1])).item() == pytest.approx(-math.log(0.75), rel=1e-6)
+
+
+def test_hidden_mse_ignores_padding():
+    s = torch.zeros(1, 3, 2)
+    t = torch.tensor([[[1.0, 1.0], [3.0, 3.0], [100.0, 100.0]]])  # last position is padding
+    mask = torch.tensor([[1, 1, 0]])
+    # mean over 2 real tokens x 2 units of (1, 1, 9, 9) = 5
+    assert hidden_mse(s, t, mask).item() == pytest.approx(5.0)
+
+
+def test_attention_mse_masks_padded_queries_and_keys():
+    mask = torch.tensor([[1, 1, 0]])
+    s = torch.zeros(1, 1, 3, 3)
+    t = torch.zeros(1, 1, 3, 3)
+    t[0, 0, 0, 0] = 0.5          # real query 0, real key 0 -> counts
+    t[0, 0, 1, 2] = 7.0          # padded key -> ignored
+    t[0, 0, 2, 0] = 9.0          # padded query -> ignored
+    # squared error 0.25 summed over keys, averaged over 2 real queries and 1 head
+    assert attention_mse(s, t, mask).item() == pytest.approx(0.125)
+
+
+def test_attention_mse_averages_heads_when_counts_differ():
+    mask = torch.ones(1, 2)
+    s = torch.full((1, 2, 2, 2), 0.5)
+    t = torch.stack([torch.eye(2), 1 - torch.eye(2)]).unsqueeze(0)  # head mean is 0.5 everywhere
+    t4 = torch.cat([t, t], dim=1)  # 4 teacher heads against 2 student heads
+    assert attention_mse(s, t4, mask).item() == pytest.approx(0.0, abs=1e-7)
+    assert attention_mse(torch.zeros(1, 2, 2, 2), t4, mask).item() > 0
