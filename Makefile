@@ -22,7 +22,7 @@ demo: install
 	$(PY) -m compress teacher --model mpnet-base --data movie-reviews --out $(DEMO_OUT)/teacher --bf16 --resume
 	$(PY) -m compress distill --teacher $(DEMO_OUT)/teacher --data movie-reviews --student tinybert-6l-384 \
 		--init minilm --out $(DEMO_OUT)/student --bf16 --resume
-	$(PY) -m compress report $(DEMO_OUT)/teacher $(DEMO_OUT)/student
+	$(PY) -m compress summary $(DEMO_OUT)/teacher $(DEMO_OUT)/student
 
 test: install
 	$(PY) -m pytest -q

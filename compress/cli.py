@@ -96,6 +96,40 @@ def cmd_students(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(a: argparse.Namespace) -> int:
+    from compress.export import export_onnx
+
+    export_onnx(a.model, a.out, opset=a.opset, optimize=a.optimize)
+    return 0
+
+
+def cmd_quantize(a: argparse.Namespace) -> int:
+    from compress.quantize import quantize
+
+    data = _data_options(a) if a.data is not None else None
+    quantize(a.model, a.out, method=a.method, data=data, max_accuracy_drop=a.max_accuracy_drop,
+             per_channel=a.per_channel, reduce_range=a.reduce_range)
+    return 0
+
+
+def cmd_predict(a: argparse.Namespace) -> int:
+    from compress.runtime import Predictor
+
+    predictor = Predictor.load(a.model, threads=a.threads, max_length=a.max_length)
+    labels, probs = predictor.predict(a.texts, batch_size=a.batch_size)
+    for text, label, row in zip(a.texts, labels, probs):
+        scores = " ".join(f"{name}={p:.4f}" for name, p in zip(predictor.label_names, row))
+        print(f"{label}\t{scores}\t{text}")
+    return 0
+
+
+def cmd_summary(a: argparse.Namespace) -> int:
+    from compress.summary import format_table, summary_rows
+
+    print(format_table(summary_rows(a.artifacts), markdown=a.markdown))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bert-compress",
@@ -140,6 +174,39 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("students", help="list the student presets with their shapes and parameter counts")
     p.add_argument("--num-labels", type=int, default=2, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_students)
+
+    p = sub.add_parser("export", help="export an fp32 classifier to ONNX, fuse it for ONNX Runtime, check parity")
+    p.add_argument("--model", required=True, help="PyTorch fp32 model folder (teacher/distill artifact)")
+    p.add_argument("--out", required=True, help="artifact folder to write")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    p.add_argument("--optimize", action=argparse.BooleanOptionalAction, default=True,
+                   help="apply ONNX Runtime's transformer fusions (default on)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("quantize", help="dynamic INT8 (ONNX Runtime or PyTorch), checked against fp32 accuracy")
+    p.add_argument("--model", required=True, help="PyTorch fp32 folder, or an onnx-fp32 artifact (ort-dynamic)")
+    p.add_argument("--out", required=True, help="artifact folder to write")
+    p.add_argument("--method", choices=("ort-dynamic", "torch-dynamic"), default="ort-dynamic",
+                   help="ort-dynamic: ONNX Runtime INT8 (exports first if needed); torch-dynamic: PyTorch INT8 Linear")
+    p.add_argument("--max-accuracy-drop", type=float, default=0.01,
+                   help="largest validation-accuracy drop accepted before fallbacks are tried (default 0.01)")
+    p.add_argument("--per-channel", action="store_true", help="per-channel weight scales from the start")
+    p.add_argument("--reduce-range", action="store_true", help="7-bit weights (CPUs without VNNI; ort-dynamic only)")
+    _add_data_flags(p, required=False)
+    p.set_defaults(func=cmd_quantize, data=None)
+
+    p = sub.add_parser("predict", help="label texts with any artifact (PyTorch or ONNX, fp32 or INT8)")
+    p.add_argument("--model", required=True, help="artifact folder")
+    p.add_argument("texts", nargs="+", help="texts to classify")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: the runtime's choice)")
+    p.add_argument("--batch-size", type=int, default=32, help="texts per batch (default 32)")
+    p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: the artifact's)")
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("summary", help="print a side-by-side table of artifacts from their compress.json")
+    p.add_argument("artifacts", nargs="+", help="artifact folders")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.set_defaults(func=cmd_summary)
     return parser
 
 
