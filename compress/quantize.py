@@ -1,0 +1,587 @@
+"""Dynamic INT8 quantization, checked against the fp32 model, with fallbacks and no silent losses.
+
+Two methods:
+
+- ``ort-dynamic``: ONNX Runtime ``quantize_dynamic`` on the exported (fused) fp32 graph. A PyTorch
+  folder is exported first (into a temporary folder). It quantizes the word-embedding table too
+  (through ``EmbedLayerNormalization`` or ``Gather``), so the file is about a quarter of fp32.
+- ``torch-dynamic``: PyTorch dynamic INT8 of every ``nn.Linear``. It is a CPU runtime of its own:
+  PyTorch-quantized models cannot be exported to ONNX (pytorch #123555). It is saved without
+  pickle, as int8 tensors + scales in ``model_int8.safetensors``, and reloaded by rebuilding the
+  fp32 model from ``config.json``, quantizing it the same way and loading the tensors back.
+
+With ``data``, the validation accuracy of fp32 and INT8 are measured. When the drop exceeds
+``max_accuracy_drop``, fallbacks are tried in order (per-channel scales, reduced range, the
+sensitive layers kept in fp32) and the best candidate is written whatever happens, with every
+candidate's numbers in ``compress.json``: tuners that miss the goal and save nothing
+(neural-compressor #2261), and INT8 accuracy that drops silently (onnxruntime #11286), are the two
+complaints this module exists to prevent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from compress.artifact import folder_size_bytes, read_meta, weights_sha256, write_artifact
+from compress.errors import CompressError
+from compress.export import PARITY_TEXTS, check_out_is_not_input, count_fused_ops, export_onnx
+from compress.runtime import ONNX_FILE, TORCH_INT8_FILE, Predictor, artifact_kind
+
+METHODS = ("ort-dynamic", "torch-dynamic")
+#: ORT operator types quantized. Gather / EmbedLayerNormalization carry the word-embedding table,
+#: the largest single tensor of a small model; Gemm nodes are rewritten to MatMul by ORT first.
+ORT_OP_TYPES = ["MatMul", "Attention", "Gather", "EmbedLayerNormalization"]
+TORCH_INT8_FORMAT = "bert-compress-torch-int8"
+TORCH_INT8_VERSION = "1"
+#: Files never copied from the fp32 folder into an INT8 one: weights, lineage, training state.
+_NOT_COPIED_SUFFIXES = (".onnx", ".safetensors", ".bin", ".pt", ".pth", ".data")
+_NOT_COPIED = ("compress.json", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+@dataclass(frozen=True)
+class CandidateSpec:
+    """One way of quantizing: what a fallback changes."""
+
+    per_channel: bool
+    reduce_range: bool
+    exclude_sensitive: bool
+
+    @property
+    def name(self) -> str:
+        parts = ["per-channel" if self.per_channel else "per-tensor"]
+        if self.reduce_range:
+            parts.append("reduce-range")
+        if self.exclude_sensitive:
+            parts.append("sensitive-fp32")
+        return "+".join(parts)
+
+
+def candidate_plan(method: str, per_channel: bool = False, reduce_range: bool = False) -> list[CandidateSpec]:
+    """The requested setting first, then the fallbacks in the order they are tried.
+
+    Per-channel scales fix most of the loss at no speed cost; reduced (7-bit) range helps CPUs
+    without VNNI, where 8-bit products can saturate; keeping the last layer, the pooler and the
+    classifier in fp32 costs a little speed and size but protects the layers nearest the logits.
+    PyTorch's dynamic kernels always reduce the activation range, so its plan has no such step.
+    """
+    if method == "ort-dynamic":
+        plan = [CandidateSpec(per_channel, reduce_range, False), CandidateSpec(True, reduce_range, False),
+                CandidateSpec(True, True, False), CandidateSpec(True, reduce_range, True)]
+    else:
+        plan = [CandidateSpec(per_channel, False, False), CandidateSpec(True, False, False),
+                CandidateSpec(True, False, True)]
+    seen: list[CandidateSpec] = []
+    for spec in plan:
+        if spec not in seen:
+            seen.append(spec)
+    return seen
+
+
+def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str = "ort-dynamic", data=None,
+             max_accuracy_drop: float = 0.01, per_channel: bool = False, reduce_range: bool = False) -> Path:
+    """Quantize an fp32 artifact to dynamic INT8 and write it at ``out``.
+
+    ``model_dir`` is a PyTorch fp32 folder (either method) or an ``onnx-fp32`` artifact
+    (``ort-dynamic``). ``data`` (a :class:`compress.data.DataOptions`) enables the accuracy check
+    on its validation split and the fallbacks; ``max_accuracy_drop`` is in accuracy points
+    (0.01 = one percentage point; a negative budget forces every fallback to be tried).
+    """
+    started = time.perf_counter()
+    source = Path(model_dir)
+    if method not in METHODS:
+        raise CompressError(f"--method {method!r} is unknown; use one of {', '.join(METHODS)}.")
+    if not isinstance(max_accuracy_drop, (int, float)) or not math.isfinite(max_accuracy_drop):
+        raise CompressError(f"--max-accuracy-drop must be a finite number (0.01 = one point), got {max_accuracy_drop!r}.")
+    if not source.is_dir():
+        raise CompressError(f"--model {source} does not exist or is not a folder. Give a PyTorch fp32 artifact or an "
+                            "onnx-fp32 artifact from bert-compress export.")
+    check_out_is_not_input(source, out)
+    kind = artifact_kind(source)
+    parent_meta = read_meta(source) or {}
+    if kind.endswith("-int8"):
+        grand = (parent_meta.get("parent") or {}).get("path")
+        raise CompressError(
+            f"--model {source} is already quantized (kind {kind}); quantizing INT8 weights again only loses accuracy. "
+            f"Quantize its fp32 parent instead{f' ({grand})' if grand else ''}."
+        )
+    if method == "torch-dynamic" and kind != "pytorch":
+        raise CompressError(f"--method torch-dynamic needs the PyTorch fp32 folder, but {source} is {kind}. Give the "
+                            "folder it was exported from, or use --method ort-dynamic on this one.")
+    if method == "torch-dynamic" and reduce_range:
+        raise CompressError("--reduce-range applies to --method ort-dynamic only: PyTorch's dynamic INT8 kernels "
+                            "already reduce the activation range. Drop the flag.")
+
+    out_path = Path(out).expanduser().resolve()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.quantize-", dir=out_path.parent))
+    timings: dict[str, float] = {}
+    notes: list[str] = []
+    try:
+        exported: dict[str, Any] | None = None
+        if method == "ort-dynamic":
+            if kind == "pytorch":
+                t0 = time.perf_counter()
+                fp32_dir = export_onnx(source, work / "fp32")
+                exported = read_meta(fp32_dir)
+                timings["export_s"] = round(time.perf_counter() - t0, 2)
+            else:
+                fp32_dir = source
+            builder: _Builder = _OrtBuilder(fp32_dir)
+        else:
+            fp32_dir = source
+            builder = _TorchBuilder(source)
+
+        fp32 = Predictor.load(fp32_dir)
+        evaluation = _Evaluation(data, fp32) if data is not None else None
+        if evaluation is None:
+            print("warning: no --data given: INT8 accuracy is not measured and no fallback is tried; pass --data to "
+                  "check the accuracy change against fp32", file=sys.stderr)
+        probe = _ProbeTexts(fp32)
+
+        candidates: list[dict[str, Any]] = []
+        built: dict[str, Path] = {}
+        t0 = time.perf_counter()
+        for i, spec in enumerate(candidate_plan(method, per_channel, reduce_range)):
+            folder = work / f"candidate-{i}"
+            record: dict[str, Any] = {"name": spec.name, **asdict(spec)}
+            candidates.append(record)
+            try:
+                c0 = time.perf_counter()
+                record["excluded"] = builder.build(spec, folder)
+                candidate = Predictor.load(folder, max_length=fp32.max_length)
+                record["size_bytes"] = folder_size_bytes(folder)
+                record["max_abs_logit_diff"] = probe.max_diff(candidate)
+                if evaluation is not None:
+                    record.update(evaluation.score(candidate))
+                    record["within_budget"] = record["accuracy_drop"] <= max_accuracy_drop
+                record["seconds"] = round(time.perf_counter() - c0, 2)
+            except CompressError:
+                raise
+            except Exception as exc:  # a quantizer failure on one setting must not lose the others
+                record["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                print(f"warning: candidate {spec.name} failed: {record['error']}", file=sys.stderr)
+                continue
+            built[spec.name] = folder
+            if evaluation is None or record["within_budget"]:
+                break
+            print(f"quantize: candidate {spec.name} drops accuracy by {record['accuracy_drop']:.4f} "
+                  f"(budget {max_accuracy_drop:g}); trying the next fallback", file=sys.stderr)
+        timings["candidates_s"] = round(time.perf_counter() - t0, 2)
+
+        good = [c for c in candidates if c["name"] in built]
+        if not good:
+            errors = "; ".join(f"{c['name']}: {c.get('error')}" for c in candidates)
+            raise CompressError(f"every INT8 candidate for {source} failed ({errors}); nothing was written. "
+                                "Re-export the model (bert-compress export) and try again, or try the other --method.")
+        chosen = _choose(good)
+        chosen_dir = built[chosen["name"]]
+        within = chosen.get("within_budget") if evaluation is not None else None
+        if evaluation is not None and not within:
+            notes.append(f"no candidate kept the accuracy drop within {max_accuracy_drop:g}; kept the best one "
+                         f"({chosen['name']}, drop {chosen['accuracy_drop']:.4f})")
+            print(f"warning: {notes[-1]}", file=sys.stderr)
+
+        fp32_size = folder_size_bytes(fp32_dir)
+        quantization: dict[str, Any] = {
+            "method": method, "weight_type": "QInt8", "candidates": candidates, "chosen": chosen["name"],
+            "max_accuracy_drop": max_accuracy_drop, "within_budget": within,
+            "accuracy_fp32": evaluation.accuracy_fp32 if evaluation else None,
+            "accuracy_int8": chosen.get("accuracy"), "accuracy_drop": chosen.get("accuracy_drop"),
+            "split": "validation" if evaluation else None,
+            "size_bytes_fp32": fp32_size, "size_bytes_int8": chosen["size_bytes"],
+            "size_ratio": round(chosen["size_bytes"] / fp32_size, 4) if fp32_size else None,
+        }
+        timings["total_s"] = round(time.perf_counter() - started, 2)
+        meta: dict[str, Any] = {
+            "stage": "quantize",
+            "kind": "onnx-int8" if method == "ort-dynamic" else "torch-int8",
+            "model_type": getattr(fp32.config, "model_type", None),
+            "parameters": fp32.num_parameters,
+            "max_length": fp32.max_length,
+            "parent": {"path": str(source.resolve()), "kind": kind, "stage": parent_meta.get("stage"),
+                       "weights_sha256": parent_meta.get("weights_sha256") or weights_sha256(source)},
+            "parent_meta": {k: parent_meta.get(k) for k in ("stage", "kind", "data", "metrics", "config", "parent",
+                                                            "onnx", "parity") if k in parent_meta},
+            "config": {"method": method, "per_channel": per_channel, "reduce_range": reduce_range,
+                       "max_accuracy_drop": max_accuracy_drop, "data": asdict(data) if data is not None else None},
+            "data": evaluation.task.describe() if evaluation else parent_meta.get("data"),
+            "quantization": quantization,
+            "timings": timings,
+            "notes": notes,
+        }
+        if evaluation is not None:
+            meta["metrics"] = {"validation": {"accuracy": chosen["accuracy"], "agreement": chosen["agreement"],
+                                              "fp32_accuracy": evaluation.accuracy_fp32, "n": evaluation.n}}
+        if exported is not None:
+            meta["export"] = {k: exported.get(k) for k in ("onnx", "parity", "config")}
+        if method == "ort-dynamic":
+            meta["onnx"] = {"file": ONNX_FILE, "fused_ops_fp32": count_fused_ops(fp32_dir / ONNX_FILE),
+                            "int8_ops": _int8_op_counts(chosen_dir / ONNX_FILE)}
+
+        def fill(tmp: Path) -> None:
+            for item in chosen_dir.iterdir():
+                if item.is_file():
+                    shutil.copyfile(item, tmp / item.name)
+            meta["weights_sha256"] = weights_sha256(tmp)
+
+        path = write_artifact(out_path, fill, meta)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _report(path, quantization)
+    return path
+
+
+def _choose(good: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first candidate within budget; else the most accurate (ties: the earlier, simpler one)."""
+    within = [c for c in good if c.get("within_budget")]
+    if within:
+        return within[0]
+    if any("accuracy" in c for c in good):
+        return max(good, key=lambda c: (c.get("accuracy", -1.0), -good.index(c)))
+    return good[0]
+
+
+def _report(path: Path, q: dict[str, Any]) -> None:
+    size = f"{q['size_bytes_fp32'] / 1e6:.1f} MB -> {q['size_bytes_int8'] / 1e6:.1f} MB"
+    if q["accuracy_fp32"] is None:
+        print(f"quantize: {path} ({q['chosen']}; {size}; accuracy not measured)")
+    else:
+        print(f"quantize: {path} ({q['chosen']}; {size}; validation accuracy fp32 {q['accuracy_fp32']:.4f} -> int8 "
+              f"{q['accuracy_int8']:.4f}, drop {q['accuracy_drop']:.4f}, "
+              f"{'within' if q['within_budget'] else 'OVER'} budget {q['max_accuracy_drop']:g})")
+
+
+class _Evaluation:
+    """Validation accuracy of the fp32 model, and of each candidate against it."""
+
+    def __init__(self, data, fp32: Predictor):
+        from compress.data import check_labels_fit
+
+        self.task = data.load()
+        check_labels_fit(self.task, fp32.num_labels, who=f"the model in {fp32.path}")
+        self.texts = self.task.texts("validation")
+        self.labels = np.asarray(self.task.splits["validation"]["label"])
+        self.n = len(self.labels)
+        if self.n == 0:
+            raise CompressError(f"{self.task.source}: the validation split is empty; the accuracy check needs rows.")
+        self.pred_fp32 = fp32.logits(self.texts).argmax(-1)
+        self.accuracy_fp32 = float((self.pred_fp32 == self.labels).mean())
+
+    def score(self, candidate: Predictor) -> dict[str, Any]:
+        pred = candidate.logits(self.texts).argmax(-1)
+        accuracy = float((pred == self.labels).mean())
+        return {"accuracy": accuracy, "accuracy_drop": round(self.accuracy_fp32 - accuracy, 6),
+                "agreement": float((pred == self.pred_fp32).mean()), "n": self.n}
+
+
+class _ProbeTexts:
+    """The export parity texts: a cheap logit-level comparison even when no data is given."""
+
+    def __init__(self, fp32: Predictor):
+        self.texts = PARITY_TEXTS
+        self.reference = fp32.logits(self.texts)
+
+    def max_diff(self, candidate: Predictor) -> float:
+        return float(np.max(np.abs(candidate.logits(self.texts) - self.reference)))
+
+
+# ----------------------------------------------------------------------------- builders
+
+
+class _Builder:
+    def build(self, spec: CandidateSpec, folder: Path) -> list[str]:
+        """Write a loadable candidate folder; return what was kept in fp32."""
+        raise NotImplementedError
+
+
+def _copy_side_files(src: Path, dst: Path) -> None:
+    """Tokenizer and config.json go with every candidate: same tokenizer in every artifact."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for item in src.iterdir():
+        if item.is_file() and item.name not in _NOT_COPIED and not item.name.endswith(_NOT_COPIED_SUFFIXES):
+            shutil.copyfile(item, dst / item.name)
+
+
+class _OrtBuilder(_Builder):
+    def __init__(self, fp32_dir: Path):
+        self.fp32_dir = Path(fp32_dir)
+        self.graph = self.fp32_dir / ONNX_FILE
+        if not self.graph.exists():
+            raise CompressError(f"{self.fp32_dir} has no {ONNX_FILE}. Export the model first: bert-compress export.")
+        from transformers import AutoConfig
+
+        self.layers = int(getattr(AutoConfig.from_pretrained(str(self.fp32_dir)), "num_hidden_layers", 0) or 0)
+
+    def build(self, spec: CandidateSpec, folder: Path) -> list[str]:
+        import onnx
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        _copy_side_files(self.fp32_dir, folder)
+        exclude = sensitive_onnx_nodes(self.graph, self.layers) if spec.exclude_sensitive else []
+        with _quiet_quantizer():
+            quantize_dynamic(
+                str(self.graph), str(folder / ONNX_FILE), weight_type=QuantType.QInt8, per_channel=spec.per_channel,
+                reduce_range=spec.reduce_range, op_types_to_quantize=ORT_OP_TYPES, nodes_to_exclude=exclude,
+                # Without it, quantizing the fused graph fails: "Unable to find data type for weight_name".
+                extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+            )
+        return exclude
+
+
+class _TorchBuilder(_Builder):
+    def __init__(self, source: Path):
+        from compress.modeling import load_classifier
+
+        self.source = Path(source)
+        self.model, _, has_head = load_classifier(self.source)
+        if not has_head:
+            raise CompressError(f"--model {source}: the model has no trained classification head; quantizing it is "
+                                "pointless. Fine-tune it first with bert-compress teacher.")
+        self.model.eval()
+
+    def build(self, spec: CandidateSpec, folder: Path) -> list[str]:
+        exclude = sensitive_torch_modules(self.model) if spec.exclude_sensitive else []
+        qmodel = torch_dynamic_int8(copy.deepcopy(self.model), per_channel=spec.per_channel, exclude=exclude)
+        _copy_side_files(self.source, folder)
+        save_torch_int8(qmodel, folder)
+        return exclude
+
+
+@contextlib.contextmanager
+def _quiet_quantizer() -> Iterator[None]:
+    """ORT's quantizer logs advice ("consider pre-processing") on the root logger for every call."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def _int8_op_counts(onnx_file: Path) -> dict[str, int]:
+    import onnx
+
+    from compress.runtime import _INT8_OPS
+
+    counts: dict[str, int] = {}
+    for node in onnx.load(str(onnx_file), load_external_data=False).graph.node:
+        if node.op_type in _INT8_OPS:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+# ----------------------------------------------------------------------------- sensitive layers
+
+
+def sensitive_onnx_nodes(onnx_file: str | os.PathLike, num_layers: int) -> list[str]:
+    """Names of the graph nodes of the last encoder layer, the pooler and the classifier.
+
+    The exporter names nodes after modules (``/model/bert/encoder/layer.3/...``), but ORT's fused
+    Attention nodes are named ``Attention_3`` whatever their layer, so the last layer starts at the
+    earlier of its first named node and the last fused attention node (graphs are topologically
+    ordered). ORT rewrites Gemm into ``<name>_MatMul`` before quantizing; both names are listed.
+    """
+    import onnx
+
+    nodes = list(onnx.load(str(onnx_file), load_external_data=False).graph.node)
+    starts = []
+    attention = [i for i, n in enumerate(nodes) if n.op_type in ("Attention", "MultiHeadAttention")]
+    if attention:
+        starts.append(attention[-1])
+    if num_layers > 0:
+        last = re.compile(rf"layer\.{num_layers - 1}/")
+        named = [i for i, n in enumerate(nodes) if last.search(n.name)]
+        if named:
+            starts.append(named[0])
+    picked = nodes[min(starts):] if starts else [n for n in nodes if re.search(r"classifier|pooler", n.name)]
+    names: list[str] = []
+    for node in picked:
+        if node.name:
+            names.append(node.name)
+            if node.op_type == "Gemm":
+                names.append(f"{node.name}_MatMul")
+    return names
+
+
+def sensitive_torch_modules(model) -> list[str]:
+    """Names of the ``nn.Linear`` modules of the last encoder layer, the pooler and the classifier."""
+    import torch
+
+    linears = [name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    layers = [int(m.group(1)) for name in linears if (m := re.search(r"\.layer\.(\d+)\.", name))]
+    last = f".layer.{max(layers)}." if layers else None
+    return [n for n in linears if "classifier" in n or "pooler" in n or (last is not None and last in n)]
+
+
+# ----------------------------------------------------------------------------- PyTorch INT8, without pickle
+
+
+@contextlib.contextmanager
+def _quiet_torch_ao() -> Iterator[None]:
+    """torch.ao.quantization warns on every call that it is deprecated in favour of torchao, which is
+    not installed on this stack; the eager dynamic path still works on torch 2.13 CPU."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.ao")
+        warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated.*")
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
+        warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*deprecated.*")
+        yield
+
+
+def torch_dynamic_int8(model, per_channel: bool = False, exclude: list[str] | tuple[str, ...] = ()):
+    """PyTorch dynamic INT8 of every ``nn.Linear`` except the modules named in ``exclude`` (in place)."""
+    import torch
+    from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
+
+    qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
+    skip = set(exclude)
+    spec = {name: qconfig for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name not in skip}
+    model.eval()
+    with _quiet_torch_ao():
+        return quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
+
+
+def _dynamic_linear_type():
+    from torch.ao.nn.quantized.dynamic import Linear
+
+    return Linear
+
+
+def save_torch_int8(qmodel, folder: str | os.PathLike) -> Path:
+    """Write a dynamically quantized model as ``model_int8.safetensors`` (no pickle anywhere).
+
+    Each quantized Linear is stored as its int8 weight, its scales and zero points (per tensor or
+    per channel) and its fp32 bias; everything else (embeddings, LayerNorms, excluded Linears) as
+    in ``state_dict``. The header lists the quantized modules and their scheme, so the file says
+    how to rebuild the model without any code from the writer.
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    dynamic_linear = _dynamic_linear_type()
+    tensors: dict[str, Any] = {}
+    spec: dict[str, dict[str, Any]] = {}
+    for name, module in qmodel.named_modules():
+        if not isinstance(module, dynamic_linear):
+            continue
+        weight, bias = module._weight_bias()
+        scheme = weight.qscheme()
+        tensors[f"{name}.weight.int8"] = weight.int_repr().contiguous()
+        if scheme in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+            tensors[f"{name}.weight.scale"] = torch.tensor([weight.q_scale()], dtype=torch.float64)
+            tensors[f"{name}.weight.zero_point"] = torch.tensor([weight.q_zero_point()], dtype=torch.int64)
+            entry: dict[str, Any] = {"qscheme": "per_tensor"}
+        elif scheme in (torch.per_channel_affine, torch.per_channel_symmetric):
+            tensors[f"{name}.weight.scale"] = weight.q_per_channel_scales().to(torch.float64).contiguous()
+            tensors[f"{name}.weight.zero_point"] = weight.q_per_channel_zero_points().to(torch.int64).contiguous()
+            entry = {"qscheme": "per_channel", "axis": int(weight.q_per_channel_axis())}
+        else:
+            raise CompressError(f"module {name}: unsupported quantization scheme {scheme}; use per-tensor or per-channel.")
+        if bias is not None:
+            tensors[f"{name}.bias"] = bias.detach().contiguous().clone()
+        spec[name] = entry
+    if not spec:
+        raise CompressError("the model has no dynamically quantized Linear modules; nothing INT8 to save.")
+    prefixes = tuple(f"{name}." for name in spec)
+    for key, value in qmodel.state_dict().items():
+        if key.startswith(prefixes) or not isinstance(value, torch.Tensor):
+            continue
+        tensors[key] = value.detach().contiguous().clone()
+    path = Path(folder) / TORCH_INT8_FILE
+    save_file(tensors, str(path), metadata={"format": TORCH_INT8_FORMAT, "version": TORCH_INT8_VERSION,
+                                            "quantized_linear": json.dumps(spec, sort_keys=True)})
+    return path
+
+
+def load_torch_int8(folder: str | os.PathLike):
+    """Rebuild a ``torch-int8`` artifact: fp32 model from config, same quantization, tensors loaded back."""
+    import torch
+    from safetensors import safe_open
+    from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from compress.artifact import SUPPORTED_MODEL_TYPES
+    from compress.modeling import _quiet_transformers
+
+    path = Path(folder)
+    file = path / TORCH_INT8_FILE
+    if not file.exists():
+        raise CompressError(f"{path} has no {TORCH_INT8_FILE}; it is not a torch-int8 artifact. Produce one with "
+                            "bert-compress quantize --method torch-dynamic.")
+    if not (path / "config.json").exists():
+        raise CompressError(f"{path} has {TORCH_INT8_FILE} but no config.json, which is needed to rebuild the model. "
+                            "Quantize the fp32 model again.")
+    try:
+        with safe_open(str(file), framework="pt") as handle:
+            header = handle.metadata() or {}
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+    except Exception as exc:
+        raise CompressError(f"{file}: unreadable ({exc}). The artifact is damaged; quantize again.") from exc
+    if header.get("format") != TORCH_INT8_FORMAT:
+        raise CompressError(f"{file}: not a {TORCH_INT8_FORMAT} file (format {header.get('format')!r}). Quantize again.")
+    if header.get("version") != TORCH_INT8_VERSION:
+        raise CompressError(f"{file}: format version {header.get('version')!r}; this bert-compress reads version "
+                            f"{TORCH_INT8_VERSION}. Quantize the fp32 model again with this version.")
+    spec: dict[str, dict[str, Any]] = json.loads(header["quantized_linear"])
+
+    config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+    if config.model_type not in SUPPORTED_MODEL_TYPES:
+        raise CompressError(f"{path / 'config.json'}: model_type {config.model_type!r} is not a BERT-family encoder.")
+    quantized: dict[str, dict[str, Any]] = {}
+    for name in spec:
+        try:
+            quantized[name] = {part: tensors.pop(f"{name}.weight.{part}") for part in ("int8", "scale", "zero_point")}
+        except KeyError as exc:
+            raise CompressError(f"{file}: the tensors of quantized module {name} are missing ({exc}). The file is "
+                                "damaged; quantize again.") from exc
+        quantized[name]["bias"] = tensors.pop(f"{name}.bias", None)
+
+    with _quiet_transformers():
+        model = AutoModelForSequenceClassification.from_config(config)
+    model.eval()
+    # The fp32 parts first, into the fp32 model: quantized modules cannot load a plain tensor dict.
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    expected_missing = {f"{name}.{part}" for name in spec for part in ("weight", "bias")}
+    missing = [k for k in missing if k not in expected_missing]
+    if missing or unexpected:
+        raise CompressError(f"{file}: weights do not match config.json (missing {missing[:5]}, unexpected "
+                            f"{list(unexpected)[:5]}). Quantize the fp32 model again.")
+    qconfigs = {name: per_channel_dynamic_qconfig if entry["qscheme"] == "per_channel" else default_dynamic_qconfig
+                for name, entry in spec.items()}
+    dynamic_linear = _dynamic_linear_type()
+    with _quiet_torch_ao():
+        qmodel = quantize_dynamic(model, qconfigs, dtype=torch.qint8, inplace=True)
+        for name, entry in spec.items():
+            try:
+                module = qmodel.get_submodule(name)
+            except AttributeError:
+                module = None
+            if not isinstance(module, dynamic_linear):
+                raise CompressError(f"{file}: {name} is not a Linear layer in the model config.json describes; the "
+                                    "file and config.json do not belong together.")
+            parts = quantized[name]
+            if entry["qscheme"] == "per_channel":
+                weight = torch._make_per_channel_quantized_tensor(parts["int8"], parts["scale"].to(torch.float64),
+                                                                  parts["zero_point"].to(torch.int64), int(entry["axis"]))
+            else:
+                weight = torch._make_per_tensor_quantized_tensor(parts["int8"], float(parts["scale"][0]),
+                                                                 int(parts["zero_point"][0]))
+            module.set_weight_bias(weight, parts["bias"])
+    return qmodel

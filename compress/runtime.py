@@ -1,0 +1,275 @@
+"""One way to run every artifact kind: ``Predictor.load(folder).predict(texts)``.
+
+The benchmark, the quantization accuracy check and ``bert-compress predict`` all need to run a
+model without caring whether it is a PyTorch fp32 folder, a PyTorch dynamic-INT8 folder or an ONNX
+graph (fp32 or INT8). Putting tokenization, batching and dynamic padding in one place means the
+kinds are compared on identical inputs: same tokenizer, same truncation, same padding, so any
+difference in the outputs comes from the model, not from how it was fed.
+
+Artifact kinds (``compress.json`` ``"kind"``, or detected from the files when there is none):
+
+- ``pytorch``    ``model.safetensors`` loaded with ``from_pretrained`` (a plain HF folder is this too)
+- ``torch-int8`` ``model_int8.safetensors`` written by :mod:`compress.quantize` (rebuilt, no pickle)
+- ``onnx-fp32``  ``model.onnx`` written by :mod:`compress.export`
+- ``onnx-int8``  ``model.onnx`` with integer operators, written by :mod:`compress.quantize`
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence, Union
+
+import numpy as np
+
+from compress.artifact import folder_size_bytes, read_meta
+from compress.errors import CompressError
+
+ONNX_FILE = "model.onnx"
+TORCH_INT8_FILE = "model_int8.safetensors"
+KINDS = ("pytorch", "torch-int8", "onnx-fp32", "onnx-int8")
+#: Operators that only appear in a graph after ONNX Runtime quantization.
+_INT8_OPS = {"MatMulInteger", "QAttention", "DynamicQuantizeLinear", "QEmbedLayerNormalization", "QGemm",
+             "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QLinearMatMul"}
+
+Text = Union[str, tuple[str, str]]
+
+
+def artifact_kind(folder: str | os.PathLike) -> str:
+    """The kind of model a folder holds: ``compress.json`` says so, else the files do."""
+    path = Path(folder)
+    meta = read_meta(path)
+    if meta and meta.get("kind") in KINDS:
+        return meta["kind"]
+    if (path / ONNX_FILE).exists():
+        import onnx
+
+        graph = onnx.load(str(path / ONNX_FILE), load_external_data=False).graph
+        return "onnx-int8" if any(n.op_type in _INT8_OPS for n in graph.node) else "onnx-fp32"
+    if (path / TORCH_INT8_FILE).exists():
+        return "torch-int8"
+    return "pytorch"
+
+
+def default_max_length(tokenizer, config: Any, meta: dict[str, Any] | None) -> int:
+    """The truncation length an artifact was made for.
+
+    The stage that trained the model recorded ``max_length`` in its config; later stages copy it.
+    Without it, the tokenizer's limit, capped by the position table (a bigger value would index
+    past the position embeddings and crash or, worse, read garbage in an ONNX graph).
+    """
+    meta = meta or {}
+    for source in (meta, meta.get("config") or {}, (meta.get("parent_meta") or {}).get("config") or {}):
+        value = source.get("max_length") if isinstance(source, dict) else None
+        if isinstance(value, int) and value > 0:
+            break
+    else:
+        value = None
+    limit = getattr(tokenizer, "model_max_length", None)
+    limit = limit if isinstance(limit, int) and 0 < limit < 100_000 else 512
+    positions = getattr(config, "max_position_embeddings", None) or limit
+    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        positions -= 2  # these count positions from padding_idx + 1
+    cap = min(limit, positions)
+    return min(value, cap) if value else cap
+
+
+def normalize_texts(texts: Text | Sequence[Text]) -> tuple[list[str], list[str] | None]:
+    """Split inputs into first and (for sentence pairs) second texts, refusing mixed or empty input."""
+    if isinstance(texts, str) or (isinstance(texts, tuple) and len(texts) == 2 and all(isinstance(t, str) for t in texts)):
+        texts = [texts]  # one text, or one pair
+    items = list(texts)
+    firsts: list[str] = []
+    seconds: list[str] = []
+    pairs = [isinstance(t, (tuple, list)) for t in items]
+    if any(pairs) and not all(pairs):
+        raise CompressError("predict: the inputs mix single texts and (text, pair) tuples; give one kind throughout.")
+    for i, item in enumerate(items):
+        if isinstance(item, (tuple, list)):
+            if len(item) != 2 or not all(isinstance(t, str) for t in item):
+                raise CompressError(f"predict: input {i} is {item!r}; a sentence pair is a (text, pair) tuple of two strings.")
+            firsts.append(item[0])
+            seconds.append(item[1])
+        elif isinstance(item, str):
+            firsts.append(item)
+        else:
+            raise CompressError(f"predict: input {i} is a {type(item).__name__}, not a string; give texts or (text, pair) tuples.")
+    return firsts, (seconds if pairs and all(pairs) else None)
+
+
+def encode_batches(tokenizer, texts: Text | Sequence[Text], max_length: int, batch_size: int,
+                   need_token_types: bool) -> tuple[int, list[tuple[np.ndarray, dict[str, np.ndarray]]]]:
+    """Tokenize, sort by length and pad each batch to its own longest row.
+
+    Returns ``(n, batches)`` where each batch is ``(row_indices, arrays)``; writing a batch's
+    outputs at ``row_indices`` restores the caller's order. Sorting by length keeps the padding
+    (wasted compute) small when texts vary in length, as they do in real traffic.
+    """
+    if batch_size < 1:
+        raise CompressError(f"--batch-size must be at least 1, got {batch_size}.")
+    firsts, seconds = normalize_texts(texts)
+    if not firsts:
+        return 0, []
+    args = (firsts, seconds) if seconds is not None else (firsts,)
+    enc = tokenizer(*args, truncation=True, max_length=max_length)
+    ids = enc["input_ids"]
+    types = enc.get("token_type_ids")
+    order = np.argsort([-len(x) for x in ids], kind="stable")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    batches = []
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        width = max(len(ids[i]) for i in idx)
+        input_ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+        mask = np.zeros((len(idx), width), dtype=np.int64)
+        token_types = np.zeros((len(idx), width), dtype=np.int64)
+        for row, i in enumerate(idx):
+            n = len(ids[i])
+            input_ids[row, :n] = ids[i]
+            mask[row, :n] = 1
+            if types is not None:
+                token_types[row, :n] = types[i]
+        arrays = {"input_ids": input_ids, "attention_mask": mask}
+        if need_token_types:
+            arrays["token_type_ids"] = token_types
+        batches.append((idx, arrays))
+    return len(firsts), batches
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+class Predictor:
+    """A loaded artifact of any kind, predicting labels for texts.
+
+    Use :meth:`load`; subclasses implement only ``_run`` (one padded batch in, logits out).
+    """
+
+    kind: str = ""
+
+    def __init__(self, path: Path, tokenizer, config: Any, meta: dict[str, Any] | None, max_length: int | None,
+                 need_token_types: bool, num_parameters: int | None):
+        self.path = path
+        self.tokenizer = tokenizer
+        self.config = config
+        self.meta = meta or {}
+        self.max_length = max_length or default_max_length(tokenizer, config, meta)
+        self.need_token_types = need_token_types
+        self.num_parameters = num_parameters
+        self.size_bytes = folder_size_bytes(path)
+        id2label = getattr(config, "id2label", None) or {}
+        self.num_labels = int(getattr(config, "num_labels", len(id2label) or 2))
+        self.label_names = [str(id2label.get(i, id2label.get(str(i), i))) for i in range(self.num_labels)]
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, threads: int | None = None, max_length: int | None = None,
+             allow_pickle: bool = False) -> "Predictor":
+        """Open any artifact folder; ``threads`` fixes the intra-op thread count (benchmarks need it fixed)."""
+        path = Path(folder)
+        if not path.is_dir():
+            raise CompressError(f"--model {path} does not exist or is not a folder. Give an artifact folder "
+                                "(from teacher, distill, export or quantize) or a save_pretrained folder.")
+        if threads is not None and threads < 1:
+            raise CompressError(f"--threads must be at least 1, got {threads}.")
+        kind = artifact_kind(path)
+        if kind in ("onnx-fp32", "onnx-int8"):
+            return OnnxPredictor._open(path, kind, threads, max_length)
+        return TorchPredictor._open(path, kind, threads, max_length, allow_pickle)
+
+    def logits(self, texts: Text | Sequence[Text], batch_size: int = 32) -> np.ndarray:
+        """Raw logits, one row per input, in the input order."""
+        n, batches = encode_batches(self.tokenizer, texts, self.max_length, batch_size, self.need_token_types)
+        out = np.zeros((n, self.num_labels), dtype=np.float32)
+        for idx, arrays in batches:
+            out[idx] = self._run(arrays)
+        return out
+
+    def predict(self, texts: Text | Sequence[Text], batch_size: int = 32) -> tuple[list[str], np.ndarray]:
+        """``(labels, probabilities)``: the label name and the softmax over labels for each input."""
+        probs = softmax(self.logits(texts, batch_size))
+        return [self.label_names[i] for i in probs.argmax(-1)], probs
+
+    def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(kind={self.kind!r}, path={str(self.path)!r}, max_length={self.max_length})"
+
+
+class TorchPredictor(Predictor):
+    """PyTorch fp32 (``from_pretrained``) or dynamic INT8 (rebuilt from ``model_int8.safetensors``)."""
+
+    @classmethod
+    def _open(cls, path: Path, kind: str, threads: int | None, max_length: int | None,
+              allow_pickle: bool) -> "TorchPredictor":
+        import torch
+
+        from compress.modeling import accepts_token_types, count_parameters, load_classifier, load_tokenizer
+
+        if threads is not None:
+            torch.set_num_threads(threads)  # process-wide in PyTorch: there is no per-model setting
+        meta = read_meta(path)
+        if kind == "torch-int8":
+            from compress.quantize import load_torch_int8
+
+            model = load_torch_int8(path)
+            tokenizer = load_tokenizer(path, model.config.vocab_size)
+            params = (meta or {}).get("parameters")
+        else:
+            model, tokenizer, has_head = load_classifier(path, allow_pickle=allow_pickle)
+            if not has_head:
+                raise CompressError(f"{path}: the model has no trained classification head, so its predictions would be "
+                                    "random. Fine-tune it first: bert-compress teacher --model DIR --data DATA --out DIR")
+            params = count_parameters(model)
+        model.eval()
+        self = cls(path, tokenizer, model.config, meta, max_length, accepts_token_types(model), params)
+        self.kind = kind
+        self.model = model
+        return self
+
+    def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            inputs = {k: torch.from_numpy(v) for k, v in arrays.items()}
+            return self.model(**inputs).logits.float().numpy()
+
+
+class OnnxPredictor(Predictor):
+    """An ONNX graph (fp32 or INT8) in an ONNX Runtime CPU session."""
+
+    @classmethod
+    def _open(cls, path: Path, kind: str, threads: int | None, max_length: int | None) -> "OnnxPredictor":
+        import onnxruntime as ort
+        from transformers import AutoConfig
+
+        from compress.modeling import load_tokenizer
+
+        if not (path / "config.json").exists():
+            raise CompressError(f"{path} has {ONNX_FILE} but no config.json, which holds the label names. Export the "
+                                "model again with bert-compress export.")
+        config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+        tokenizer = load_tokenizer(path, getattr(config, "vocab_size", None))
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        if threads is not None:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        try:
+            session = ort.InferenceSession(str(path / ONNX_FILE), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:
+            raise CompressError(f"{path / ONNX_FILE}: ONNX Runtime could not open it ({exc}). Export it again.") from exc
+        inputs = [i.name for i in session.get_inputs()]
+        meta = read_meta(path)
+        self = cls(path, tokenizer, config, meta, max_length, "token_type_ids" in inputs, (meta or {}).get("parameters"))
+        self.kind = kind
+        self.session = session
+        self.input_names = inputs
+        return self
+
+    def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        feed = {name: arrays[name] for name in self.input_names}
+        return np.asarray(self.session.run(["logits"], feed)[0], dtype=np.float32)
