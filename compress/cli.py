@@ -55,20 +55,28 @@ def _train_settings(a: argparse.Namespace):
                          bf16=a.bf16, max_steps=a.max_steps, save_steps=a.save_steps)
 
 
-def cmd_teacher(a: argparse.Namespace) -> int:
-    from compress.teacher import TeacherConfig, train_teacher
+def teacher_config(a: argparse.Namespace):
+    """The ``TeacherConfig`` a parsed ``teacher`` command line describes (validated, not run)."""
+    from compress.teacher import TeacherConfig
 
-    settings = _train_settings(a)
     finetune = None if a.finetune == "auto" else a.finetune == "yes"
-    cfg = TeacherConfig(model=a.model, data=_data_options(a), train=settings, finetune=finetune,
+    cfg = TeacherConfig(model=a.model, data=_data_options(a), train=_train_settings(a), finetune=finetune,
                         max_length=a.max_length, allow_pickle=a.allow_pickle, resume=a.resume)
-    path = train_teacher(cfg, a.out)
+    cfg.train.validate()
+    return cfg
+
+
+def cmd_teacher(a: argparse.Namespace) -> int:
+    from compress.teacher import train_teacher
+
+    path = train_teacher(teacher_config(a), a.out)
     print(f"teacher artifact: {path}")
     return 0
 
 
-def cmd_distill(a: argparse.Namespace) -> int:
-    from compress.distill.trainer import DistillConfig, distill
+def distill_config(a: argparse.Namespace):
+    """The ``DistillConfig`` a parsed ``distill`` command line describes (validated, not run)."""
+    from compress.distill.trainer import DistillConfig
     from students.factory import StudentSpec
 
     cfg = DistillConfig(
@@ -79,7 +87,14 @@ def cmd_distill(a: argparse.Namespace) -> int:
         stage1_epochs=a.stage1_epochs, max_length=a.max_length, allow_pickle=a.allow_pickle, resume=a.resume,
         keep_checkpoints=a.keep_checkpoints,
     )
-    path = distill(cfg, a.out)
+    cfg.validate()
+    return cfg
+
+
+def cmd_distill(a: argparse.Namespace) -> int:
+    from compress.distill.trainer import distill
+
+    path = distill(distill_config(a), a.out)
     print(f"student artifact: {path}")
     return 0
 
@@ -128,6 +143,18 @@ def cmd_summary(a: argparse.Namespace) -> int:
 
     print(format_table(summary_rows(a.artifacts), markdown=a.markdown))
     return 0
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from compress.pipeline import load_recipe, run_recipe
+
+    recipe = load_recipe(a.recipe, a.out)
+    force = tuple(x.strip() for x in a.force.split(",") if x.strip()) if a.force else ()
+    status = run_recipe(recipe, force=force)
+    print("\nstage      status      seconds  output")
+    for row in status:
+        print(f"{row['stage']:<10} {row['status']:<11} {row['seconds']:>7}  {row['output']}")
+    return 0 if all(not r["status"].startswith("failed") for r in status) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32, help="texts per batch (default 32)")
     p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: the artifact's)")
     p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("run", help="run the stages a recipe (YAML) names, skipping finished ones")
+    p.add_argument("recipe", help="recipe file, e.g. recipes/default.yaml")
+    p.add_argument("--out", default=None, help="output folder (overrides the recipe's out:)")
+    p.add_argument("--force", default=None, help="comma-separated stages to run again even if up to date")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("summary", help="print a side-by-side table of artifacts from their compress.json")
     p.add_argument("artifacts", nargs="+", help="artifact folders")
