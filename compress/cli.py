@@ -37,6 +37,8 @@ def _add_train_flags(p: argparse.ArgumentParser, epochs: float, lr: float) -> No
     g.add_argument("--bf16", action="store_true", help="bf16 autocast (AMX on this CPU, or a GPU)")
     g.add_argument("--max-steps", type=int, default=-1, help="stop after this many optimiser steps (overrides --epochs)")
     g.add_argument("--save-steps", type=int, default=500, help="checkpoint every N steps (default 500)")
+    g.add_argument("--sampling", choices=("group_by_length", "random", "sequential"), default="group_by_length",
+                   help="batch order: group_by_length (least padding, default), random, or sequential")
     g.add_argument("--resume", action="store_true", help="continue from the last checkpoint of an interrupted run")
     g.add_argument("--allow-pickle", action="store_true",
                    help="accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
@@ -52,7 +54,7 @@ def _train_settings(a: argparse.Namespace):
     from compress.training import TrainSettings
 
     return TrainSettings(epochs=a.epochs, lr=a.lr, batch_size=a.batch_size, grad_accum=a.grad_accum, seed=a.seed,
-                         bf16=a.bf16, max_steps=a.max_steps, save_steps=a.save_steps)
+                         bf16=a.bf16, max_steps=a.max_steps, save_steps=a.save_steps, sampling=a.sampling)
 
 
 def teacher_config(a: argparse.Namespace):
@@ -157,6 +159,33 @@ def cmd_run(a: argparse.Namespace) -> int:
     return 0 if all(not r["status"].startswith("failed") for r in status) else 1
 
 
+def _int_list(text: str) -> list[int]:
+    """``"1,8,32"`` -> ``[1, 8, 32]``, for --batch-sizes and --seq-lens."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers such as 1,8,32, got {text!r}")
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive whole numbers such as 1,8,32, got {text!r}")
+    return values
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    from benchmarks.suite import BenchConfig, bench
+
+    cfg = BenchConfig(artifacts=a.artifacts, reference=a.reference, data=_data_options(a), split=a.split,
+                      batch_sizes=a.batch_sizes, seq_lens=a.seq_lens, threads=a.threads, warmup=a.warmup,
+                      runs=a.runs, quick=a.quick, memory=a.memory)
+    bench(cfg, a.out)
+    return 0
+
+
+def cmd_gate(a: argparse.Namespace) -> int:
+    from benchmarks.gate import run_gate
+
+    return run_gate(a.results, a.rules, baseline=a.baseline, junit=a.junit)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bert-compress",
@@ -235,6 +264,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (overrides the recipe's out:)")
     p.add_argument("--force", default=None, help="comma-separated stages to run again even if up to date")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("bench", help="measure latency, throughput, memory, size and accuracy of artifacts side by side")
+    p.add_argument("artifacts", nargs="+", metavar="ARTIFACT", help="artifact folders to measure (any kind)")
+    p.add_argument("--reference", required=True, help="artifact the others are compared with (speedup, agreement)")
+    p.add_argument("--out", required=True, help="folder for results.json, report.md and the plots")
+    p.add_argument("--split", default="test", help="data split for accuracy (default test)")
+    p.add_argument("--batch-sizes", type=_int_list, default=None, help="comma-separated (default 1,8,32; quick: 1)")
+    p.add_argument("--seq-lens", type=_int_list, default=None,
+                   help="comma-separated sequence lengths in tokens (default 32,128; quick: 32)")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads for every runtime (default: all CPUs)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed runs per artifact and config (default 50; quick: 3)")
+    p.add_argument("--runs", type=int, default=None, help="timed runs per artifact and config (default 300; quick: 10)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: warmup 3, runs 10, batch 1, seq 32, 64 examples (unless given explicitly)")
+    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure peak memory of each artifact in a separate process (default on)")
+    _add_data_flags(p)
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("gate", help="check benchmark results against thresholds: exit 1 on a failed rule (CI)")
+    p.add_argument("results", help="results.json written by bert-compress bench")
+    p.add_argument("--rules", required=True, help="gates TOML file (see docs/ci.md)")
+    p.add_argument("--baseline", default=None, help="an older results.json, for max_regression")
+    p.add_argument("--junit", default=None, help="write JUnit XML here (one testcase per artifact and rule)")
+    p.set_defaults(func=cmd_gate)
 
     p = sub.add_parser("summary", help="print a side-by-side table of artifacts from their compress.json")
     p.add_argument("artifacts", nargs="+", help="artifact folders")

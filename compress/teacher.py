@@ -27,8 +27,8 @@ from compress.assets import cache_dir, resolve_model
 from compress.data import DataOptions, DynamicPaddingCollator, TaskData, tokenize_split
 from compress.errors import CompressError
 from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
-from compress.training import (TrainSettings, checkpoint_dir, is_main_process, resume_point,
-                               training_arguments)
+from compress.training import (TrainSettings, checkpoint_dir, gather_rows, is_main_process, resume_point,
+                               training_arguments, world)
 
 
 @dataclass
@@ -118,8 +118,7 @@ def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out) -> dict[str,
 
     keep = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label", "length") if c in train_ds.column_names]
     train_ds = train_ds.select_columns(keep)
-    steps = -(-len(train_ds) // cfg.train.batch_size)
-    args = training_arguments(cfg.train, checkpoint_dir(out), steps_per_epoch=steps)
+    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds))
     resume = resume_point(out, cfg.resume)
     trainer = GuardedTrainer(model=model, args=args, train_dataset=train_ds,
                              data_collator=DynamicPaddingCollator({"": tokenizer.pad_token_id}))
@@ -205,9 +204,18 @@ def teacher_logits(teacher: LoadedTeacher, tokenized, prefix: str = "t_", bf16: 
             print(f"soft labels ({what}, {len(tokenized)} examples): reusing the cache {path}")
             return logits, True
     t0 = time.perf_counter()
-    logits = predict_logits(teacher.model, tokenized, batch_size=batch_size, bf16=bf16, prefix=prefix,
-                            pad_id=teacher.tokenizer.pad_token_id, desc=f"teacher soft labels ({what})")
-    if is_main_process():
+    rank, size = world()
+    if size > 1:
+        # Each rank labels every size-th example; the gathered array is what one process computes.
+        mine = np.arange(rank, len(tokenized), size)
+        local = predict_logits(teacher.model, tokenized.select(mine), batch_size=batch_size, bf16=bf16, prefix=prefix,
+                               pad_id=teacher.tokenizer.pad_token_id, desc=f"teacher soft labels ({what})",
+                               progress=rank == 0)
+        logits = gather_rows(local, mine, len(tokenized))
+    else:
+        logits = predict_logits(teacher.model, tokenized, batch_size=batch_size, bf16=bf16, prefix=prefix,
+                                pad_id=teacher.tokenizer.pad_token_id, desc=f"teacher soft labels ({what})")
+    if rank == 0:
         with tempfile.NamedTemporaryFile(dir=folder, suffix=".npy.tmp", delete=False) as handle:
             np.save(handle, logits, allow_pickle=False)
         os.replace(handle.name, path)

@@ -32,6 +32,9 @@ class TrainSettings:
     save_steps: int = 500
     logging_steps: int = 50
     max_steps: int = -1
+    #: ``group_by_length`` (default: batches of similar length, least padding), ``random`` or
+    #: ``sequential`` (fixed order: a DDP run then sees exactly the batches of a single process).
+    sampling: str = "group_by_length"
 
     def validate(self) -> None:
         problems = []
@@ -43,6 +46,8 @@ class TrainSettings:
             problems.append(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.grad_accum < 1:
             problems.append(f"--grad-accum must be >= 1, got {self.grad_accum}")
+        if self.sampling not in ("group_by_length", "random", "sequential"):
+            problems.append(f"--sampling must be group_by_length, random or sequential, got {self.sampling!r}")
         if problems:
             raise CompressError("; ".join(problems))
 
@@ -82,14 +87,46 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def training_arguments(settings: TrainSettings, output_dir: Path, steps_per_epoch: int | None = None, **extra: Any):
-    """``TrainingArguments`` for a CPU-or-GPU run with our defaults (no hub, no external loggers)."""
+def world() -> tuple[int, int]:
+    """``(rank, world_size)``; under torchrun/accelerate the process group is started here (gloo on
+    the CPU, nccl on GPUs) so work before the Trainer (soft labels) can already be shared."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size == 1:
+        return 0, 1
+    import torch.distributed as dist
+    from accelerate import PartialState
+
+    PartialState()  # initialises the default process group once, with the backend accelerate picks
+    return dist.get_rank(), dist.get_world_size()
+
+
+def gather_rows(local: "Any", indices: "Any", total: int) -> "Any":
+    """Reassemble a ``[total, ...]`` array from every rank's rows (``indices`` are each rank's own)."""
+    import numpy as np
+    import torch.distributed as dist
+
+    parts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, (np.asarray(indices), np.asarray(local)))
+    out = np.zeros((total,) + parts[0][1].shape[1:], dtype=parts[0][1].dtype)
+    for idx, rows in parts:
+        out[idx] = rows
+    return out
+
+
+def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: int, **extra: Any):
+    """``TrainingArguments`` for a CPU-or-GPU run with our defaults (no hub, no external loggers).
+
+    Warm-up is a share of the optimiser steps, which depend on the effective batch (per-device
+    batch x processes x accumulation), so a torchrun job follows the same schedule as one process.
+    """
     import torch
     from transformers import TrainingArguments
 
-    warmup = 0
-    if steps_per_epoch:
-        warmup = int(settings.warmup_ratio * steps_per_epoch * max(settings.epochs, 0) / settings.grad_accum)
+    effective = settings.batch_size * settings.grad_accum * int(os.environ.get("WORLD_SIZE", "1"))
+    total = -(-num_examples // effective) * max(settings.epochs, 0)
+    if settings.max_steps > 0:
+        total = settings.max_steps
+    warmup = int(settings.warmup_ratio * total)
     return TrainingArguments(
         output_dir=str(output_dir),
         num_train_epochs=settings.epochs,
@@ -110,7 +147,7 @@ def training_arguments(settings: TrainSettings, output_dir: Path, steps_per_epoc
         logging_steps=settings.logging_steps,
         eval_strategy="no",
         report_to="none",
-        train_sampling_strategy="group_by_length",
+        train_sampling_strategy=settings.sampling,
         length_column_name="length",
         remove_unused_columns=False,
         dataloader_num_workers=0,

@@ -321,8 +321,7 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
                         logs[f"loss_{name}"] = round(float(np.mean(values)), 5)
                 running.clear()
 
-    steps = -(-len(train_ds) // cfg.train.batch_size)
-    args = training_arguments(cfg.train, checkpoint_dir(out), steps_per_epoch=steps)
+    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds))
     resume = resume_point(out, cfg.resume)
     pads = {"s_": pad_id, "t_": teacher.tokenizer.pad_token_id}
     trainer = DistillTrainer(model=module, args=args, train_dataset=train_ds, data_collator=DynamicPaddingCollator(pads),
