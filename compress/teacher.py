@@ -27,8 +27,8 @@ from compress.assets import cache_dir, resolve_model
 from compress.data import DataOptions, DynamicPaddingCollator, TaskData, tokenize_split
 from compress.errors import CompressError
 from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
-from compress.training import (TrainSettings, checkpoint_dir, gather_rows, is_main_process, resume_point,
-                               training_arguments, world)
+from compress.training import (TrainSettings, checkpoint_dir, gather_rows, interrupt_callback, is_main_process,
+                               resume_point, run_trainer, training_arguments, world)
 
 
 @dataclass
@@ -120,9 +120,10 @@ def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out) -> dict[str,
     train_ds = train_ds.select_columns(keep)
     args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds))
     resume = resume_point(out, cfg.resume)
+    stop = interrupt_callback()
     trainer = GuardedTrainer(model=model, args=args, train_dataset=train_ds,
-                             data_collator=DynamicPaddingCollator({"": tokenizer.pad_token_id}))
-    result = trainer.train(resume_from_checkpoint=resume)
+                             data_collator=DynamicPaddingCollator({"": tokenizer.pad_token_id}), callbacks=[stop])
+    result = run_trainer(trainer, resume, Path(out), stop)
     return {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
             "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size}
 

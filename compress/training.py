@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,10 @@ def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: 
     if settings.max_steps > 0:
         total = settings.max_steps
     warmup = int(settings.warmup_ratio * total)
+    if is_main_process():
+        processes = effective // (settings.batch_size * settings.grad_accum)
+        print(f"effective batch size {effective} ({settings.batch_size} per device x {processes} process(es) x "
+              f"{settings.grad_accum} accumulation); {total} optimiser steps, {warmup} warm-up")
     return TrainingArguments(
         output_dir=str(output_dir),
         num_train_epochs=settings.epochs,
@@ -169,3 +174,72 @@ def check_finite(loss_terms: dict[str, Any], step: int, out: Path) -> None:
         "Lower --lr, check the data for broken rows, or disable --bf16; then rerun (add --resume to continue "
         "from the checkpoint)."
     )
+
+
+def interrupt_callback():
+    """A Trainer callback that turns the first Ctrl-C into "save a checkpoint and stop".
+
+    The second Ctrl-C interrupts at once, as usual. After ``train()`` returns, ``.interrupted``
+    tells the caller not to write an artifact but to say how to resume.
+    """
+    import signal
+
+    from transformers import TrainerCallback
+
+    class StopOnInterrupt(TrainerCallback):
+        def __init__(self) -> None:
+            self.interrupted = False
+            self._previous = None
+
+        def _handle(self, signum, frame):  # noqa: ARG002 - signal handler signature
+            if self.interrupted:
+                raise KeyboardInterrupt
+            self.interrupted = True
+            print("\ninterrupt: finishing this step, saving a checkpoint and stopping (Ctrl-C again to abort)",
+                  file=sys.stderr)
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            import threading
+
+            if threading.current_thread() is threading.main_thread():
+                self._previous = signal.signal(signal.SIGINT, self._handle)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.interrupted:
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self._previous is not None:
+                signal.signal(signal.SIGINT, self._previous)
+                self._previous = None
+
+    return StopOnInterrupt()
+
+
+def run_trainer(trainer, resume: str | None, out: Path, stop) -> Any:
+    """``trainer.train()`` with the two ways a long run ends early made explicit.
+
+    Ctrl-C (via ``stop``, an :func:`interrupt_callback`) leaves a checkpoint and raises a
+    :class:`CompressError` saying how to resume; a full disk while saving reports it, removes the
+    partial checkpoint and keeps the previous one.
+    """
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    except OSError as exc:
+        if exc.errno != 28:
+            raise
+        step = trainer.state.global_step
+        partial = checkpoint_dir(out) / f"checkpoint-{step}"
+        if partial.exists():
+            shutil.rmtree(partial, ignore_errors=True)
+        kept = last_checkpoint(checkpoint_dir(out)) or "none"
+        raise CompressError(f"disk full while saving the checkpoint of step {step} ({exc.filename or checkpoint_dir(out)}). "
+                            f"The partial checkpoint was removed; the previous one is kept: {kept}. Free disk space, "
+                            "then run the same command with --resume.") from exc
+    if stop.interrupted:
+        found = last_checkpoint(checkpoint_dir(out))
+        raise CompressError(f"interrupted at step {trainer.state.global_step}; checkpoint saved at {found}. "
+                            "Run the same command with --resume to continue from it.")
+    return result

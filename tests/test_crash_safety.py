@@ -1,0 +1,91 @@
+"""Crash safety on a real subprocess: SIGKILL mid-distillation then resume gives the same student
+as an uninterrupted run; Ctrl-C stops at the next step with a checkpoint and says how to resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import make_bert, sentiment_rows, write_csv
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Resuming restores weights, optimiser, scheduler, RNG states and the data position, so the resumed
+#: student matches the uninterrupted one up to float rounding.
+WEIGHT_ATOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("crash")
+    data = write_csv(root / "data.csv", sentiment_rows(160))
+    teacher = make_bert(root / "teacher", layers=2, head=True)
+    (root / "teacher" / "config.json").write_text(
+        json.dumps({**json.loads((root / "teacher" / "config.json").read_text()),
+                    "architectures": ["BertForSequenceClassification"]}))
+    return root, teacher, data
+
+
+def _cmd(teacher, data, out, epochs=30):
+    return [sys.executable, "-m", "compress", "distill", "--teacher", str(teacher), "--data", str(data),
+            "--student", "1x32", "--init", "random", "--epochs", str(epochs), "--lr", "1e-3", "--batch-size", "16",
+            "--save-steps", "5", "--out", str(out), "--seed", "3"]
+
+
+def _wait_for_checkpoint(folder: Path, proc, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None and not list(folder.glob("checkpoint-*")):
+        time.sleep(0.1)
+    time.sleep(0.3)
+
+
+def test_sigkill_then_resume_matches_an_uninterrupted_run(setup):
+    from safetensors.torch import load_file
+
+    root, teacher, data = setup
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    full = subprocess.run(_cmd(teacher, data, root / "full", epochs=6), cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert full.returncode == 0, full.stderr[-2000:]
+
+    proc = subprocess.Popen(_cmd(teacher, data, root / "killed", epochs=6), cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for_checkpoint(root / "killed.checkpoints", proc)
+    proc.kill()
+    proc.wait()
+    assert not (root / "killed").exists(), "a killed run must not leave an artifact"
+    assert list((root / "killed.checkpoints").glob("checkpoint-*"))
+    resumed = subprocess.run(_cmd(teacher, data, root / "killed", epochs=6) + ["--resume"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming from" in resumed.stdout
+
+    a, b = load_file(root / "full" / "model.safetensors"), load_file(root / "killed" / "model.safetensors")
+    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+    assert worst <= WEIGHT_ATOL, f"resumed student differs by {worst}"
+    acc = [json.loads((root / d / "compress.json").read_text())["metrics"]["test"]["accuracy"] for d in ("full", "killed")]
+    assert acc[0] == acc[1]
+
+
+def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(setup):
+    root, teacher, data = setup
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(_cmd(teacher, data, root / "interrupted", epochs=200), cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_checkpoint(root / "interrupted.checkpoints", proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err[-2000:]
+    assert "interrupted at step" in err and "--resume" in err
+    assert "Traceback" not in err
+    assert not (root / "interrupted").exists()
+    import re
+
+    step = int(re.search(r"interrupted at step (\d+)", err).group(1))
+    # the checkpoint is the one of the step where training stopped, not an older periodic one
+    assert (root / "interrupted.checkpoints" / f"checkpoint-{step}").is_dir()
+    assert f"checkpoint-{step}" in err
