@@ -31,8 +31,8 @@ from compress.distill.losses import LOSSES
 from compress.errors import CompressError
 from compress.modeling import accepts_token_types, autocast, classification_metrics, count_parameters, predict_logits
 from compress.teacher import load_teacher, teacher_logits
-from compress.training import (TrainSettings, check_finite, checkpoint_dir, is_main_process, resume_point,
-                               training_arguments)
+from compress.training import (TrainSettings, check_finite, checkpoint_dir, interrupt_callback, is_main_process,
+                               resume_point, run_trainer, training_arguments)
 from students.factory import StudentSpec, build_student, teacher_shape
 
 
@@ -324,9 +324,10 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
     args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds))
     resume = resume_point(out, cfg.resume)
     pads = {"s_": pad_id, "t_": teacher.tokenizer.pad_token_id}
+    stop = interrupt_callback()
     trainer = DistillTrainer(model=module, args=args, train_dataset=train_ds, data_collator=DynamicPaddingCollator(pads),
-                             callbacks=[TermLogger()])
-    result = trainer.train(resume_from_checkpoint=resume)
+                             callbacks=[TermLogger(), stop])
+    result = run_trainer(trainer, resume, out_path, stop)
     history = [h for h in trainer.state.log_history if "loss" in h]
     return {
         "global_steps": result.global_step,
