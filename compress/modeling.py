@@ -61,6 +61,13 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
     if eager_attention:
         kwargs["attn_implementation"] = "eager"
     config = AutoConfig.from_pretrained(str(path), **kwargs)
+    from compress.prune import PRUNING_KEY, load_pruned
+
+    if raw.get(PRUNING_KEY):
+        # Heads pruned per layer: no config field describes that shape, so from_pretrained cannot build it.
+        model = load_pruned(path, config, eager_attention=eager_attention)
+        tokenizer = load_tokenizer(path, model.config.vocab_size)
+        return model, tokenizer, has_head
     use_safe = any((path / n).exists() for n in ("model.safetensors", "model.safetensors.index.json"))
     with _quiet_transformers():
         model = AutoModelForSequenceClassification.from_pretrained(str(path), config=config, use_safetensors=use_safe,

@@ -555,6 +555,11 @@ def load_torch_int8(folder: str | os.PathLike):
 
     with _quiet_transformers():
         model = AutoModelForSequenceClassification.from_config(config)
+    from compress.prune import apply_pruned_shapes, pruning_spec
+
+    pruned = pruning_spec(config, path / "config.json")
+    if pruned:  # a pruned model: shrink the layers to the recorded shapes before loading
+        apply_pruned_shapes(model, pruned)
     model.eval()
     # The fp32 parts first, into the fp32 model: quantized modules cannot load a plain tensor dict.
     missing, unexpected = model.load_state_dict(tensors, strict=False)

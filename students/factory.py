@@ -175,6 +175,10 @@ def keep_layers(model, keep: list[int]):
         inner = getattr(attn, "self", attn)
         if inner is not None and hasattr(inner, "layer_idx"):
             inner.layer_idx = i
+    from compress.prune import PRUNING_KEY, patch_config
+
+    if getattr(model.config, PRUNING_KEY, None):  # a pruned model: its per-layer shapes must follow the kept layers
+        patch_config(model)
     return model
 
 
