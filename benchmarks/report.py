@@ -80,6 +80,31 @@ def headline(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def demo_table(results: dict[str, Any], markdown: bool = False) -> str:
+    """The table ``make demo`` ends with: per artifact, accuracy, p50 latency at the smallest batch,
+    throughput at the largest batch (both at the longest sequence), size, and speedup against the
+    reference at each of those two batch sizes."""
+    settings = results["settings"]
+    small, large, seq = min(settings["batch_sizes"]), max(settings["batch_sizes"]), max(settings["seq_lens"])
+    head = ["artifact", "kind", "accuracy", f"p50 ms (batch {small})", f"seq/s (batch {large})", "size MB",
+            f"speedup b{small}", f"speedup b{large}"]
+    rows = []
+    for art in results["artifacts"]:
+        lo, hi = latency_at(art, small, seq) or {}, latency_at(art, large, seq) or {}
+        rows.append([art["name"], art["kind"], _fmt(art["quality"].get("accuracy"), pct=True), _fmt(lo.get("p50_ms")),
+                     _fmt(hi.get("throughput_seq_per_s"), 1), _fmt(art["size_bytes"] / MB, 1),
+                     _fmt((lo.get("speedup") or {}).get("median"), 1, suffix="x"),
+                     _fmt((hi.get("speedup") or {}).get("median"), 1, suffix="x")])
+    if markdown:
+        return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                         + ["| " + " | ".join(r) + " |" for r in rows])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines) + f"\n(sequence length {seq}, {settings['threads']} thread(s); speedups against " \
+        f"{results['reference']}, paired per round)"
+
+
 def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG, SPEEDUP_PNG, SIZE_PNG)) -> str:
     """The whole ``report.md``: context, quality, latency per configuration, size and memory, fusions."""
     arts = results["artifacts"]

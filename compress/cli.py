@@ -182,6 +182,14 @@ def cmd_run(a: argparse.Namespace) -> int:
     print("\nstage      status      seconds  output")
     for row in status:
         print(f"{row['stage']:<10} {row['status']:<11} {row['seconds']:>7}  {row['output']}")
+    results = recipe.out / "bench" / "results.json"
+    if "bench" in recipe.stages and results.exists():
+        import json
+
+        from benchmarks.report import demo_table
+
+        print("\n" + demo_table(json.loads(results.read_text(encoding="utf-8"))))
+        print(f"\nreport: {recipe.out / 'bench' / 'report.md'} (plots beside it)")
     return 0 if all(not r["status"].startswith("failed") for r in status) else 1
 
 
