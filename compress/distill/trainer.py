@@ -31,6 +31,7 @@ from compress.distill.losses import LOSSES
 from compress.errors import CompressError
 from compress.modeling import accepts_token_types, autocast, classification_metrics, count_parameters, predict_logits
 from compress.teacher import load_teacher, teacher_logits
+from compress.transfer import OPS, TransferOptions, build_transfer
 from compress.training import (TrainSettings, check_finite, checkpoint_dir, interrupt_callback, is_main_process,
                                resume_point, run_trainer, training_arguments)
 from students.factory import StudentSpec, build_student, teacher_shape
@@ -61,6 +62,14 @@ class DistillConfig:
     allow_pickle: bool = False
     resume: bool = False
     keep_checkpoints: bool = False
+    #: Transfer data (compress.transfer): an unlabelled corpus the teacher labels, and augmented variants.
+    unlabeled: str | None = None
+    unlabeled_text_column: str = "text"
+    unlabeled_text_pair_column: str | None = None
+    unlabeled_weight: float = 1.0
+    unlabeled_limit: int | None = None
+    augment: int = 0
+    augment_ops: str = ",".join(OPS)
 
     def validate(self) -> None:
         self.train.validate()
@@ -81,6 +90,7 @@ class DistillConfig:
             problems.append(f"--stage1-epochs must lie between 0 and --epochs ({self.train.epochs}), got {self.stage1_epochs}")
         if self.max_length < 8:
             problems.append(f"--max-length must be >= 8, got {self.max_length}")
+        problems += TransferOptions.from_config(self).validate()
         if problems:
             raise CompressError("; ".join(problems))
 
@@ -110,7 +120,7 @@ class DistillationModule(nn.Module):
 
     def forward(self, s_input_ids, s_attention_mask, s_token_type_ids=None, labels=None, soft_labels=None,
                 teacher_hidden=None, teacher_attentions=None, weights=None, temperature=1.0, kd_loss="soft_ce",
-                **_: Any) -> dict[str, torch.Tensor]:
+                sample_weight=None, **_: Any) -> dict[str, torch.Tensor]:
         weights = weights or {}
         want_inter = self.intermediate and teacher_hidden is not None
         inputs = {"input_ids": s_input_ids, "attention_mask": s_attention_mask}
@@ -120,9 +130,16 @@ class DistillationModule(nn.Module):
         terms: dict[str, torch.Tensor] = {}
         zero = out.logits.sum() * 0.0
         if weights.get("kd", 0) > 0 and soft_labels is not None:
-            terms["kd"] = LOSSES[kd_loss](out.logits, soft_labels, temperature)
+            terms["kd"] = _row_weighted(LOSSES[kd_loss], sample_weight, out.logits, soft_labels, temperature)
         if weights.get("hard", 0) > 0 and labels is not None:
-            terms["hard"] = LOSSES["hard_ce"](out.logits, labels)
+            if sample_weight is None:  # labelled rows only: exactly the plain loss
+                terms["hard"] = LOSSES["hard_ce"](out.logits, labels)
+            else:
+                # Transfer rows carry label -100: the hard loss sums over the labelled rows and divides by
+                # the whole batch, so a labelled example pulls as hard as in a labelled-only run.
+                gold = labels != -100
+                terms["hard"] = (LOSSES["hard_ce"](out.logits[gold], labels[gold]) * (gold.sum() / len(labels))
+                                 if bool(gold.any()) else zero)
         if want_inter:
             mask = s_attention_mask
             if weights.get("embedding", 0) > 0:
@@ -143,6 +160,25 @@ class DistillationModule(nn.Module):
         if len(self.projections):
             terms["loss"] = terms["loss"] + sum(p.sum() for p in self.projections.parameters()) * 0.0
         return terms
+
+
+def _row_weighted(loss, sample_weight: torch.Tensor | None, student_logits: torch.Tensor, target: torch.Tensor,
+                  *args: Any) -> torch.Tensor:
+    """``sum_i w_i * loss_i / batch`` for a batch-mean ``loss``, exactly, without per-row loss functions.
+
+    Rows are grouped by weight (labelled and augmented rows weigh 1, unlabelled rows
+    ``--unlabeled-weight``), and each group's mean is scaled by ``weight * rows / batch``. Without
+    weights, or with every weight 1, this is the plain batch mean.
+    """
+    if sample_weight is None:
+        return loss(student_logits, target, *args)
+    total = student_logits.sum() * 0.0
+    n = len(sample_weight)
+    for value in torch.unique(sample_weight):
+        rows = sample_weight == value
+        if float(value) != 0.0:
+            total = total + value * (rows.sum() / n) * loss(student_logits[rows], target[rows], *args)
+    return total
 
 
 def tokenizations_align(teacher_tok, student_tok, t_ids: list[list[int]], s_ids: list[list[int]]) -> tuple[bool, str]:
@@ -200,10 +236,17 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
                 ds = ds.add_column(col, t_ds[col][:])
         tokenized[name] = ds
 
+    # Augmented variants and unlabelled text, tokenized and soft-labelled by the teacher (None if neither).
+    transfer = build_transfer(TransferOptions.from_config(cfg), task, teacher, s_tok)
+    if transfer is not None:
+        timings["transfer_s"] = transfer.info["seconds"]
+
     notes = []
     if want_inter:
-        aligned, reason = tokenizations_align(teacher.tokenizer, s_tok, tokenized["train"]["t_input_ids"],
-                                              tokenized["train"]["s_input_ids"])
+        t_ids, s_ids = tokenized["train"]["t_input_ids"][:], tokenized["train"]["s_input_ids"][:]
+        if transfer is not None and len(transfer):
+            t_ids, s_ids = t_ids + transfer.rows("t_input_ids"), s_ids + transfer.rows("s_input_ids")
+        aligned, reason = tokenizations_align(teacher.tokenizer, s_tok, t_ids, s_ids)
         if not aligned:
             want_inter = False
             notes.append(f"intermediate losses disabled: teacher and student tokenizations do not line up ({reason})")
@@ -220,6 +263,8 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     if not want_inter:
         keep = [c for c in keep if not c.startswith("t_")]
     train_ds = train_ds.select_columns(keep)
+    if transfer is not None:
+        train_ds = transfer.extend(train_ds)
 
     module = DistillationModule(student, s_shape.hidden, t_shape.hidden, pairs, want_inter)
     t0 = time.perf_counter()
@@ -255,6 +300,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
         },
         "config": asdict(cfg),
         "data": task.describe(),
+        "transfer": transfer.describe() if transfer is not None else None,
         "metrics": metrics,
         "training": train_log,
         "timings": timings,
