@@ -51,9 +51,11 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
     has_head = any(a.endswith("ForSequenceClassification") for a in raw.get("architectures") or [])
     kwargs: dict[str, Any] = {"trust_remote_code": False}
     if num_labels is not None:
-        if has_head and raw.get("id2label") and len(raw["id2label"]) != num_labels:
+        head = len(raw["id2label"]) if raw.get("id2label") else int(raw.get("num_labels", 2))
+        if has_head and head != num_labels:
             raise CompressError(
-                f"{path}: the model's classifier predicts {len(raw['id2label'])} labels but the data has {num_labels}. "
+                f"{path}: the model's classifier predicts {head} labels but the data has {num_labels} classes "
+                f"(labels 0..{num_labels - 1}). "
                 "Use a teacher fine-tuned on this task, or a model without a classification head."
             )
         names = label_names or [str(i) for i in range(num_labels)]

@@ -33,6 +33,7 @@ def files(tmp_path_factory):
     write_csv(root / "single.csv", [dict(r, label=1) for r in sentiment_rows(20)])
     (root / "empty.csv").write_text("text,label\n")
     (root / "gates.toml").write_text("[rules]\nmin_speed = 2\n")
+    (root / "good.toml").write_text("[rules]\nmin_agreement = 0.9\n")
     (root / "results.json").write_text(json.dumps({"schema": "bert-compress-bench", "schema_version": 99}))
     return root, data, teacher
 
@@ -56,7 +57,7 @@ CASES = {
     "dataset empty": (lambda r, d, t: _distill(t, r / "empty.csv", r / "o"), "no rows"),
     "text column missing": (lambda r, d, t: _distill(t, r / "notext.csv", r / "o"), "--text-column"),
     "label column missing": (lambda r, d, t: _distill(t, r / "nolabel.csv", r / "o"), "--label-column"),
-    "labels out of range": (lambda r, d, t: _distill(t, r / "range.csv", r / "o"), "output labels"),
+    "labels out of range": (lambda r, d, t: _distill(t, r / "range.csv", r / "o"), "predicts 2 labels but the data has 6"),
     "mixed label types": (lambda r, d, t: _distill(t, r / "mixed.csv", r / "o"), "mixes numbers and text labels"),
     "a single class": (lambda r, d, t: _distill(t, r / "single.csv", r / "o"), "single class"),
     "student wider than the teacher": (lambda r, d, t: _distill(t, d, r / "o", "--student", "2x64"), "larger than the teacher"),
@@ -67,7 +68,7 @@ CASES = {
     "gates file with an unknown rule": (lambda r, d, t: ["gate", str(r / "results.json"), "--rules", str(r / "gates.toml")],
                                         "min_speed"),
     "results file of another schema version": (lambda r, d, t: ["gate", str(r / "results.json"), "--rules",
-                                                                str(r / "gates.toml")], "results.json"),
+                                                                str(r / "good.toml")], "schema_version"),
 }
 
 
