@@ -27,8 +27,8 @@ from compress.assets import cache_dir, resolve_model
 from compress.data import DataOptions, DynamicPaddingCollator, TaskData, tokenize_split
 from compress.errors import CompressError
 from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
-from compress.training import (TrainSettings, checkpoint_dir, gather_rows, interrupt_callback, is_main_process,
-                               resume_point, run_trainer, training_arguments, world)
+from compress.training import (TrainSettings, checkpoint_dir, epoch_seeded_sampler, gather_rows, interrupt_callback,
+                               is_main_process, resume_point, run_trainer, training_arguments, world)
 
 
 @dataclass
@@ -110,6 +110,9 @@ def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out) -> dict[str,
     from compress.training import check_finite
 
     class GuardedTrainer(Trainer):
+        def _get_train_sampler(self, train_dataset=None):
+            return epoch_seeded_sampler(super()._get_train_sampler(train_dataset), self.args.data_seed or 0)
+
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             loss = result[0] if return_outputs else result

@@ -60,18 +60,41 @@ def checkpoint_dir(out: str | os.PathLike) -> Path:
 
 
 def last_checkpoint(folder: Path) -> str | None:
-    """The newest complete ``checkpoint-N`` folder, or ``None``."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest *complete* ``checkpoint-N`` folder, or ``None``.
 
+    The Trainer writes ``trainer_state.json`` last, so a checkpoint without it was cut short (a
+    kill or a full disk during the save) and is skipped: resuming from it would fail.
+    """
     if not folder.is_dir():
         return None
-    return get_last_checkpoint(str(folder))
+    found = []
+    for child in folder.iterdir():
+        if child.is_dir() and child.name.startswith("checkpoint-") and child.name[11:].isdigit():
+            found.append((int(child.name[11:]), child))
+    for _, child in sorted(found, reverse=True):
+        if (child / "trainer_state.json").exists():
+            return str(child)
+    return None
+
+
+def drop_incomplete_checkpoints(folder: Path) -> list[str]:
+    """Remove checkpoint folders whose save was cut short; return their names."""
+    removed = []
+    if folder.is_dir():
+        for child in folder.iterdir():
+            if child.is_dir() and child.name.startswith("checkpoint-") and not (child / "trainer_state.json").exists():
+                shutil.rmtree(child, ignore_errors=True)
+                removed.append(child.name)
+    return removed
 
 
 def resume_point(out: str | os.PathLike, resume: bool) -> str | None:
     """The checkpoint to resume from when ``resume`` is set; a fresh run clears stale checkpoints."""
     folder = checkpoint_dir(out)
     if resume:
+        if is_main_process():
+            for name in drop_incomplete_checkpoints(folder):
+                print(f"removed {folder / name}: its save was interrupted")
         found = last_checkpoint(folder)
         if found:
             print(f"resuming from {found}")
@@ -243,3 +266,33 @@ def run_trainer(trainer, resume: str | None, out: Path, stop) -> Any:
         raise CompressError(f"interrupted at step {trainer.state.global_step}; checkpoint saved at {found}. "
                             "Run the same command with --resume to continue from it.")
     return result
+
+
+def epoch_seeded_sampler(sampler: Any, seed: int) -> Any:
+    """Make the Trainer's length-grouped sampler reproducible across a resume.
+
+    transformers draws each epoch's length-grouped order from the global RNG when the epoch
+    starts; after a resume the global RNG is restored to the checkpoint's (mid-epoch) state, so the
+    rest of the interrupted epoch came in another order. Seeding the order with ``seed + epoch``
+    makes a resumed run see exactly the batches an uninterrupted one sees.
+    """
+    import torch
+    from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+
+    if not isinstance(sampler, LengthGroupedSampler):
+        return sampler
+
+    class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
+        def __init__(self, batch_size: int, lengths: list[int]):
+            super().__init__(batch_size, lengths=lengths)
+            self.epoch = 0
+
+        def set_epoch(self, epoch: int) -> None:
+            self.epoch = int(epoch)
+
+        def __iter__(self):
+            generator = torch.Generator()
+            generator.manual_seed(seed * 1_000_003 + self.epoch)
+            return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
+
+    return EpochSeededLengthGroupedSampler(sampler.batch_size, list(sampler.lengths))

@@ -32,8 +32,8 @@ from compress.errors import CompressError
 from compress.modeling import accepts_token_types, autocast, classification_metrics, count_parameters, predict_logits
 from compress.teacher import load_teacher, teacher_logits
 from compress.transfer import OPS, TransferOptions, build_transfer
-from compress.training import (TrainSettings, check_finite, checkpoint_dir, interrupt_callback, is_main_process,
-                               resume_point, run_trainer, training_arguments)
+from compress.training import (TrainSettings, check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
+                               is_main_process, resume_point, run_trainer, training_arguments)
 from students.factory import StudentSpec, build_student, teacher_shape
 
 
@@ -336,6 +336,9 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
 
     class DistillTrainer(Trainer):
         """Trainer whose loss runs the frozen teacher (for intermediate losses) and the student."""
+
+        def _get_train_sampler(self, train_dataset=None):
+            return epoch_seeded_sampler(super()._get_train_sampler(train_dataset), self.args.data_seed or 0)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             epoch = float(self.state.epoch or 0.0)
