@@ -116,7 +116,7 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG,
         f"- Measured {results['created']} on **{machine.get('cpu_model') or 'unknown CPU'}** "
         f"({machine.get('available_cpus')} CPUs available, {machine.get('physical_cores') or '?'} physical cores; "
         f"flags: {flags}), **{settings['threads']} thread(s)**.",
-        f"- Software: " + ", ".join(f"{k} {v}" for k, v in versions.items()) +
+        "- Software: " + ", ".join(f"{k} {v}" for k, v in versions.items()) +
         f"; Python {machine.get('python')}; commit `{results.get('git_commit') or 'none'}`.",
         f"- Latency: {settings['warmup']} warm-up and {settings['runs']} timed runs per artifact and configuration, "
         f"{settings['order']}; forward pass only, on real texts tokenized to exactly the sequence length. "

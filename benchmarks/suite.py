@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
@@ -25,7 +23,7 @@ from typing import Any, Sequence
 from benchmarks.accuracy import evaluate_quality, split_texts_and_labels
 from benchmarks.latency import fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved, summarize
 from benchmarks.machine import available_cpus, machine_info
-from compress.artifact import git_commit, now_iso, package_versions, read_meta
+from compress.artifact import git_commit, now_iso, package_versions, read_meta, write_folder_atomically
 from compress.data import DataOptions, check_labels_fit
 from compress.errors import CompressError
 
@@ -291,29 +289,14 @@ def write_results_folder(out: str | os.PathLike, results: dict[str, Any]) -> Pat
 
     out = Path(out).expanduser().resolve()
     _check_out(out, [a["path"] for a in results.get("artifacts", [])])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+
+    def fill(tmp: Path) -> None:
         with open(tmp / RESULTS_FILE, "w", encoding="utf-8") as handle:
             json.dump(_finite(results), handle, indent=2, allow_nan=False)
             handle.write("\n")
         write_report(results, tmp)
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if exc.errno == 28:
-            raise CompressError(f"disk full while writing {out}; nothing was replaced. Free space and run again.") from exc
-        raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+
+    return write_folder_atomically(out, fill)
 
 
 def _finite(value: Any) -> Any:

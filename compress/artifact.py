@@ -59,12 +59,11 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def write_artifact(out: str | os.PathLike, fill: Callable[[Path], None], meta: dict[str, Any]) -> Path:
-    """Write an artifact folder atomically.
+def write_folder_atomically(out: str | os.PathLike, fill: Callable[[Path], None]) -> Path:
+    """Create a folder under a temporary sibling name and rename it to ``out`` once ``fill`` is done.
 
-    ``fill(tmp)`` writes the model and tokenizer into a temporary sibling folder; ``meta`` is
-    completed (format, versions, time, complete marker) and written as ``compress.json``; then the
-    folder is renamed to ``out``, replacing an older artifact only at that moment.
+    An older folder at ``out`` is replaced only at that moment; on any failure the temporary folder
+    is removed and ``out`` is left as it was. A full disk (ENOSPC) becomes a clear error.
     """
     out = Path(out).expanduser().resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -73,19 +72,6 @@ def write_artifact(out: str | os.PathLike, fill: Callable[[Path], None], meta: d
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         fill(tmp)
-        record = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "created": now_iso(),
-            **meta,
-            "versions": package_versions(),
-            "git_commit": git_commit(),
-            "complete": True,
-        }
-        with open(tmp / META_FILE, "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=2, default=_json_default)
-            handle.flush()
-            os.fsync(handle.fileno())
         old = None
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
@@ -102,6 +88,33 @@ def write_artifact(out: str | os.PathLike, fill: Callable[[Path], None], meta: d
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def write_artifact(out: str | os.PathLike, fill: Callable[[Path], None], meta: dict[str, Any]) -> Path:
+    """Write an artifact folder atomically.
+
+    ``fill(tmp)`` writes the model and tokenizer into a temporary sibling folder; ``meta`` is
+    completed (format, versions, time, complete marker) and written as ``compress.json``; then the
+    folder is renamed to ``out``, replacing an older artifact only at that moment.
+    """
+
+    def fill_and_describe(tmp: Path) -> None:
+        fill(tmp)
+        record = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "created": now_iso(),
+            **meta,
+            "versions": package_versions(),
+            "git_commit": git_commit(),
+            "complete": True,
+        }
+        with open(tmp / META_FILE, "w", encoding="utf-8") as handle:
+            json.dump(record, handle, indent=2, default=_json_default)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    return write_folder_atomically(out, fill_and_describe)
 
 
 def _json_default(value: Any) -> Any:

@@ -3,7 +3,6 @@ non-zero exit, one message naming the file or option and the fix, and no traceba
 "Bad input" table lists these messages)."""
 
 import json
-from pathlib import Path
 
 import pytest
 
