@@ -147,7 +147,7 @@ def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: 
     from transformers import TrainingArguments
 
     effective = settings.batch_size * settings.grad_accum * int(os.environ.get("WORLD_SIZE", "1"))
-    total = -(-num_examples // effective) * max(settings.epochs, 0)
+    total = int(-(-num_examples // effective) * max(settings.epochs, 0))
     if settings.max_steps > 0:
         total = settings.max_steps
     warmup = int(settings.warmup_ratio * total)
