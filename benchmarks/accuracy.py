@@ -41,5 +41,29 @@ def evaluate_quality(predictors: Mapping[str, Any], reference: str, texts: Seque
     names = [reference] + [n for n in predictors if n != reference]
     for name in tqdm(names, desc="quality", unit="artifact", disable=not progress, file=sys.stderr, leave=False):
         logits[name] = predictors[name].logits(texts, batch_size=batch_size)
-    return {name: classification_metrics(logits[name], labels, reference_logits=logits[reference])
-            for name in predictors}
+    out = {}
+    ref_correct = logits[reference].argmax(-1) == labels
+    for name in predictors:
+        out[name] = classification_metrics(logits[name], labels, reference_logits=logits[reference])
+        if name != reference:
+            out[name]["mcnemar_p"] = mcnemar_p(logits[name].argmax(-1) == labels, ref_correct)
+    return out
+
+
+def mcnemar_p(correct_a: np.ndarray, correct_b: np.ndarray) -> float:
+    """Two-sided exact McNemar p-value: could two models' accuracies on the same examples differ by chance?
+
+    Only the examples where exactly one model is right count; under the null hypothesis each of
+    those is a fair coin. Comparing accuracies measured on the same sentences this way is far more
+    sensitive than comparing two independent confidence intervals.
+    """
+    from math import comb
+
+    a = np.asarray(correct_a, dtype=bool)
+    b = np.asarray(correct_b, dtype=bool)
+    only_a, only_b = int(np.sum(a & ~b)), int(np.sum(~a & b))
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    tail = sum(comb(n, k) for k in range(0, min(only_a, only_b) + 1)) / 2 ** n
+    return float(min(1.0, 2 * tail))

@@ -134,8 +134,11 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG,
         diff = None if a["is_reference"] else round(100 * (q["accuracy"] - ref_acc), 1) + 0.0  # no "-0.0"
         rows.append([f"`{a['name']}`" + (" (reference)" if a["is_reference"] else ""), a["kind"],
                      _fmt(q["accuracy"], pct=True), "-" if diff is None else f"{diff:+.1f} pt",
-                     _fmt(q.get("macro_f1"), pct=True), _fmt(q.get("agreement"), pct=True)])
-    out += _table(["artifact", "kind", "accuracy", "vs reference", "macro-F1", "agreement"], rows)
+                     _fmt(q.get("macro_f1"), pct=True), _fmt(q.get("agreement"), pct=True),
+                     "-" if q.get("mcnemar_p") is None else f"{q['mcnemar_p']:.3g}"])
+    out += _table(["artifact", "kind", "accuracy", "vs reference", "macro-F1", "agreement", "McNemar p"], rows)
+    out += ["", "McNemar p: exact paired test of the accuracy difference with the reference on the same examples; "
+            "above 0.05 the difference may well be chance."]
 
     out += ["", "## Latency", ""]
     for b in settings["batch_sizes"]:

@@ -328,3 +328,16 @@ def test_bench_quick_with_memory(small, large, data_csv, work):
     assert json.loads((out / RESULTS_FILE).read_text())["artifacts"][0]["memory"] is None
     assert not [p for p in work.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
     assert os.path.isdir(out)
+
+
+def test_mcnemar_exact_values():
+    import numpy as np
+
+    from benchmarks.accuracy import mcnemar_p
+
+    # 10 discordant pairs, 9 against 1: two-sided exact p = 2 * (1 + 10) / 1024
+    a = np.array([True] * 9 + [False] * 1 + [True] * 50)
+    b = np.array([False] * 9 + [True] * 1 + [True] * 50)
+    assert abs(mcnemar_p(a, b) - 22 / 1024) < 1e-12
+    assert mcnemar_p(a, a) == 1.0
+    assert mcnemar_p(b, a) == mcnemar_p(a, b)
