@@ -311,7 +311,7 @@ def _check_values(recipe: Recipe, subs, where, bad: set[tuple[str, str]]) -> lis
 
     Settings that already failed the flag checks are left out, so each problem is said once.
     """
-    from compress.cli import distill_config, teacher_config
+    from compress.cli import distill_config, prune_config, teacher_config
     from compress.data import BUILTIN_DATASETS
 
     problems = []
@@ -319,14 +319,10 @@ def _check_values(recipe: Recipe, subs, where, bad: set[tuple[str, str]]) -> lis
     if isinstance(data, str) and data not in BUILTIN_DATASETS and not Path(data).expanduser().exists():
         problems.append(f"{where('data')}: data {data!r} is neither a built-in dataset ({', '.join(BUILTIN_DATASETS)}) "
                         "nor an existing file or folder")
-    if "prune" in recipe.stages:
-        for key in ("heads", "ffn"):
-            value = recipe.stages["prune"].get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < 1:
-                problems.append(f"{where('prune', key)}: prune.{key} is a ratio in [0, 1), got {value}")
     data_flags = {k: v for k, v in recipe.data.items() if k in DATA_KEYS}
-    wiring = {"teacher": ["--out", "OUT"], "distill": ["--teacher", "TEACHER", "--out", "OUT"]}
-    for stage, builder in (("teacher", teacher_config), ("distill", distill_config)):
+    wiring = {"teacher": ["--out", "OUT"], "distill": ["--teacher", "TEACHER", "--out", "OUT"],
+              "prune": ["--model", "MODEL", "--out", "OUT"]}
+    for stage, builder in (("teacher", teacher_config), ("distill", distill_config), ("prune", prune_config)):
         if stage not in recipe.stages or (stage, "*") in bad:
             continue
         settings = {**data_flags, **{k: v for k, v in recipe.stages[stage].items() if (stage, k) not in bad}}

@@ -62,8 +62,8 @@ gate: {{rules: 3}}
     with pytest.raises(CompressError) as info:
         load_recipe(path)
     msg = str(info.value)
-    assert "prune.heads is a ratio in [0, 1), got 1.0" in msg
-    assert "prune.ffn is a ratio in [0, 1), got -0.1" in msg
+    assert "prune: --heads must be a share in [0, 1)" in msg and "got 1.0" in msg
+    assert "prune: --ffn must be a share in [0, 1)" in msg and "got -0.1" in msg
     assert "gate.rules must be a path" in msg
 
 
