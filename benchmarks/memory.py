@@ -36,7 +36,20 @@ SAMPLE_TEXT = "a charming and often funny film, though the plot is thin and the 
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set, in bytes (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
+    """This process's peak resident set, in bytes.
+
+    On Linux this is ``VmHWM`` from ``/proc/self/status``, the high-water mark of this process's
+    own memory map. ``ru_maxrss`` is not usable there: at ``exec`` the kernel carries the forked
+    parent's high-water mark into it, so a child started by a 5 GB benchmark process would report
+    5 GB whatever it loads. Elsewhere ``ru_maxrss`` (KiB on Linux, bytes on macOS) is the fallback.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
 

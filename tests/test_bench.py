@@ -341,3 +341,13 @@ def test_mcnemar_exact_values():
     assert abs(mcnemar_p(a, b) - 22 / 1024) < 1e-12
     assert mcnemar_p(a, a) == 1.0
     assert mcnemar_p(b, a) == mcnemar_p(a, b)
+
+
+def test_child_peak_memory_is_not_the_parents(small):
+    """A big benchmark process must not lend its high-water mark to the child it measures in."""
+    ballast = bytearray(2 * 1024 ** 3)  # 2 GiB resident in this (parent) process
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    mem = measure_memory(small, threads=1, batch_size=1, seq_len=16, texts=TEXTS[:1])
+    del ballast
+    assert mem["peak_rss_bytes"] < 1.5 * 1024 ** 3, mem
