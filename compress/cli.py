@@ -34,7 +34,7 @@ def _add_train_flags(p: argparse.ArgumentParser, epochs: float, lr: float) -> No
     g.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")
     g.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens (default 128)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    g.add_argument("--bf16", action="store_true", help="bf16 autocast (AMX on this CPU, or a GPU)")
+    g.add_argument("--bf16", action="store_true", help="bf16 autocast (AVX-512 BF16/AMX CPUs, or a GPU)")
     g.add_argument("--max-steps", type=int, default=-1, help="stop after this many optimiser steps (overrides --epochs)")
     g.add_argument("--save-steps", type=int, default=500, help="checkpoint every N steps (default 500)")
     g.add_argument("--sampling", choices=("group_by_length", "random", "sequential"), default="group_by_length",

@@ -92,7 +92,7 @@ def _quiet_transformers():
 
 
 def autocast(enabled: bool):
-    """bf16 autocast on the CPU (AMX) or GPU when ``enabled``; a no-op otherwise."""
+    """bf16 autocast on the CPU (AVX-512 BF16 / AMX) or GPU when ``enabled``; a no-op otherwise."""
     import torch
 
     if not enabled:
