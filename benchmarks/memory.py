@@ -83,7 +83,7 @@ def measure_in_this_process(folder: str, threads: int | None, batch_size: int, s
     from benchmarks.latency import fixed_shape_inputs
     from compress.runtime import Predictor
 
-    predictor = Predictor.load(folder, threads=threads)
+    predictor = Predictor.load(folder, threads=threads, spinning=False)
     arrays = fixed_shape_inputs(predictor, list(texts) or [SAMPLE_TEXT], batch_size, seq_len)
     predictor.forward(arrays)  # the per-batch entry point; see benchmarks.latency.forward_runner
     peak = peak_rss_bytes()

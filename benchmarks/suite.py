@@ -143,7 +143,7 @@ def _load_predictors(config: BenchConfig) -> tuple[list[dict[str, Any]], dict[st
     entries = []
     predictors = {}
     for path, name in zip(paths, artifact_names(paths)):
-        predictor = Predictor.load(path, threads=config.threads)
+        predictor = Predictor.load(path, threads=config.threads, spinning=False)
         predictors[name] = predictor
         entries.append({"name": name, "path": str(path), "is_reference": path == ref_path, "predictor": predictor})
     ref = predictors[entries[0]["name"]]

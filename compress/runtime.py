@@ -166,8 +166,13 @@ class Predictor:
 
     @classmethod
     def load(cls, folder: str | os.PathLike, threads: int | None = None, max_length: int | None = None,
-             allow_pickle: bool = False) -> "Predictor":
-        """Open any artifact folder; ``threads`` fixes the intra-op thread count (benchmarks need it fixed)."""
+             allow_pickle: bool = False, spinning: bool = True) -> "Predictor":
+        """Open any artifact folder; ``threads`` fixes the intra-op thread count (benchmarks need it fixed).
+
+        ``spinning=False`` makes ONNX Runtime's idle threads sleep instead of busy-waiting for the
+        next call: slightly slower for a lone model on a dedicated machine, but it stops one
+        runtime from stealing the cores of another that runs next (the benchmark interleaves them).
+        """
         path = Path(folder)
         if not path.is_dir():
             raise CompressError(f"--model {path} does not exist or is not a folder. Give an artifact folder "
@@ -176,7 +181,7 @@ class Predictor:
             raise CompressError(f"--threads must be at least 1, got {threads}.")
         kind = artifact_kind(path)
         if kind in ("onnx-fp32", "onnx-int8"):
-            return OnnxPredictor._open(path, kind, threads, max_length)
+            return OnnxPredictor._open(path, kind, threads, max_length, spinning)
         return TorchPredictor._open(path, kind, threads, max_length, allow_pickle)
 
     def logits(self, texts: Text | Sequence[Text], batch_size: int = 32) -> np.ndarray:
@@ -250,7 +255,8 @@ class OnnxPredictor(Predictor):
     """An ONNX graph (fp32 or INT8) in an ONNX Runtime CPU session."""
 
     @classmethod
-    def _open(cls, path: Path, kind: str, threads: int | None, max_length: int | None) -> "OnnxPredictor":
+    def _open(cls, path: Path, kind: str, threads: int | None, max_length: int | None,
+              spinning: bool = True) -> "OnnxPredictor":
         import onnxruntime as ort
         from transformers import AutoConfig
 
@@ -266,6 +272,9 @@ class OnnxPredictor(Predictor):
         if threads is not None:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
+        if not spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         try:
             session = ort.InferenceSession(str(path / ONNX_FILE), options, providers=["CPUExecutionProvider"])
         except Exception as exc:
