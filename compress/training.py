@@ -241,6 +241,20 @@ def interrupt_callback():
     return StopOnInterrupt()
 
 
+def _disk_full(exc: BaseException, folder: Path) -> bool:
+    """Whether a failed save was a full disk: ENOSPC, or (since torch.save only says "iostream error")
+    a filesystem with almost nothing left where the checkpoint was being written."""
+    if isinstance(exc, OSError) and exc.errno == 28:
+        return True
+    if "No space left" in str(exc) or "StorageFull" in str(exc):
+        return True
+    try:
+        usage = shutil.disk_usage(folder if folder.exists() else folder.parent)
+    except OSError:
+        return False
+    return usage.free < max(64 * 2**20, usage.total // 100) if usage.total > 256 * 2**20 else usage.free < 2**20
+
+
 def run_trainer(trainer, resume: str | None, out: Path, stop) -> Any:
     """``trainer.train()`` with the two ways a long run ends early made explicit.
 
@@ -250,15 +264,15 @@ def run_trainer(trainer, resume: str | None, out: Path, stop) -> Any:
     """
     try:
         result = trainer.train(resume_from_checkpoint=resume)
-    except OSError as exc:
-        if exc.errno != 28:
+    except Exception as exc:  # torch.save reports a full disk as a RuntimeError, safetensors as its own error
+        if not _disk_full(exc, checkpoint_dir(out)):
             raise
         step = trainer.state.global_step
         partial = checkpoint_dir(out) / f"checkpoint-{step}"
         if partial.exists():
             shutil.rmtree(partial, ignore_errors=True)
         kept = last_checkpoint(checkpoint_dir(out)) or "none"
-        raise CompressError(f"disk full while saving the checkpoint of step {step} ({exc.filename or checkpoint_dir(out)}). "
+        raise CompressError(f"disk full while saving the checkpoint of step {step} ({checkpoint_dir(out)}). "
                             f"The partial checkpoint was removed; the previous one is kept: {kept}. Free disk space, "
                             "then run the same command with --resume.") from exc
     if stop.interrupted:

@@ -89,3 +89,33 @@ def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(setup):
     # the checkpoint is the one of the step where training stopped, not an older periodic one
     assert (root / "interrupted.checkpoints" / f"checkpoint-{step}").is_dir()
     assert f"checkpoint-{step}" in err
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    except OSError:
+        return False
+    return done.returncode == 0
+
+
+def test_disk_full_during_a_checkpoint_keeps_the_previous_one(setup, tmp_path):
+    """A real full disk: a 20 MB tmpfs holds one checkpoint of the tiny student (~12 MB) but not two."""
+    root, teacher, data = setup
+    small = tmp_path / "small-disk"
+    if not _mount_tmpfs(small, "20m"):
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        cmd = _cmd(teacher, data, small / "student", epochs=3)
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert "disk full while saving the checkpoint of step" in done.stderr, done.stderr[-3000:]
+        assert "Traceback" not in done.stderr
+        kept = sorted((small / "student.checkpoints").glob("checkpoint-*"))
+        assert len(kept) == 1 and (kept[0] / "trainer_state.json").exists()
+        assert f"previous one is kept: {kept[0]}" in done.stderr
+        assert not (small / "student").exists()
+    finally:
+        subprocess.run(["umount", str(small)], capture_output=True)
