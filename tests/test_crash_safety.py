@@ -36,11 +36,12 @@ def _cmd(teacher, data, out, epochs=30):
             "--save-steps", "5", "--out", str(out), "--seed", "3"]
 
 
-def _wait_for_checkpoint(folder: Path, proc, timeout=240):
+def _wait_for_checkpoint(folder: Path, proc, timeout=240, settle=0.3):
     deadline = time.time() + timeout
-    while time.time() < deadline and proc.poll() is None and not list(folder.glob("checkpoint-*")):
-        time.sleep(0.1)
-    time.sleep(0.3)
+    # a complete checkpoint: the Trainer writes trainer_state.json last
+    while time.time() < deadline and proc.poll() is None and not list(folder.glob("checkpoint-*/trainer_state.json")):
+        time.sleep(0.02)
+    time.sleep(settle)
 
 
 def test_sigkill_then_resume_matches_an_uninterrupted_run(setup):
@@ -48,18 +49,18 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(setup):
 
     root, teacher, data = setup
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    full = subprocess.run(_cmd(teacher, data, root / "full", epochs=6), cwd=ROOT, env=env, capture_output=True,
+    full = subprocess.run(_cmd(teacher, data, root / "full", epochs=30), cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     assert full.returncode == 0, full.stderr[-2000:]
 
-    proc = subprocess.Popen(_cmd(teacher, data, root / "killed", epochs=6), cwd=ROOT, env=env,
+    proc = subprocess.Popen(_cmd(teacher, data, root / "killed", epochs=30), cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_for_checkpoint(root / "killed.checkpoints", proc)
+    _wait_for_checkpoint(root / "killed.checkpoints", proc, settle=0.05)
     proc.kill()
-    proc.wait()
+    assert proc.wait() == -9, "the run finished before it could be killed; give it more epochs"
     assert not (root / "killed").exists(), "a killed run must not leave an artifact"
     assert list((root / "killed.checkpoints").glob("checkpoint-*"))
-    resumed = subprocess.run(_cmd(teacher, data, root / "killed", epochs=6) + ["--resume"], cwd=ROOT, env=env,
+    resumed = subprocess.run(_cmd(teacher, data, root / "killed", epochs=30) + ["--resume"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming from" in resumed.stdout
