@@ -120,3 +120,25 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_one(setup, tmp_path):
         assert not (small / "student").exists()
     finally:
         subprocess.run(["umount", str(small)], capture_output=True)
+
+
+def test_nan_loss_stops_with_the_step_terms_and_checkpoint(setup, tmp_path):
+    """A teacher with a corrupted (NaN) classifier makes the soft-label loss NaN at the first step."""
+    from safetensors.torch import load_file, save_file
+
+    root, teacher, data = setup
+    broken = tmp_path / "broken-teacher"
+    import shutil
+
+    shutil.copytree(teacher, broken)
+    weights = load_file(broken / "model.safetensors")
+    weights["classifier.weight"] = weights["classifier.weight"] * float("nan")
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(_cmd(broken, data, tmp_path / "student", epochs=1), cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "training loss became non-finite at step 0" in done.stderr
+    assert "kd=nan" in done.stderr and "Last good checkpoint: none yet" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "student").exists()
