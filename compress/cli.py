@@ -85,7 +85,8 @@ def distill_config(a: argparse.Namespace):
         teacher=a.teacher, data=_data_options(a), student=StudentSpec(a.student, a.init), train=_train_settings(a),
         temperature=a.temperature, kd_loss=a.kd_loss, alpha_kd=a.alpha_kd, alpha_hard=a.alpha_hard,
         intermediate=a.intermediate, alpha_embedding=a.alpha_embedding, alpha_hidden=a.alpha_hidden,
-        alpha_attention=a.alpha_attention, layer_map=a.layer_map, schedule=a.schedule,
+        alpha_attention=a.alpha_attention, layer_map=a.layer_map, hidden_loss=a.hidden_loss,
+        projection_lr=a.projection_lr, schedule=a.schedule,
         stage1_epochs=a.stage1_epochs, max_length=a.max_length, allow_pickle=a.allow_pickle, resume=a.resume,
         keep_checkpoints=a.keep_checkpoints, unlabeled=a.unlabeled, unlabeled_text_column=a.unlabeled_text_column,
         unlabeled_text_pair_column=a.unlabeled_text_pair_column, unlabeled_weight=a.unlabeled_weight,
@@ -253,6 +254,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--alpha-hidden", type=float, default=1.0, help="weight of the hidden-state loss")
     g.add_argument("--alpha-attention", type=float, default=1.0, help="weight of the attention loss")
     g.add_argument("--layer-map", default="uniform", help='uniform, or STUDENT:TEACHER pairs such as "0:1,1:3,2:5"')
+    g.add_argument("--hidden-loss", default="hidden_mse",
+                   help="loss of the embedding and hidden-state terms: hidden_mse (TinyBERT), hidden_nmse (on "
+                        "standardised states, scale-free) or hidden_cosine (default hidden_mse)")
+    g.add_argument("--projection-lr", type=float, default=None,
+                   help="learning rate of the projections that bridge widths (default: --lr)")
     g.add_argument("--schedule", choices=("joint", "two-stage"), default="joint",
                    help="joint: all losses together; two-stage: intermediate first, then prediction layer")
     g.add_argument("--stage1-epochs", type=float, default=1.0, help="epochs of intermediate-only training (two-stage)")

@@ -453,6 +453,8 @@ class DynamicPaddingCollator:
             values = [f[key] for f in features]
             if key in ("label", "labels"):
                 batch["labels"] = torch.tensor(values, dtype=torch.long)
+            elif key == "row":  # row ids (e.g. into a soft-label store) stay integers
+                batch[key] = torch.tensor(values, dtype=torch.long)
             elif isinstance(values[0], (int, float, list, np.ndarray)):
                 batch[key] = torch.tensor(np.asarray(values), dtype=torch.float32)
         return batch

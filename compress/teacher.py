@@ -191,6 +191,12 @@ def _ids_digest(tokenized, prefix: str) -> str:
     return digest.hexdigest()
 
 
+def soft_label_cache_path(teacher: LoadedTeacher, tokenized, prefix: str = "t_", bf16: bool = False) -> Path:
+    """Where the teacher's logits for exactly these token ids (at this precision) are cached."""
+    key = hashlib.sha256(f"{teacher.weights_sha256}|{_ids_digest(tokenized, prefix)}|bf16={bf16}".encode()).hexdigest()
+    return cache_dir() / "soft-labels" / f"{key}.npy"
+
+
 def teacher_logits(teacher: LoadedTeacher, tokenized, prefix: str = "t_", bf16: bool = False,
                    batch_size: int = 64, what: str = "train") -> tuple[np.ndarray, bool]:
     """The teacher's logits for every row of ``tokenized``, cached on disk.
@@ -198,10 +204,9 @@ def teacher_logits(teacher: LoadedTeacher, tokenized, prefix: str = "t_", bf16: 
     Returns ``(logits, reused)``. The cache key is the teacher's weights hash, the exact token ids
     and the precision, so any change to the teacher, the data or the tokenization recomputes.
     """
-    key = hashlib.sha256(f"{teacher.weights_sha256}|{_ids_digest(tokenized, prefix)}|bf16={bf16}".encode()).hexdigest()
-    folder = cache_dir() / "soft-labels"
+    path = soft_label_cache_path(teacher, tokenized, prefix, bf16)
+    folder = path.parent
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{key}.npy"
     if path.exists():
         logits = np.load(path, allow_pickle=False)
         if logits.shape[0] == len(tokenized):

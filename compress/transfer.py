@@ -857,11 +857,12 @@ class TransferSet:
         return self.info
 
 
-def build_transfer(options: TransferOptions, task, teacher, student_tokenizer) -> TransferSet | None:
-    """Augment and/or read the unlabelled corpus, tokenize it for both models and soft-label it.
+def build_transfer(options: TransferOptions, task, teacher, student_tokenizer, label: bool = True) -> TransferSet | None:
+    """Augment and/or read the unlabelled corpus, tokenize it for both models and (``label``) soft-label it.
 
     Returns ``None`` when neither ``--augment`` nor ``--unlabeled`` is set, so a labelled-only
-    run is exactly what it was before.
+    run is exactly what it was before. With ``label=False`` the rows carry no ``soft_labels``
+    column: the distillation trainer fills them while it trains (``compress.distill.soft_labels``).
     """
     from datasets import Dataset
 
@@ -930,15 +931,17 @@ def build_transfer(options: TransferOptions, task, teacher, student_tokenizer) -
         if not len(ds):
             continue
         tokenized = tokenize_for_distillation(ds, student_tokenizer, teacher.tokenizer, options.max_length, task.is_pair)
-        t0 = time.perf_counter()
-        logits, reused_labels[name] = teacher_logits(teacher, tokenized, prefix="t_", bf16=options.bf16, what=name)
-        labelling += time.perf_counter() - t0
         n = len(tokenized)
-        tokenized = tokenized.add_column("soft_labels", [row.tolist() for row in logits])
+        if label:
+            t0 = time.perf_counter()
+            logits, reused_labels[name] = teacher_logits(teacher, tokenized, prefix="t_", bf16=options.bf16, what=name)
+            labelling += time.perf_counter() - t0
+            tokenized = tokenized.add_column("soft_labels", [row.tolist() for row in logits])
         tokenized = tokenized.add_column("label", [-100] * n)
         parts[name] = tokenized.add_column("sample_weight", [float(weight)] * n)
     info["total"] = n_train + info["augmented"] + info["unlabeled"]
-    info["teacher_labelling_s"] = round(labelling, 1)
-    info["soft_labels_reused"] = reused_labels
+    if label:
+        info["teacher_labelling_s"] = round(labelling, 1)
+        info["soft_labels_reused"] = reused_labels
     info["seconds"] = round(time.perf_counter() - started, 1)
     return TransferSet(parts, info)

@@ -73,7 +73,7 @@ def test_narrower_student_gets_projections_and_soft_labels_are_reused(trained_te
     first = capsys.readouterr().out
     _distill(teacher, data, tmp_path / "b", student="2x16", init="random", epochs=1)
     second = capsys.readouterr().out
-    assert "soft labels (train, 192 examples): computed" in first
+    assert "soft labels (train, 192 examples): filled while training, cached at" in first
     assert "soft labels (train, 192 examples): reusing the cache" in second
     meta = json.loads((tmp_path / "b" / "compress.json").read_text())
     assert meta["distillation"]["soft_labels_reused"] == {"train": True, "validation": True, "test": True}

@@ -9,7 +9,7 @@ from compress.distill.losses import LOSSES, attention_mse, hard_cross_entropy, h
 
 
 def test_registry_names_every_loss():
-    assert set(LOSSES) == {"soft_ce", "kl", "hard_ce", "hidden_mse", "attention_mse"}
+    assert set(LOSSES) == {"soft_ce", "kl", "hard_ce", "hidden_mse", "hidden_nmse", "hidden_cosine", "attention_mse"}
 
 
 def test_soft_ce_known_value():

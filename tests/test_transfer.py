@@ -13,7 +13,7 @@ import torch
 
 from compress.cli import main
 from compress.data import DataOptions, load_task_data
-from compress.distill.losses import LOSSES
+from compress.distill.losses import LOSSES, LossTerm
 from compress.distill.trainer import DistillationModule, _row_weighted
 from compress.errors import CompressError
 from compress.teacher import TeacherConfig, load_teacher, train_teacher
@@ -238,17 +238,17 @@ def test_sample_weights_and_ignored_labels_keep_labelled_math_unchanged():
     module = DistillationModule(model, 16, 16, {}, intermediate=False)
     ids = torch.randint(5, 100, (6, 7))
     mask = torch.ones_like(ids)
-    w = {"kd": 1.0, "hard": 0.5}
+    w = [LossTerm("soft_ce", 1.0), LossTerm("hard_ce", 0.5)]
     gold = torch.tensor([0, 2, 1, 1, 0, 2])
-    before = module(ids, mask, labels=gold, soft_labels=soft, weights=w, temperature=2.0)
-    ones = module(ids, mask, labels=gold, soft_labels=soft, weights=w, temperature=2.0, sample_weight=torch.ones(6))
+    before = module(ids, mask, labels=gold, soft_labels=soft, terms=w, temperature=2.0)
+    ones = module(ids, mask, labels=gold, soft_labels=soft, terms=w, temperature=2.0, sample_weight=torch.ones(6))
     for term in ("kd", "hard", "loss"):
         assert torch.allclose(before[term], ones[term]), term
-    mixed = module(ids, mask, labels=labels, soft_labels=soft, weights=w, temperature=2.0, sample_weight=weights)
+    mixed = module(ids, mask, labels=labels, soft_labels=soft, terms=w, temperature=2.0, sample_weight=weights)
     out = model(input_ids=ids, attention_mask=mask).logits
     expected_hard = torch.nn.functional.cross_entropy(out[:3], labels[:3], reduction="sum") / 6
     assert torch.allclose(mixed["hard"], expected_hard, atol=1e-6)
-    unlabelled_only = module(ids[3:], mask[3:], labels=labels[3:], soft_labels=soft[3:], weights=w, temperature=2.0,
+    unlabelled_only = module(ids[3:], mask[3:], labels=labels[3:], soft_labels=soft[3:], terms=w, temperature=2.0,
                              sample_weight=weights[3:])
     assert math.isfinite(float(unlabelled_only["loss"].detach())) and float(unlabelled_only["hard"].detach()) == 0.0
 
@@ -278,7 +278,10 @@ def test_distill_with_augmentation_and_an_unlabeled_file(world, tmp_path, capsys
     assert transfer["augment"]["ops"] == ["replace", "mask", "delete", "swap"]
     assert "masked-LM head" in transfer["augment"]["replace_candidates"]
     assert transfer["weights"] == {"labelled": 1.0, "augmented": 1.0, "unlabeled": 0.5}
-    assert transfer["teacher_labelling_s"] >= 0 and "transfer_s" in meta["timings"]
+    assert "transfer_s" in meta["timings"]
+    # No separate labelling pass: the intermediate-loss teacher forwards filled every row's soft labels.
+    assert meta["training"]["soft_labels"]["filled_during_training"] is True
+    assert meta["training"]["soft_label_rows_filled"] == transfer["total"]
     assert meta["config"]["augment"] == 2 and meta["config"]["unlabeled_weight"] == 0.5
     assert meta["distillation"]["intermediate"] is True  # augmented [MASK]s still line up
     assert meta["training"]["global_steps"] == math.ceil(transfer["total"] / 16)

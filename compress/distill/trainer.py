@@ -2,9 +2,15 @@
 
 Built on transformers' ``Trainer``: the trainable module is the student together with the
 projections of the intermediate losses (so DDP wraps exactly those, and checkpoints resume both),
-while the teacher stays outside it, frozen, run under ``no_grad`` on every rank. The teacher's
-logits come from the soft-label cache; its hidden states and attention maps are computed on the fly
-only while intermediate losses are active.
+while the teacher stays outside it, frozen, run under ``no_grad`` on every rank. The objective is
+a list of loss terms (``compress.distill.losses.LossTerm``), each a registered loss on one signal
+(logits, labels, embeddings, hidden states, attention maps), so the trainer never names a loss.
+
+The teacher's logits for the training rows come from the soft-label cache when it has them and are
+otherwise filled while training (``compress.distill.soft_labels``): with intermediate losses on, the
+teacher runs on every batch anyway and its logits cost nothing extra, so there is no separate
+soft-labelling pass. Its hidden states and attention maps are computed on the fly while
+intermediate terms are active.
 
 Teacher and student tokenize the text separately. Intermediate losses need the two tokenizations to
 line up position by position; this is checked on the training data and, when they do not, the
@@ -27,13 +33,14 @@ from torch import nn
 from compress.artifact import weights_sha256, write_artifact
 from compress.data import DataOptions, DynamicPaddingCollator, tokenize_split
 from compress.distill.layer_map import format_layer_map, parse_layer_map
-from compress.distill.losses import LOSSES
+from compress.distill.losses import LOSSES, LossTerm, check_terms, names
+from compress.distill.soft_labels import Part, SoftLabelStore
 from compress.errors import CompressError
 from compress.modeling import accepts_token_types, autocast, classification_metrics, count_parameters, predict_logits
-from compress.teacher import load_teacher, teacher_logits
+from compress.teacher import load_teacher, soft_label_cache_path, teacher_logits
 from compress.transfer import OPS, TransferOptions, build_transfer
 from compress.training import (TrainSettings, check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
-                               is_main_process, resume_point, run_trainer, training_arguments)
+                               is_main_process, resume_point, run_trainer, training_arguments, world)
 from students.factory import StudentSpec, build_student, teacher_shape
 
 
@@ -54,6 +61,14 @@ class DistillConfig:
     alpha_hidden: float = 1.0
     alpha_attention: float = 1.0
     layer_map: str = "uniform"
+    #: The states loss of the embedding and hidden-state terms built from the flags (``--hidden-loss``).
+    hidden_loss: str = "hidden_mse"
+    #: Learning rate of the width-bridging projections (``None``: the student's ``--lr``). Fresh
+    #: projections start far from any useful map; at the student's small rate they barely move.
+    projection_lr: float | None = None
+    #: The loss terms, explicitly (a list of ``LossTerm`` or their dicts). ``None``: built from
+    #: ``alpha_*``, ``kd_loss``, ``hidden_loss`` and ``intermediate`` (see :meth:`loss_terms`).
+    losses: list[Any] | None = None
     #: ``joint``: all losses together; ``two-stage``: intermediate losses alone for
     #: ``stage1_epochs``, then the prediction-layer losses alone (TinyBERT's schedule).
     schedule: str = "joint"
@@ -80,10 +95,19 @@ class DistillConfig:
         for name in ("alpha_kd", "alpha_hard", "alpha_embedding", "alpha_hidden", "alpha_attention"):
             if getattr(self, name) < 0:
                 problems.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if self.alpha_kd == 0 and self.alpha_hard == 0 and not self.intermediate:
+        if self.losses is None and self.alpha_kd == 0 and self.alpha_hard == 0 and not self.intermediate:
             problems.append("every loss weight is 0: set --alpha-kd or --alpha-hard above 0")
-        if self.kd_loss not in ("soft_ce", "kl"):
-            problems.append(f"--kd-loss must be soft_ce or kl, got {self.kd_loss!r}")
+        if self.kd_loss not in names("soft"):
+            problems.append(f"--kd-loss must be {' or '.join(names('soft'))}, got {self.kd_loss!r}")
+        if self.hidden_loss not in names("states"):
+            problems.append(f"--hidden-loss must be one of {', '.join(names('states'))}, got {self.hidden_loss!r}")
+        if self.projection_lr is not None and self.projection_lr <= 0:
+            problems.append(f"--projection-lr must be > 0, got {self.projection_lr}")
+        if self.losses is not None:
+            try:
+                problems += check_terms(self.loss_terms())
+            except CompressError as exc:
+                problems.append(str(exc))
         if self.schedule not in ("joint", "two-stage"):
             problems.append(f"--schedule must be joint or two-stage, got {self.schedule!r}")
         if self.schedule == "two-stage" and not 0 < self.stage1_epochs < self.train.epochs:
@@ -93,6 +117,23 @@ class DistillConfig:
         problems += TransferOptions.from_config(self).validate()
         if problems:
             raise CompressError("; ".join(problems))
+
+    def loss_terms(self) -> list[LossTerm]:
+        """The objective as a list of terms: ``losses`` when given, else the one the flags describe
+        (soft labels, gold labels, and with ``intermediate`` the embedding, hidden-state and
+        attention terms). Terms of weight 0 are kept, so ``compress.json`` shows what was off."""
+        if self.losses is not None:
+            return [LossTerm.from_dict(t) for t in self.losses]
+        terms = [LossTerm(self.kd_loss, self.alpha_kd), LossTerm("hard_ce", self.alpha_hard)]
+        if self.intermediate:
+            terms += [LossTerm(self.hidden_loss, self.alpha_embedding, on="embeddings"),
+                      LossTerm(self.hidden_loss, self.alpha_hidden, on="hidden"),
+                      LossTerm("attention_mse", self.alpha_attention)]
+        return terms
+
+    @property
+    def wants_intermediate(self) -> bool:
+        return any(t.intermediate and t.weight > 0 for t in self.loss_terms())
 
 
 class DistillationModule(nn.Module):
@@ -119,47 +160,58 @@ class DistillationModule(nn.Module):
         return self.projections[name](hidden) if name in self.projections else hidden
 
     def forward(self, s_input_ids, s_attention_mask, s_token_type_ids=None, labels=None, soft_labels=None,
-                teacher_hidden=None, teacher_attentions=None, weights=None, temperature=1.0, kd_loss="soft_ce",
+                teacher_hidden=None, teacher_attentions=None, terms: list[LossTerm] | tuple = (), temperature=1.0,
                 sample_weight=None, **_: Any) -> dict[str, torch.Tensor]:
-        weights = weights or {}
-        want_inter = self.intermediate and teacher_hidden is not None
+        """Every active term's value (by term name) and their weighted sum under ``"loss"``.
+
+        Terms on intermediate signals are skipped when the teacher's states were not passed in.
+        """
+        have_inter = self.intermediate and teacher_hidden is not None
+        active = [t for t in terms if t.weight > 0 and (have_inter or not t.intermediate)]
+        want_states = any(t.on in ("embeddings", "hidden") for t in active)
+        want_attn = any(t.on == "attention" for t in active)
         inputs = {"input_ids": s_input_ids, "attention_mask": s_attention_mask}
         if self._types and s_token_type_ids is not None:
             inputs["token_type_ids"] = s_token_type_ids
-        out = self.student(**inputs, output_hidden_states=want_inter, output_attentions=want_inter)
-        terms: dict[str, torch.Tensor] = {}
+        out = self.student(**inputs, output_hidden_states=want_states, output_attentions=want_attn)
+        values: dict[str, torch.Tensor] = {}
         zero = out.logits.sum() * 0.0
-        if weights.get("kd", 0) > 0 and soft_labels is not None:
-            terms["kd"] = _row_weighted(LOSSES[kd_loss], sample_weight, out.logits, soft_labels, temperature)
-        if weights.get("hard", 0) > 0 and labels is not None:
-            if sample_weight is None:  # labelled rows only: exactly the plain loss
-                terms["hard"] = LOSSES["hard_ce"](out.logits, labels)
-            else:
-                # Transfer rows carry label -100: the hard loss sums over the labelled rows and divides by
-                # the whole batch, so a labelled example pulls as hard as in a labelled-only run.
-                gold = labels != -100
-                terms["hard"] = (LOSSES["hard_ce"](out.logits[gold], labels[gold]) * (gold.sum() / len(labels))
-                                 if bool(gold.any()) else zero)
-        if want_inter:
-            mask = s_attention_mask
-            if weights.get("embedding", 0) > 0:
-                terms["embedding"] = LOSSES["hidden_mse"](self._project("emb", out.hidden_states[0]), teacher_hidden[0], mask)
-            if weights.get("hidden", 0) > 0:
-                terms["hidden"] = sum(
-                    LOSSES["hidden_mse"](self._project(f"h{s}", out.hidden_states[s + 1]), teacher_hidden[t + 1], mask)
+        mask = s_attention_mask
+        for term in active:
+            fn = LOSSES[term.loss]
+            if term.on == "logits":
+                if soft_labels is None:
+                    continue
+                values[term.name] = _row_weighted(fn, sample_weight, out.logits, soft_labels, temperature)
+            elif term.on == "labels":
+                if labels is None:
+                    continue
+                if sample_weight is None:  # labelled rows only: exactly the plain loss
+                    values[term.name] = fn(out.logits, labels)
+                else:
+                    # Transfer rows carry label -100: the hard loss sums over the labelled rows and divides by
+                    # the whole batch, so a labelled example pulls as hard as in a labelled-only run.
+                    gold = labels != -100
+                    values[term.name] = (fn(out.logits[gold], labels[gold]) * (gold.sum() / len(labels))
+                                         if bool(gold.any()) else zero)
+            elif term.on == "embeddings":
+                values[term.name] = fn(self._project("emb", out.hidden_states[0]), teacher_hidden[0], mask)
+            elif term.on == "hidden":
+                values[term.name] = sum(
+                    fn(self._project(f"h{s}", out.hidden_states[s + 1]), teacher_hidden[t + 1], mask)
                     for s, t in self.pairs.items()) / len(self.pairs)
-            if weights.get("attention", 0) > 0:
-                terms["attention"] = sum(
-                    LOSSES["attention_mse"](out.attentions[s], teacher_attentions[t], mask)
-                    for s, t in self.pairs.items()) / len(self.pairs)
+            elif term.on == "attention":
+                values[term.name] = sum(fn(out.attentions[s], teacher_attentions[t], mask)
+                                        for s, t in self.pairs.items()) / len(self.pairs)
+        weight = {t.name: t.weight for t in active}
         total = zero
-        for name, value in terms.items():
-            total = total + weights.get(name, 0.0) * value
-        terms["loss"] = total
+        for name, value in values.items():
+            total = total + weight[name] * value
+        values["loss"] = total
         # Keep every projection in the graph so DDP never waits on an unused parameter.
         if len(self.projections):
-            terms["loss"] = terms["loss"] + sum(p.sum() for p in self.projections.parameters()) * 0.0
-        return terms
+            values["loss"] = values["loss"] + sum(p.sum() for p in self.projections.parameters()) * 0.0
+        return values
 
 
 def _row_weighted(loss, sample_weight: torch.Tensor | None, student_logits: torch.Tensor, target: torch.Tensor,
@@ -201,14 +253,18 @@ def tokenizations_align(teacher_tok, student_tok, t_ids: list[list[int]], s_ids:
     return True, f"{len(t_ids)} examples checked"
 
 
-def _stage_weights(cfg: DistillConfig, epoch: float, intermediate: bool) -> dict[str, float]:
-    pred = {"kd": cfg.alpha_kd, "hard": cfg.alpha_hard}
-    inter = {"embedding": cfg.alpha_embedding, "hidden": cfg.alpha_hidden, "attention": cfg.alpha_attention}
-    if not intermediate:
-        return pred
-    if cfg.schedule == "two-stage":
-        return inter if epoch < cfg.stage1_epochs else pred
-    return {**pred, **inter}
+def _active_terms(cfg: DistillConfig, epoch: float, intermediate: bool) -> list[LossTerm]:
+    """The terms that count at ``epoch``: intermediate ones only when the tokenizations align, and
+    under the two-stage schedule the intermediate terms first, then the prediction-layer terms."""
+    terms = [t for t in cfg.loss_terms() if intermediate or not t.intermediate]
+    if intermediate and cfg.schedule == "two-stage":
+        first = epoch < cfg.stage1_epochs
+        terms = [t for t in terms if t.intermediate == first]
+    return terms
+
+
+def _weights(terms: list[LossTerm]) -> dict[str, float]:
+    return {t.name: t.weight for t in terms}
 
 
 def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
@@ -217,7 +273,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     started = time.perf_counter()
     timings: dict[str, float] = {}
     task = cfg.data.load()
-    want_inter = cfg.intermediate
+    want_inter = cfg.wants_intermediate
     teacher = load_teacher(cfg.teacher, task, cfg.allow_pickle, eager_attention=want_inter)
     t_shape = teacher_shape(teacher.model.config)
     student, s_tok, student_info = build_student(cfg.student, teacher.model, teacher.tokenizer, task.label_names,
@@ -236,8 +292,12 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
                 ds = ds.add_column(col, t_ds[col][:])
         tokenized[name] = ds
 
-    # Augmented variants and unlabelled text, tokenized and soft-labelled by the teacher (None if neither).
-    transfer = build_transfer(TransferOptions.from_config(cfg), task, teacher, s_tok)
+    # One process fills the training rows' soft labels while it trains; a distributed run labels them
+    # up front, sharded over the ranks, since each rank sees only its own rows.
+    _, world_size = world()
+    during_training = world_size == 1
+    # Augmented variants and unlabelled text, tokenized (and soft-labelled up front when distributed).
+    transfer = build_transfer(TransferOptions.from_config(cfg), task, teacher, s_tok, label=not during_training)
     if transfer is not None:
         timings["transfer_s"] = transfer.info["seconds"]
 
@@ -256,20 +316,43 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     soft = {}
     reused = {}
     for name, ds in tokenized.items():
+        if name == "train" and during_training:
+            continue
         soft[name], reused[name] = teacher_logits(teacher, ds, prefix="t_", bf16=cfg.train.bf16, what=name)
     timings["soft_labels_s"] = round(time.perf_counter() - t0, 1)
-    train_ds = tokenized["train"].add_column("soft_labels", [row.tolist() for row in soft["train"]])
+    train_ds = tokenized["train"]
+    if not during_training:
+        train_ds = train_ds.add_column("soft_labels", [row.tolist() for row in soft["train"]])
     keep = [c for c in train_ds.column_names if c.startswith(("s_", "t_")) or c in ("label", "length", "soft_labels")]
-    if not want_inter:
-        keep = [c for c in keep if not c.startswith("t_")]
     train_ds = train_ds.select_columns(keep)
     if transfer is not None:
         train_ds = transfer.extend(train_ds)
 
+    store = None
+    needs_soft = any(t.on == "logits" and t.weight > 0 for t in _active_terms(cfg, cfg.train.epochs, want_inter)
+                     + _active_terms(cfg, 0.0, want_inter))
+    if during_training and needs_soft:
+        store = _soft_label_store(teacher, tokenized["train"], transfer, cfg.train.bf16, task.num_labels)
+        reused["train"] = store.loaded.get("train", False)
+        for part in store.parts:
+            if store.loaded[part.name]:
+                print(f"soft labels ({part.name}, {part.stop - part.start} examples): reusing the cache {part.cache}")
+        train_ds = train_ds.add_column("row", list(range(len(train_ds))))
+    teacher_needed = want_inter or (store is not None and not store.complete)
+    if not teacher_needed:
+        train_ds = train_ds.remove_columns([c for c in train_ds.column_names if c.startswith("t_")])
+
     module = DistillationModule(student, s_shape.hidden, t_shape.hidden, pairs, want_inter)
     t0 = time.perf_counter()
-    train_log = _train(module, teacher, train_ds, cfg, want_inter, out, s_tok.pad_token_id)
+    train_log = _train(module, teacher, train_ds, cfg, want_inter, out, s_tok.pad_token_id, store)
     timings["train_s"] = round(time.perf_counter() - t0, 1)
+    if store is not None:
+        train_log["soft_labels"] = {"filled_during_training": not all(store.loaded.values()),
+                                    "cached_parts": dict(store.loaded)}
+        if is_main_process():
+            sizes = {p.name: p.stop - p.start for p in store.parts}
+            for part, path in store.save().items():
+                print(f"soft labels ({part}, {sizes[part]} examples): filled while training, cached at {path}")
 
     t0 = time.perf_counter()
     metrics = {}
@@ -283,8 +366,13 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     timings["total_s"] = round(time.perf_counter() - started, 1)
 
-    weights = _stage_weights(cfg, 0.0, want_inter) if cfg.schedule == "joint" else {
-        "stage1": _stage_weights(cfg, 0.0, want_inter), "stage2": _stage_weights(cfg, cfg.stage1_epochs, want_inter)}
+    if cfg.schedule == "joint" or not want_inter:
+        weights: dict[str, Any] = _weights(_active_terms(cfg, 0.0, want_inter))
+        terms: Any = [t.to_dict() for t in _active_terms(cfg, 0.0, want_inter)]
+    else:
+        stage1, stage2 = _active_terms(cfg, 0.0, want_inter), _active_terms(cfg, cfg.stage1_epochs, want_inter)
+        weights = {"stage1": _weights(stage1), "stage2": _weights(stage2)}
+        terms = {"stage1": [t.to_dict() for t in stage1], "stage2": [t.to_dict() for t in stage2]}
     meta = {
         "stage": "distill",
         "kind": "pytorch",
@@ -294,8 +382,9 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
                    "teacher_parameters": count_parameters(teacher.model)},
         "student": student_info,
         "distillation": {
-            "losses": weights, "kd_loss": cfg.kd_loss, "temperature": cfg.temperature,
+            "losses": weights, "loss_terms": terms, "kd_loss": cfg.kd_loss, "temperature": cfg.temperature,
             "intermediate": want_inter, "layer_map": format_layer_map(pairs) if want_inter else None,
+            "projection_lr": cfg.projection_lr if want_inter and len(module.projections) else None,
             "schedule": cfg.schedule, "soft_labels_reused": reused,
         },
         "config": asdict(cfg),
@@ -325,40 +414,90 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     return path
 
 
+def _soft_label_store(teacher, train, transfer, bf16: bool, num_labels: int) -> SoftLabelStore:
+    """A store over the labelled training rows and then every transfer part, in ``transfer.extend`` order,
+    each part backed by the cache file ``teacher_logits`` would use for it."""
+    parts = [Part("train", 0, len(train), soft_label_cache_path(teacher, train, "t_", bf16))]
+    if transfer is not None:
+        for name, ds in transfer.parts.items():
+            if len(ds):
+                start = parts[-1].stop
+                parts.append(Part(name, start, start + len(ds), soft_label_cache_path(teacher, ds, "t_", bf16)))
+    return SoftLabelStore(parts, num_labels)
+
+
 def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, want_inter: bool, out,
-           pad_id: int) -> dict[str, Any]:
+           pad_id: int, store: SoftLabelStore | None) -> dict[str, Any]:
     from transformers import Trainer, TrainerCallback
 
     teacher_model = teacher.model
     t_types = accepts_token_types(teacher_model)
     out_path = Path(out)
     running: dict[str, list[float]] = {}
+    filled = {"rows": 0}
 
     class DistillTrainer(Trainer):
-        """Trainer whose loss runs the frozen teacher (for intermediate losses) and the student."""
+        """Trainer whose loss runs the frozen teacher (for intermediate losses and missing soft labels)
+        and the student."""
 
         def _get_train_sampler(self, train_dataset=None):
             return epoch_seeded_sampler(super()._get_train_sampler(train_dataset), self.args.data_seed or 0)
 
+        def create_optimizer(self, model=None):
+            """The Trainer's AdamW, with the projections in param groups of their own learning rate."""
+            if self.optimizer is not None or cfg.projection_lr is None or not len(module.projections):
+                return super().create_optimizer(model)
+            opt_model = self.model if model is None else model
+            decay = set(self.get_decay_parameter_names(opt_model))
+            groups = []
+            for is_projection, lr in ((False, self.args.learning_rate), (True, cfg.projection_lr)):
+                for decayed in (True, False):
+                    params = [p for n, p in opt_model.named_parameters()
+                              if p.requires_grad and ("projections." in n) == is_projection and (n in decay) == decayed]
+                    if params:
+                        groups.append({"params": params, "lr": lr,
+                                       "weight_decay": self.args.weight_decay if decayed else 0.0})
+            optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
+            self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
+            return self.optimizer
+
+        def _teacher(self, inputs, states: bool, attentions: bool):
+            t_inputs = {"input_ids": inputs["t_input_ids"], "attention_mask": inputs["t_attention_mask"]}
+            if t_types and "t_token_type_ids" in inputs:
+                t_inputs["token_type_ids"] = inputs["t_token_type_ids"]
+            with torch.no_grad(), autocast(cfg.train.bf16):
+                return teacher_model(**t_inputs, output_hidden_states=states, output_attentions=attentions)
+
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             epoch = float(self.state.epoch or 0.0)
-            weights = _stage_weights(cfg, epoch, want_inter)
-            inter_now = want_inter and any(weights.get(k, 0) > 0 for k in ("embedding", "hidden", "attention"))
+            terms = _active_terms(cfg, epoch, want_inter)
+            inter_now = want_inter and any(t.intermediate and t.weight > 0 for t in terms)
+            soft_now = any(t.on == "logits" and t.weight > 0 for t in terms)
+            rows = inputs.pop("row", None)
             t_hidden = t_attn = None
+            soft = inputs.pop("soft_labels", None)
             if inter_now:
-                t_inputs = {"input_ids": inputs["t_input_ids"], "attention_mask": inputs["t_attention_mask"]}
-                if t_types and "t_token_type_ids" in inputs:
-                    t_inputs["token_type_ids"] = inputs["t_token_type_ids"]
-                with torch.no_grad(), autocast(cfg.train.bf16):
-                    t_out = teacher_model(**t_inputs, output_hidden_states=True, output_attentions=True)
+                t_out = self._teacher(inputs, states=True, attentions=True)
                 t_hidden, t_attn = t_out.hidden_states, t_out.attentions
+                if store is not None:
+                    soft = t_out.logits.float()
+                    idx = rows.cpu().numpy()
+                    if store.missing(idx):
+                        filled["rows"] += int((~store.known[idx]).sum())
+                        store.put(idx, soft.cpu().numpy())
+            elif store is not None and soft_now:
+                idx = rows.cpu().numpy()
+                if store.missing(idx):
+                    filled["rows"] += int((~store.known[idx]).sum())
+                    store.put(idx, self._teacher(inputs, states=False, attentions=False).logits.float().cpu().numpy())
+                soft = torch.from_numpy(store.get(idx)).to(inputs["s_input_ids"].device)
             student_inputs = {k: v for k, v in inputs.items() if not k.startswith("t_")}
-            terms = model(**student_inputs, teacher_hidden=t_hidden, teacher_attentions=t_attn, weights=weights,
-                          temperature=cfg.temperature, kd_loss=cfg.kd_loss)
-            check_finite(terms, self.state.global_step, out_path)
-            for name, value in terms.items():
+            values = model(**student_inputs, soft_labels=soft, teacher_hidden=t_hidden, teacher_attentions=t_attn,
+                           terms=terms, temperature=cfg.temperature)
+            check_finite(values, self.state.global_step, out_path)
+            for name, value in values.items():
                 running.setdefault(name, []).append(float(value.detach()))
-            return (terms["loss"], terms) if return_outputs else terms["loss"]
+            return (values["loss"], values) if return_outputs else values["loss"]
 
     class TermLogger(TrainerCallback):
         """Adds the mean of each loss term since the last log line to the Trainer's logs."""
@@ -376,6 +515,7 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
     stop = interrupt_callback()
     trainer = DistillTrainer(model=module, args=args, train_dataset=train_ds, data_collator=DynamicPaddingCollator(pads),
                              callbacks=[TermLogger(), stop])
+    teacher_model.to(args.device)  # the Trainer moves the student; the teacher must sit where its inputs arrive
     result = run_trainer(trainer, resume, out_path, stop)
     history = [h for h in trainer.state.log_history if "loss" in h]
     return {
@@ -384,4 +524,5 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
         "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size,
         "last_log": history[-1] if history else {},
         "step_time_s": round(float(result.metrics.get("train_runtime", 0)) / max(result.global_step, 1), 4),
+        "soft_label_rows_filled": filled["rows"],
     }
