@@ -104,6 +104,18 @@ def cmd_distill(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pretrain(a: argparse.Namespace) -> int:
+    from compress.pretrain import PretrainConfig, pretrain
+
+    cfg = PretrainConfig(model=a.model, unlabeled=a.unlabeled, unlabeled_text_column=a.unlabeled_text_column,
+                         data=_data_options(a) if a.data else None, task_text=a.task_text, train=_train_settings(a),
+                         max_length=a.max_length, mlm_probability=a.mlm_probability, whole_word=a.whole_word,
+                         eval_share=a.eval_share, limit=a.corpus_limit, allow_pickle=a.allow_pickle, resume=a.resume)
+    path = pretrain(cfg, a.out)
+    print(f"masked-LM artifact: {path}")
+    return 0
+
+
 def cmd_students(a: argparse.Namespace) -> int:
     from students.factory import describe_presets
 
@@ -281,6 +293,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(p)
     _add_train_flags(p, epochs=3.0, lr=5e-5)
     p.set_defaults(func=cmd_distill)
+
+    p = sub.add_parser("pretrain", help="continue masked-LM training of an encoder on unlabelled in-domain text")
+    p.add_argument("--model", required=True, help="local encoder folder, or a built-in: minilm, mpnet-base")
+    p.add_argument("--unlabeled", required=True,
+                   help="unlabelled text: a .txt file (one text a line), a csv/tsv/jsonl/parquet file, or the built-in "
+                        "movie-reviews-unlabeled")
+    p.add_argument("--unlabeled-text-column", default="text", help="text column of a --unlabeled table (default text)")
+    p.add_argument("--out", required=True, help="artifact folder to write (a masked LM with its head)")
+    p.add_argument("--task-text", action=argparse.BooleanOptionalAction, default=True,
+                   help="add the --data training texts (labels unused) to the corpus (default on)")
+    p.add_argument("--mlm-probability", type=float, default=0.15, help="share of words masked (default 0.15)")
+    p.add_argument("--whole-word", action=argparse.BooleanOptionalAction, default=True,
+                   help="mask every word piece of a chosen word together (default on)")
+    p.add_argument("--eval-share", type=float, default=0.02,
+                   help="share of the corpus held out to measure the masked-LM loss (default 0.02)")
+    p.add_argument("--corpus-limit", type=int, default=None, help="a seeded sample of at most this many corpus texts")
+    _add_data_flags(p, required=False)
+    _add_train_flags(p, epochs=1.0, lr=5e-5)
+    p.set_defaults(func=cmd_pretrain, data=None)
 
     p = sub.add_parser("students", help="list the student presets with their shapes and parameter counts")
     p.add_argument("--num-labels", type=int, default=2, help=argparse.SUPPRESS)

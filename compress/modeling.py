@@ -166,3 +166,7 @@ def macro_f1(pred: np.ndarray, labels: np.ndarray) -> float:
 
 def count_parameters(model) -> int:
     return int(sum(p.numel() for p in model.parameters()))
+
+
+#: Public name of the context manager that silences transformers' weight-initialisation report.
+quiet_transformers = _quiet_transformers

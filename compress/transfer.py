@@ -945,3 +945,9 @@ def build_transfer(options: TransferOptions, task, teacher, student_tokenizer, l
         info["soft_labels_reused"] = reused_labels
     info["seconds"] = round(time.perf_counter() - started, 1)
     return TransferSet(parts, info)
+
+
+def mlm_head_status(folder: str | os.PathLike) -> tuple[bool, str]:
+    """Whether ``folder``'s weights hold a masked-LM head, and why not (public form of the check
+    ``candidate_source`` uses)."""
+    return _mlm_head_keys(Path(folder))
