@@ -424,6 +424,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # not steal each other's cores (measured: p90 latency several times p50 without it).
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from compress.progress import configure as configure_progress
+
+    configure_progress()
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

@@ -112,6 +112,7 @@ def predict_logits(model, tokenized, batch_size: int = 64, bf16: bool = False, p
     from tqdm.auto import tqdm
 
     from compress.data import DynamicPaddingCollator
+    from compress.progress import bars_enabled
 
     ids = tokenized[f"{prefix}input_ids"]
     order = np.argsort([-len(x) for x in ids], kind="stable")
@@ -122,7 +123,7 @@ def predict_logits(model, tokenized, batch_size: int = 64, bf16: bool = False, p
     accepts_types = accepts_token_types(model)
     subset = tokenized.select_columns(cols)
     with torch.inference_mode(), autocast(bf16):
-        for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress,
+        for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress or not bars_enabled(),
                           file=sys.stderr, leave=False):
             idx = order[start:start + batch_size]
             batch = collate([subset[int(i)] for i in idx])

@@ -146,6 +146,8 @@ def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: 
     import torch
     from transformers import TrainingArguments
 
+    from compress.progress import bars_enabled
+
     effective = settings.batch_size * settings.grad_accum * int(os.environ.get("WORLD_SIZE", "1"))
     total = int(-(-num_examples // effective) * max(settings.epochs, 0))
     if settings.max_steps > 0:
@@ -179,7 +181,8 @@ def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: 
         length_column_name="length",
         remove_unused_columns=False,
         dataloader_num_workers=0,
-        disable_tqdm=not is_main_process(),
+        # Without a bar (not a terminal, or not rank 0) the Trainer prints its log line every logging_steps.
+        disable_tqdm=not is_main_process() or not bars_enabled(),
         **extra,
     )
 

@@ -517,6 +517,7 @@ class MaskedLMCandidates:
         from tqdm.auto import tqdm
 
         from compress.modeling import autocast
+        from compress.progress import bars_enabled
 
         whole, _ = _whole_words(self.tokenizer)
         mask_id = self.tokenizer.mask_token_id
@@ -536,7 +537,7 @@ class MaskedLMCandidates:
             banned = torch.as_tensor(~np.pad(whole, (0, max(0, vocab - len(whole))))[:vocab])
             order = sorted(range(len(jobs)), key=lambda j: -len(segments[jobs[j][0]].input_ids))
             with torch.inference_mode(), autocast(bf16):
-                for start in tqdm(range(0, len(order), batch_size), desc="masked-LM candidates", unit="batch",
+                for start in tqdm(range(0, len(order), batch_size), desc="masked-LM candidates", unit="batch", disable=not bars_enabled(),
                                   file=sys.stderr, leave=False):
                     batch = [jobs[j] for j in order[start:start + batch_size]]
                     width = max(len(segments[i].input_ids) for i, _ in batch)
@@ -686,9 +687,11 @@ def augment_examples(texts: Sequence[str], pairs: Sequence[str] | None, opts: Au
     seen = {text_key(t, p) for t, p in zip(texts, pairs if pairs is not None else [None] * len(texts))}
     from tqdm.auto import tqdm
 
+    from compress.progress import bars_enabled
+
     rows: list[dict[str, Any]] = []
     for i in tqdm(range(len(texts)), desc="augmenting", unit="example", file=sys.stderr, leave=False,
-                  disable=len(texts) < 2000):
+                  disable=len(texts) < 2000 or not bars_enabled()):
         rng = random.Random(f"augment:{opts.seed}:{i}")
         start = rng.randrange(len(opts.ops))
         made = 0
