@@ -477,7 +477,9 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
             t_hidden = t_attn = None
             soft = inputs.pop("soft_labels", None)
             if inter_now:
-                t_out = self._teacher(inputs, states=True, attentions=True)
+                live = [t.on for t in terms if t.intermediate and t.weight > 0]
+                t_out = self._teacher(inputs, states=any(on != "attention" for on in live),
+                                      attentions="attention" in live)
                 t_hidden, t_attn = t_out.hidden_states, t_out.attentions
                 if store is not None:
                     soft = t_out.logits.float()
