@@ -166,8 +166,13 @@ class DistillationModule(nn.Module):
 
         Terms on intermediate signals are skipped when the teacher's states were not passed in.
         """
-        have_inter = self.intermediate and teacher_hidden is not None
-        active = [t for t in terms if t.weight > 0 and (have_inter or not t.intermediate)]
+        def present(term: LossTerm) -> bool:
+            if not term.intermediate:
+                return True
+            signal = teacher_attentions if term.on == "attention" else teacher_hidden
+            return self.intermediate and signal is not None
+
+        active = [t for t in terms if t.weight > 0 and present(t)]
         want_states = any(t.on in ("embeddings", "hidden") for t in active)
         want_attn = any(t.on == "attention" for t in active)
         inputs = {"input_ids": s_input_ids, "attention_mask": s_attention_mask}
