@@ -32,6 +32,8 @@ def _add_train_flags(p: argparse.ArgumentParser, epochs: float, lr: float) -> No
     g.add_argument("--lr", type=float, default=lr, help=f"peak learning rate (default {lr})")
     g.add_argument("--batch-size", type=int, default=32, help="per-device batch size (default 32)")
     g.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")
+    g.add_argument("--warmup-ratio", type=float, default=0.1,
+                   help="share of the optimiser steps spent warming the learning rate up (default 0.1)")
     g.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens (default 128)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--bf16", action="store_true", help="bf16 autocast (AVX-512 BF16/AMX CPUs, or a GPU)")
@@ -53,7 +55,8 @@ def _data_options(a: argparse.Namespace):
 def _train_settings(a: argparse.Namespace):
     from compress.training import TrainSettings
 
-    return TrainSettings(epochs=a.epochs, lr=a.lr, batch_size=a.batch_size, grad_accum=a.grad_accum, seed=a.seed,
+    return TrainSettings(epochs=a.epochs, lr=a.lr, batch_size=a.batch_size, grad_accum=a.grad_accum,
+                         warmup_ratio=a.warmup_ratio, seed=a.seed,
                          bf16=a.bf16, max_steps=a.max_steps, save_steps=a.save_steps, sampling=a.sampling)
 
 
@@ -393,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lr", type=float, default=5e-5, help="peak learning rate of recovery (default 5e-5)")
     g.add_argument("--batch-size", type=int, default=32, help="batch size for scoring and recovery (default 32)")
     g.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")
+    g.add_argument("--warmup-ratio", type=float, default=0.1,
+                   help="share of the optimiser steps spent warming the learning rate up (default 0.1)")
     g.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens (default 128)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--bf16", action="store_true", help="bf16 autocast during recovery")

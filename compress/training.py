@@ -45,6 +45,8 @@ class TrainSettings:
             problems.append(f"--lr must be > 0, got {self.lr}")
         if self.batch_size < 1:
             problems.append(f"--batch-size must be >= 1, got {self.batch_size}")
+        if not 0 <= self.warmup_ratio < 1:
+            problems.append(f"--warmup-ratio must lie in [0, 1), got {self.warmup_ratio}")
         if self.grad_accum < 1:
             problems.append(f"--grad-accum must be >= 1, got {self.grad_accum}")
         if self.sampling not in ("group_by_length", "random", "sequential"):
