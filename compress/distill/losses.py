@@ -43,12 +43,12 @@ The built-in losses:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING, Any, Callable
 
 from compress.errors import CompressError
+
+if TYPE_CHECKING:  # torch is imported inside the functions: configs read the registry without loading it
+    import torch
 
 #: name -> function. Kept as a plain dict: ``LOSSES["soft_ce"](s, t, 2.0)`` is the public way to call one.
 LOSSES: dict[str, Callable[..., torch.Tensor]] = {}
@@ -152,6 +152,8 @@ def check_terms(terms: list[LossTerm]) -> list[str]:
 @register("soft_ce", kind="soft")
 def soft_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """-sum p_T * log q_S at temperature T, times T², averaged over the batch."""
+    import torch.nn.functional as F
+
     t = float(temperature)
     target = F.softmax(teacher_logits.float() / t, dim=-1)
     log_q = F.log_softmax(student_logits.float() / t, dim=-1)
@@ -161,6 +163,8 @@ def soft_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.Tenso
 @register("kl", kind="soft")
 def kl_divergence(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """KL(p_T || q_S) at temperature T, times T², averaged over the batch."""
+    import torch.nn.functional as F
+
     t = float(temperature)
     log_p = F.log_softmax(teacher_logits.float() / t, dim=-1)
     log_q = F.log_softmax(student_logits.float() / t, dim=-1)
@@ -169,6 +173,8 @@ def kl_divergence(student_logits: torch.Tensor, teacher_logits: torch.Tensor, te
 
 @register("hard_ce", kind="hard")
 def hard_cross_entropy(student_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    import torch.nn.functional as F
+
     return F.cross_entropy(student_logits.float(), labels)
 
 
@@ -192,6 +198,8 @@ def hidden_mse(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, atten
 def hidden_nmse(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """:func:`hidden_mse` of the two sides after standardising each token vector (zero mean, unit
     variance over the hidden units): scale-free, so the weight means the same for every teacher."""
+    import torch.nn.functional as F
+
     s = F.layer_norm(student_hidden.float(), student_hidden.shape[-1:])
     t = F.layer_norm(teacher_hidden.float(), teacher_hidden.shape[-1:])
     return hidden_mse(s, t, attention_mask)
@@ -200,6 +208,8 @@ def hidden_nmse(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, atte
 @register("hidden_cosine", kind="states")
 def hidden_cosine(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """1 - cosine similarity of each real token's student and teacher vectors, averaged over tokens."""
+    import torch.nn.functional as F
+
     cos = F.cosine_similarity(student_hidden.float(), teacher_hidden.float(), dim=-1)
     m = attention_mask.to(cos.dtype)
     return ((1.0 - cos) * m).sum() / m.sum().clamp_min(1.0)
