@@ -24,13 +24,10 @@ import numpy as np
 
 from compress.artifact import folder_size_bytes, read_meta
 from compress.errors import CompressError
+from compress.formats.onnx import ONNX_FILE, is_int8_graph
+from compress.formats.torch_int8 import TORCH_INT8_FILE
 
-ONNX_FILE = "model.onnx"
-TORCH_INT8_FILE = "model_int8.safetensors"
 KINDS = ("pytorch", "torch-int8", "onnx-fp32", "onnx-int8")
-#: Operators that only appear in a graph after ONNX Runtime quantization.
-_INT8_OPS = {"MatMulInteger", "QAttention", "DynamicQuantizeLinear", "QEmbedLayerNormalization", "QGemm",
-             "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QLinearMatMul"}
 
 Text = Union[str, tuple[str, str]]
 
@@ -42,10 +39,7 @@ def artifact_kind(folder: str | os.PathLike) -> str:
     if meta and meta.get("kind") in KINDS:
         return meta["kind"]
     if (path / ONNX_FILE).exists():
-        import onnx
-
-        graph = onnx.load(str(path / ONNX_FILE), load_external_data=False).graph
-        return "onnx-int8" if any(n.op_type in _INT8_OPS for n in graph.node) else "onnx-fp32"
+        return "onnx-int8" if is_int8_graph(path / ONNX_FILE) else "onnx-fp32"
     if (path / TORCH_INT8_FILE).exists():
         return "torch-int8"
     return "pytorch"
@@ -226,7 +220,7 @@ class TorchPredictor(Predictor):
             torch.set_num_threads(threads)  # process-wide in PyTorch: there is no per-model setting
         meta = read_meta(path)
         if kind == "torch-int8":
-            from compress.quantize import load_torch_int8
+            from compress.formats.torch_int8 import load_torch_int8
 
             model = load_torch_int8(path)
             tokenizer = load_tokenizer(path, model.config.vocab_size)

@@ -28,7 +28,7 @@ from compress.data import DataOptions, DynamicPaddingCollator, TaskData, tokeniz
 from compress.errors import CompressError
 from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
 from compress.training import (TrainSettings, checkpoint_dir, epoch_seeded_sampler, gather_rows, interrupt_callback,
-                               is_main_process, resume_point, run_trainer, training_arguments, world)
+                               is_main_process, print_metrics, resume_point, run_trainer, training_arguments, world)
 
 
 @dataclass
@@ -100,7 +100,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
 
     path = write_artifact(out, fill, meta)
     _drop_checkpoints(out)
-    _print_metrics("teacher", metrics, timings)
+    print_metrics("teacher", metrics, timings)
     return path
 
 
@@ -141,12 +141,6 @@ def _drop_checkpoints(out) -> None:
 
 def _config_dict(cfg) -> dict[str, Any]:
     return asdict(cfg)
-
-
-def _print_metrics(name: str, metrics: dict[str, dict[str, float]], timings: dict[str, float]) -> None:
-    parts = [f"{split} accuracy {m['accuracy']:.4f} macro-F1 {m['macro_f1']:.4f}"
-             + (f" agreement {m['agreement']:.4f}" if "agreement" in m else "") for split, m in metrics.items()]
-    print(f"{name}: " + "; ".join(parts) + f" ({timings.get('total_s', 0):.0f} s)")
 
 
 # ----------------------------------------------------------------------------- soft labels

@@ -106,6 +106,13 @@ def resume_point(out: str | os.PathLike, resume: bool) -> str | None:
     return None
 
 
+def print_metrics(name: str, metrics: dict[str, dict[str, float]], timings: dict[str, float]) -> None:
+    """One line of evaluation results per finished stage: accuracy, macro-F1, agreement, seconds."""
+    parts = [f"{split} accuracy {m['accuracy']:.4f} macro-F1 {m['macro_f1']:.4f}"
+             + (f" agreement {m['agreement']:.4f}" if "agreement" in m else "") for split, m in metrics.items()]
+    print(f"{name}: " + "; ".join(parts) + f" ({timings.get('total_s', 0):.0f} s)")
+
+
 def is_main_process() -> bool:
     """Rank 0 (or a single process): the only one that writes artifacts and prints summaries."""
     return int(os.environ.get("RANK", "0")) == 0

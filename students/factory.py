@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from compress.distill.layer_map import parse_layer_map, uniform_layer_map
+from students.layer_map import parse_layer_map, uniform_layer_map
 from compress.errors import CompressError
 from students.presets import DEFAULT_PRESET, PRESETS, StudentShape, parse_shape
 
@@ -175,7 +175,7 @@ def keep_layers(model, keep: list[int]):
         inner = getattr(attn, "self", attn)
         if inner is not None and hasattr(inner, "layer_idx"):
             inner.layer_idx = i
-    from compress.prune import PRUNING_KEY, patch_config
+    from compress.formats.pruned import PRUNING_KEY, patch_config
 
     if getattr(model.config, PRUNING_KEY, None):  # a pruned model: its per-layer shapes must follow the kept layers
         patch_config(model)

@@ -319,9 +319,9 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
         import shutil
 
         shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
-    from compress.teacher import _print_metrics
+    from compress.training import print_metrics
 
-    _print_metrics("student", metrics, timings)
+    print_metrics("student", metrics, timings)
     return path
 
 
