@@ -212,7 +212,13 @@ class TorchPredictor(Predictor):
     @classmethod
     def _open(cls, path: Path, kind: str, threads: int | None, max_length: int | None,
               allow_pickle: bool) -> "TorchPredictor":
-        import torch
+        try:
+            import torch
+            import transformers  # noqa: F401  (the loaders below need it; say so before they fail)
+        except ImportError as exc:
+            raise CompressError(f"{path} is a {kind} artifact, which needs torch and transformers ({exc}). The "
+                                "serving install (requirements-serve.txt) runs ONNX artifacts only: export this one "
+                                "with bert-compress export (and quantize), or install the full toolkit.") from exc
 
         from compress.modeling import accepts_token_types, count_parameters, load_classifier, load_tokenizer
 
@@ -246,21 +252,30 @@ class TorchPredictor(Predictor):
 
 
 class OnnxPredictor(Predictor):
-    """An ONNX graph (fp32 or INT8) in an ONNX Runtime CPU session."""
+    """An ONNX graph (fp32 or INT8) in an ONNX Runtime CPU session.
+
+    Needs onnxruntime, tokenizers and numpy only: ``config.json`` and ``compress.json`` are read with
+    ``json`` and the tokenizer with ``tokenizers`` (:mod:`compress.tokenization`).
+    """
 
     @classmethod
     def _open(cls, path: Path, kind: str, threads: int | None, max_length: int | None,
               spinning: bool = True) -> "OnnxPredictor":
         import onnxruntime as ort
-        from transformers import AutoConfig
 
-        from compress.modeling import load_tokenizer
+        from compress.tokenization import ArtifactConfig, ArtifactTokenizer
 
         if not (path / "config.json").exists():
             raise CompressError(f"{path} has {ONNX_FILE} but no config.json, which holds the label names. Export the "
                                 "model again with bert-compress export.")
-        config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
-        tokenizer = load_tokenizer(path, getattr(config, "vocab_size", None))
+        # json and tokenizers only: an ONNX artifact serves without torch or transformers installed.
+        config = ArtifactConfig.from_folder(path)
+        tokenizer = ArtifactTokenizer.from_folder(path)
+        vocab = getattr(config, "vocab_size", None)
+        if isinstance(vocab, int) and len(tokenizer) > vocab:
+            raise CompressError(
+                f"{path}: the tokenizer has {len(tokenizer)} tokens but the model's embedding has {vocab}: they do "
+                "not belong together. Put the tokenizer the model was trained with in the folder.")
         options = ort.SessionOptions()
         options.log_severity_level = 3
         if threads is not None:
