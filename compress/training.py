@@ -11,46 +11,11 @@ import math
 import os
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compress.config import TrainSettings
 from compress.errors import CompressError, NonFiniteLossError
-
-
-@dataclass
-class TrainSettings:
-    """Optimisation settings common to the teacher and distill stages (the same flags on both)."""
-
-    epochs: float = 3.0
-    lr: float = 5e-5
-    batch_size: int = 32
-    grad_accum: int = 1
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    seed: int = 0
-    bf16: bool = False
-    save_steps: int = 500
-    logging_steps: int = 50
-    max_steps: int = -1
-    #: ``group_by_length`` (default: batches of similar length, least padding), ``random`` or
-    #: ``sequential`` (fixed order: a DDP run then sees exactly the batches of a single process).
-    sampling: str = "group_by_length"
-
-    def validate(self) -> None:
-        problems = []
-        if self.epochs < 0:
-            problems.append(f"--epochs must be >= 0, got {self.epochs}")
-        if self.lr <= 0:
-            problems.append(f"--lr must be > 0, got {self.lr}")
-        if self.batch_size < 1:
-            problems.append(f"--batch-size must be >= 1, got {self.batch_size}")
-        if self.grad_accum < 1:
-            problems.append(f"--grad-accum must be >= 1, got {self.grad_accum}")
-        if self.sampling not in ("group_by_length", "random", "sequential"):
-            problems.append(f"--sampling must be group_by_length, random or sequential, got {self.sampling!r}")
-        if problems:
-            raise CompressError("; ".join(problems))
 
 
 def checkpoint_dir(out: str | os.PathLike) -> Path:

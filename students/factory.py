@@ -15,28 +15,14 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from students.layer_map import parse_layer_map, uniform_layer_map
+from compress.config import StudentSpec
 from compress.errors import CompressError
-from students.presets import DEFAULT_PRESET, PRESETS, StudentShape, parse_shape
+from students.presets import PRESETS, StudentShape, parse_shape
 
-INIT_CHOICES = ("random", "teacher-layers", "minilm", "pretrained:PATH")
 _LAYER_KEY = re.compile(r"^(.*?\.layer\.)(\d+)(\..*)$")
-
-
-@dataclass
-class StudentSpec:
-    """Which student to build: a preset or ``LxH``, and how to initialise it."""
-
-    shape: str = DEFAULT_PRESET
-    init: str = "minilm"
-
-    def validate(self) -> None:
-        parse_shape(self.shape)
-        if not (self.init in ("random", "teacher-layers", "minilm") or self.init.startswith("pretrained:")):
-            raise CompressError(f"--init {self.init!r} is not one of {', '.join(INIT_CHOICES)}")
 
 
 def _shape_config(base_config, shape: StudentShape, num_labels: int, label_names: list[str]):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from compress.artifact import read_meta
-from compress.data import DataOptions
+from compress.config import DataOptions
 from compress.errors import CompressError
 from compress.export import PARITY_ATOL, export_model, export_onnx
 from compress.formats.torch_int8 import load_torch_int8

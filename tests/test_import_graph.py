@@ -1,8 +1,10 @@
 """The layers of DESIGN.md, checked on the source: who may import whom.
 
 Every ``import`` in ``compress/``, ``students/`` and ``benchmarks/`` counts, those inside functions
-too (a lazy import is still a dependency; only ``if TYPE_CHECKING:`` blocks are left out). Importing
-``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py`` as well, so those count as imported.
+too (a lazy import is still a dependency). Left out: ``if TYPE_CHECKING:`` blocks, and the body of a
+module-level ``__getattr__`` (PEP 562), which runs only when that attribute of the package is read,
+never when the package or one of its submodules is imported. Importing ``a.b.c`` runs
+``a/__init__.py`` and ``a/b/__init__.py`` as well, so those count as imported.
 """
 
 from __future__ import annotations
@@ -44,11 +46,14 @@ def _is_type_checking(node: ast.If) -> bool:
 
 def _imports(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
     targets: set[str] = set()
+    top_level = list(getattr(tree, "body", []))
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node):
             for child in node.orelse:
                 visit(child)
+            return
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__" and node in top_level:
             return
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from compress.cli import main
-from compress.data import DataOptions, load_task_data
+from compress.config import DataOptions
+from compress.data import load_task_data
 from compress.distill.losses import LOSSES
 from compress.distill.trainer import DistillationModule, _row_weighted
 from compress.errors import CompressError

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -25,74 +25,16 @@ import torch
 from torch import nn
 
 from compress.artifact import weights_sha256, write_artifact
-from compress.data import DataOptions, DynamicPaddingCollator, tokenize_split
+from compress.config import DistillConfig
+from compress.data import DynamicPaddingCollator, tokenize_split
 from compress.distill.layer_map import format_layer_map, parse_layer_map
 from compress.distill.losses import LOSSES
-from compress.errors import CompressError
 from compress.modeling import accepts_token_types, autocast, classification_metrics, count_parameters, predict_logits
 from compress.teacher import load_teacher, teacher_logits
-from compress.transfer import OPS, TransferOptions, build_transfer
-from compress.training import (TrainSettings, check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
+from compress.transfer import TransferOptions, build_transfer
+from compress.training import (check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
                                is_main_process, resume_point, run_trainer, training_arguments)
-from students.factory import StudentSpec, build_student, teacher_shape
-
-
-@dataclass
-class DistillConfig:
-    """Settings of the distill stage (``bert-compress distill``)."""
-
-    teacher: str = ""
-    data: DataOptions = field(default_factory=DataOptions)
-    student: StudentSpec = field(default_factory=StudentSpec)
-    train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=3.0, lr=5e-5))
-    temperature: float = 2.0
-    kd_loss: str = "soft_ce"
-    alpha_kd: float = 1.0
-    alpha_hard: float = 0.5
-    intermediate: bool = True
-    alpha_embedding: float = 1.0
-    alpha_hidden: float = 1.0
-    alpha_attention: float = 1.0
-    layer_map: str = "uniform"
-    #: ``joint``: all losses together; ``two-stage``: intermediate losses alone for
-    #: ``stage1_epochs``, then the prediction-layer losses alone (TinyBERT's schedule).
-    schedule: str = "joint"
-    stage1_epochs: float = 1.0
-    max_length: int = 128
-    allow_pickle: bool = False
-    resume: bool = False
-    keep_checkpoints: bool = False
-    #: Transfer data (compress.transfer): an unlabelled corpus the teacher labels, and augmented variants.
-    unlabeled: str | None = None
-    unlabeled_text_column: str = "text"
-    unlabeled_text_pair_column: str | None = None
-    unlabeled_weight: float = 1.0
-    unlabeled_limit: int | None = None
-    augment: int = 0
-    augment_ops: str = ",".join(OPS)
-
-    def validate(self) -> None:
-        self.train.validate()
-        self.student.validate()
-        problems = []
-        if self.temperature <= 0:
-            problems.append(f"--temperature must be > 0, got {self.temperature}")
-        for name in ("alpha_kd", "alpha_hard", "alpha_embedding", "alpha_hidden", "alpha_attention"):
-            if getattr(self, name) < 0:
-                problems.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if self.alpha_kd == 0 and self.alpha_hard == 0 and not self.intermediate:
-            problems.append("every loss weight is 0: set --alpha-kd or --alpha-hard above 0")
-        if self.kd_loss not in ("soft_ce", "kl"):
-            problems.append(f"--kd-loss must be soft_ce or kl, got {self.kd_loss!r}")
-        if self.schedule not in ("joint", "two-stage"):
-            problems.append(f"--schedule must be joint or two-stage, got {self.schedule!r}")
-        if self.schedule == "two-stage" and not 0 < self.stage1_epochs < self.train.epochs:
-            problems.append(f"--stage1-epochs must lie between 0 and --epochs ({self.train.epochs}), got {self.stage1_epochs}")
-        if self.max_length < 8:
-            problems.append(f"--max-length must be >= 8, got {self.max_length}")
-        problems += TransferOptions.from_config(self).validate()
-        if problems:
-            raise CompressError("; ".join(problems))
+from students.factory import build_student, teacher_shape
 
 
 class DistillationModule(nn.Module):

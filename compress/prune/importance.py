@@ -8,11 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from compress.config import IMPORTANCES, SCOPES
 from compress.errors import CompressError
 from compress.formats.layouts import head_size, layer_parts
 
-IMPORTANCES = ("magnitude", "taylor")
-SCOPES = ("uniform", "global")
 
 
 def importance_criterion(name: str):

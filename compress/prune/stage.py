@@ -6,75 +6,19 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from compress.artifact import folder_size_bytes, read_meta, weights_sha256, write_artifact
-from compress.data import DataOptions, DynamicPaddingCollator, tokenize_split
+from compress.config import PruneConfig
+from compress.data import DynamicPaddingCollator, tokenize_split
 from compress.errors import CompressError
 from compress.formats.layouts import encoder_parameters, layer_parts, structure
 from compress.formats.pruned import LOADER_COMPRESS, loader_of
-from compress.prune.importance import IMPORTANCES, SCOPES
 from compress.prune.removal import prune_model
-from compress.training import TrainSettings
-
-@dataclass
-class PruneConfig:
-    """Settings of the prune stage (``bert-compress prune``)."""
-
-    model: str = ""
-    data: DataOptions = field(default_factory=DataOptions)
-    #: Share of attention heads to remove, in [0, 1).
-    heads: float = 0.0
-    #: Share of FFN neurons to remove, in [0, 1).
-    ffn: float = 0.0
-    importance: str = "magnitude"
-    scope: str = "uniform"
-    #: Batches of training data whose loss gradients feed the Taylor scores.
-    importance_batches: int = 8
-    #: Epochs of distillation from the unpruned model (or ``teacher``) after pruning; 0 = none.
-    recover_epochs: float = 0.0
-    teacher: str | None = None
-    train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=0.0, lr=5e-5))
-    temperature: float = 2.0
-    alpha_kd: float = 1.0
-    alpha_hard: float = 0.5
-    intermediate: bool = True
-    max_length: int = 128
-    allow_pickle: bool = False
-
-    def validate(self) -> None:
-        problems = []
-        if not self.model:
-            problems.append("--model is required")
-        for name in ("heads", "ffn"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
-                problems.append(f"--{name} must be a share in [0, 1) (0.5 removes half), got {value!r}")
-        if self.importance not in IMPORTANCES:
-            problems.append(f"--importance must be one of {', '.join(IMPORTANCES)}, got {self.importance!r}")
-        if self.scope not in SCOPES:
-            problems.append(f"--scope must be one of {', '.join(SCOPES)}, got {self.scope!r}")
-        if self.importance_batches < 1:
-            problems.append(f"--importance-batches must be >= 1, got {self.importance_batches}")
-        if not self.recover_epochs >= 0:
-            problems.append(f"--recover-epochs must be >= 0, got {self.recover_epochs}")
-        if self.teacher and not self.recover_epochs:
-            problems.append("--teacher is used only for recovery; give --recover-epochs N (> 0) or drop --teacher")
-        if self.max_length < 8:
-            problems.append(f"--max-length must be >= 8, got {self.max_length}")
-        if self.temperature <= 0:
-            problems.append(f"--temperature must be > 0, got {self.temperature}")
-        for name in ("alpha_kd", "alpha_hard"):
-            if getattr(self, name) < 0:
-                problems.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if problems:
-            raise CompressError("; ".join(problems))
-        self.train.validate()
-
 
 def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     """Prune a classifier artifact, optionally recover it by distillation, and write the artifact.
@@ -199,7 +143,7 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
                        "weights_sha256": parent_meta.get("weights_sha256") or weights_sha256(source),
                        "parameters": params_before},
             "pruning": pruning,
-            "config": asdict(cfg),
+            "config": cfg.to_dict(),
             "data": task.describe(),
             "metrics": final_metrics,
             "timings": timings,

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from compress.config import transfer_problems
 from compress.errors import CompressError
 from compress.transfer.augment import MASK, OPS, AugmentOptions, augmented_rows, parse_ops
 from compress.transfer.builtin import BUILTIN_UNLABELED, movie_reviews_unlabeled_stats
@@ -43,20 +44,9 @@ class TransferOptions:
 
     def validate(self) -> list[str]:
         """Problems with these settings, as messages naming the flag (empty when fine)."""
-        problems = []
-        if self.augment < 0:
-            problems.append(f"--augment must be >= 0, got {self.augment}")
-        try:
-            parse_ops(self.augment_ops)
-        except CompressError as exc:
-            problems.append(str(exc))
-        if self.unlabeled_weight <= 0:
-            problems.append(f"--unlabeled-weight must be > 0, got {self.unlabeled_weight}")
-        if self.unlabeled_limit is not None and self.unlabeled_limit < 1:
-            problems.append(f"--unlabeled-limit must be >= 1, got {self.unlabeled_limit}")
-        if not self.unlabeled and self.unlabeled_text_pair_column:
-            problems.append("--unlabeled-text-pair-column needs --unlabeled")
-        return problems
+        return [p.message for p in transfer_problems(self.augment, self.augment_ops, self.unlabeled,
+                                                     self.unlabeled_weight, self.unlabeled_limit,
+                                                     self.unlabeled_text_pair_column)]
 
 
 def with_mask_token(ds, tokenizer, is_pair: bool):

@@ -16,25 +16,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from compress.errors import CompressError
+from compress.config import AUGMENT_OPS, parse_augment_ops
 from compress.transfer.segment import Segmented, segment, whole_words
 from compress.transfer.texts import atomic_write_text, digest_keys, text_key
 
-#: Augmentation operations, in the order ``--augment-ops`` lists them by default.
-OPS = ("replace", "mask", "delete", "swap")
+#: Augmentation operations, in the order ``--augment-ops`` lists them by default (defined with the config).
+OPS = AUGMENT_OPS
+#: ``--augment-ops`` as a checked tuple of operations.
+parse_ops = parse_augment_ops
 #: How a masked word is written in augmented text; each tokenizer gets its own mask token in its place.
 MASK = "[MASK]"
 #: Bump when the augmentation recipe changes, so old cached variants are not reused.
 AUGMENT_VERSION = 1
-
-
-def parse_ops(spec: str | Sequence[str]) -> tuple[str, ...]:
-    """``--augment-ops`` as a tuple, in the given order, checked against :data:`OPS`."""
-    items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s and s.strip()]
-    unknown = [s for s in items if s not in OPS]
-    if unknown or not items:
-        raise CompressError(f"--augment-ops must be a comma list of {', '.join(OPS)}; got {spec!r}")
-    return tuple(dict.fromkeys(items))
 
 
 @dataclass
