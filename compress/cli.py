@@ -67,28 +67,18 @@ def stage_config(stage: str, a: argparse.Namespace, **wired: Any):
     return cls.from_dict(flags, where=stage)
 
 
-def teacher_config(a: argparse.Namespace):
-    """The ``TeacherConfig`` a parsed ``teacher`` command line describes (validated, not run)."""
-    return stage_config("teacher", a)
-
-
 def cmd_teacher(a: argparse.Namespace) -> int:
     from compress.teacher import train_teacher
 
-    path = train_teacher(teacher_config(a), a.out)
+    path = train_teacher(stage_config("teacher", a), a.out)
     print(f"teacher artifact: {path}")
     return 0
-
-
-def distill_config(a: argparse.Namespace):
-    """The ``DistillConfig`` a parsed ``distill`` command line describes (validated, not run)."""
-    return stage_config("distill", a)
 
 
 def cmd_distill(a: argparse.Namespace) -> int:
     from compress.distill.trainer import distill
 
-    path = distill(distill_config(a), a.out)
+    path = distill(stage_config("distill", a), a.out)
     print(f"student artifact: {path}")
     return 0
 
@@ -130,15 +120,10 @@ def cmd_predict(a: argparse.Namespace) -> int:
     return 0
 
 
-def prune_config(a: argparse.Namespace):
-    """The ``PruneConfig`` a parsed ``prune`` command line describes (validated, not run)."""
-    return stage_config("prune", a)
-
-
 def cmd_prune(a: argparse.Namespace) -> int:
     from compress.prune import prune
 
-    path = prune(prune_config(a), a.out)
+    path = prune(stage_config("prune", a), a.out)
     print(f"pruned artifact: {path}")
     return 0
 
@@ -155,7 +140,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     recipe = load_recipe(a.recipe, a.out)
     force = tuple(x.strip() for x in a.force.split(",") if x.strip()) if a.force else ()
-    status = run_recipe(recipe, force=force)
+    status = run_recipe(recipe, force=force, debug=a.debug)
     print("\nstage      status      seconds  output")
     for row in status:
         print(f"{row['stage']:<10} {row['status']:<11} {row['seconds']:>7}  {row['output']}")

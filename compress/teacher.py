@@ -28,8 +28,9 @@ from compress.config import TeacherConfig
 from compress.data import DynamicPaddingCollator, TaskData, tokenize_split
 from compress.errors import CompressError
 from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
-from compress.training import (checkpoint_dir, epoch_seeded_sampler, gather_rows, interrupt_callback,
-                               is_main_process, print_metrics, resume_point, run_trainer, training_arguments, world)
+from compress.training import (checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler, gather_rows,
+                               interrupt_callback, is_main_process, print_metrics, resume_point, run_trainer,
+                               training_arguments, world)
 
 
 def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
@@ -109,7 +110,7 @@ def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out) -> dict[str,
     keep = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label", "length") if c in train_ds.column_names]
     train_ds = train_ds.select_columns(keep)
     args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds))
-    resume = resume_point(out, cfg.resume)
+    resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     stop = interrupt_callback()
     trainer = GuardedTrainer(model=model, args=args, train_dataset=train_ds,
                              data_collator=DynamicPaddingCollator({"": tokenizer.pad_token_id}), callbacks=[stop])

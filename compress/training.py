@@ -53,9 +53,59 @@ def drop_incomplete_checkpoints(folder: Path) -> list[str]:
     return removed
 
 
-def resume_point(out: str | os.PathLike, resume: bool) -> str | None:
-    """The checkpoint to resume from when ``resume`` is set; a fresh run clears stale checkpoints."""
+#: Beside the checkpoints: the fingerprint of the settings and inputs they were trained under.
+FINGERPRINT_FILE = "fingerprint.json"
+
+
+def checkpoint_fingerprint(cfg: Any) -> str:
+    """What a Trainer checkpoint of a stage depends on: its config (minus ``resume`` and the like) and
+    the content of what it reads (data file, teacher and initial weights, unlabelled corpus)."""
+    from compress.fingerprint import identity_sha256
+
+    return identity_sha256(cfg)
+
+
+def _stored_fingerprint(folder: Path) -> str | None:
+    import json
+
+    try:
+        return json.loads((folder / FINGERPRINT_FILE).read_text(encoding="utf-8")).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _set_aside(folder: Path, fingerprint: str) -> None:
+    """Move checkpoints made under other settings out of the way (renamed, never deleted)."""
+    has_checkpoints = folder.is_dir() and any(c.name.startswith("checkpoint-") for c in folder.iterdir())
+    if not has_checkpoints or _stored_fingerprint(folder) == fingerprint:
+        return
+    n = 1
+    while (aside := folder.parent / f"{folder.name[:-len('.checkpoints')]}.set-aside-{n}.checkpoints").exists():
+        n += 1
+    os.replace(folder, aside)
+    why = ("were made under other settings or inputs (data, teacher, initial weights)"
+           if _stored_fingerprint(aside) else "carry no record of the settings they were made under")
+    print(f"--resume: the checkpoints in {folder} {why} than this run's, so they are not resumed; set aside as "
+          f"{aside} (delete it when it is no longer needed). Starting from the beginning.")
+
+
+def resume_point(out: str | os.PathLike, resume: bool, fingerprint: str | None = None) -> str | None:
+    """The checkpoint to resume from when ``resume`` is set; a fresh run clears stale checkpoints.
+
+    With ``fingerprint`` (see :func:`checkpoint_fingerprint`), checkpoints are resumed only when
+    they were made under the same one; others are set aside with a message. The fingerprint is
+    written beside the checkpoints this run makes.
+    """
     folder = checkpoint_dir(out)
+    if fingerprint is not None and is_main_process():
+        if resume:
+            _set_aside(folder, fingerprint)
+        elif folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        import json
+
+        (folder / FINGERPRINT_FILE).write_text(json.dumps({"fingerprint": fingerprint}) + "\n", encoding="utf-8")
     if resume:
         if is_main_process():
             for name in drop_incomplete_checkpoints(folder):
@@ -66,7 +116,7 @@ def resume_point(out: str | os.PathLike, resume: bool) -> str | None:
         else:
             print(f"--resume: no checkpoint in {folder}; starting from the beginning")
         return found
-    if folder.exists() and is_main_process():
+    if fingerprint is None and folder.exists() and is_main_process():
         shutil.rmtree(folder)
     return None
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("compress", "students", "benchmarks")
 #: The stages (artifact + config -> artifact) and the two ways of driving them.
@@ -150,7 +148,6 @@ def test_the_walker_sees_lazy_and_relative_imports():
     assert "compress.transfer.augment" in graph["compress.transfer"]
 
 
-@pytest.mark.xfail(strict=True, reason="the pipeline still replays command lines through the CLI")
 def test_no_import_cycles():
     assert _cycles(_graph()) == []
 
@@ -162,14 +159,12 @@ def test_runtime_and_student_factory_import_no_stage():
         assert reached == [], f"{start} reaches the stage modules {reached}"
 
 
-@pytest.mark.xfail(strict=True, reason="the pipeline still replays command lines through the CLI")
 def test_only_the_entry_point_imports_the_cli():
     graph = _graph()
     importers = sorted(m for m, edges in graph.items() if "compress.cli" in edges)
     assert importers == ["compress.__main__"]
 
 
-@pytest.mark.xfail(strict=True, reason="the pipeline still replays command lines through the CLI")
 def test_pipeline_has_no_argparse():
     source = (ROOT / "compress" / "pipeline.py").read_text(encoding="utf-8")
     assert "argparse" not in source

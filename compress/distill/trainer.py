@@ -32,8 +32,8 @@ from compress.distill.losses import LOSSES
 from compress.modeling import accepts_token_types, autocast, classification_metrics, count_parameters, predict_logits
 from compress.teacher import load_teacher, teacher_logits
 from compress.transfer import TransferOptions, build_transfer
-from compress.training import (check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
-                               is_main_process, resume_point, run_trainer, training_arguments)
+from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler,
+                               interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments)
 from students.factory import build_student, teacher_shape
 
 
@@ -313,7 +313,7 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
                 running.clear()
 
     args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds))
-    resume = resume_point(out, cfg.resume)
+    resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     pads = {"s_": pad_id, "t_": teacher.tokenizer.pad_token_id}
     stop = interrupt_callback()
     trainer = DistillTrainer(model=module, args=args, train_dataset=train_ds, data_collator=DynamicPaddingCollator(pads),

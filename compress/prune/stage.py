@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -13,12 +12,14 @@ from typing import Any
 import numpy as np
 
 from compress.artifact import folder_size_bytes, read_meta, weights_sha256, write_artifact
-from compress.config import PruneConfig
+from compress.config import DistillConfig, PruneConfig, StudentSpec
 from compress.data import DynamicPaddingCollator, tokenize_split
 from compress.errors import CompressError
 from compress.formats.layouts import encoder_parameters, layer_parts, structure
 from compress.formats.pruned import LOADER_COMPRESS, loader_of
 from compress.prune.removal import prune_model
+from compress.training import checkpoint_dir, is_main_process
+
 
 def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     """Prune a classifier artifact, optionally recover it by distillation, and write the artifact.
@@ -87,7 +88,13 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
 
     out_path = Path(out).expanduser().resolve()
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.prune-", dir=out_path.parent))
+    # Beside the output, like distill's checkpoints: the pruned starting point and the recovery's own
+    # checkpoints stay there until the artifact is written, so an interrupted recovery can resume.
+    work = checkpoint_dir(out_path)
+    if not cfg.resume and work.exists() and is_main_process():
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    written = False
     recovery: dict[str, Any] | None = None
     recovered_metrics: dict[str, Any] | None = None
     final_metrics = {name: dict(m) for name, m in after_metrics.items()}
@@ -161,8 +168,10 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
             meta["weights_sha256"] = weights_sha256(tmp)
 
         path = write_artifact(out, fill, meta)
+        written = True
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if written or not any((work / "recovered.checkpoints").glob("checkpoint-*")):
+            shutil.rmtree(work, ignore_errors=True)
     _print_summary(path, pruning)
     return path
 
@@ -202,16 +211,19 @@ def _batches(train_ds, pad_id: int, batch_size: int, count: int, seed: int) -> l
 def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
     """Distil from the unpruned model (or ``--teacher``) into the pruned one with the distill stage.
 
-    The pruned model is saved to a scratch folder and handed to the distillation trainer as
-    ``--init pretrained:FOLDER``; the trainer loads it through the same pruning-aware loader.
-    Hidden widths match, so the intermediate losses need no projections; attention maps of
-    different head counts are compared head-averaged (see ``compress.distill.losses``).
+    The pruned model is saved into ``work`` (the stage's checkpoint folder) and handed to the
+    distillation trainer as ``--init pretrained:FOLDER``; the trainer loads it through the same
+    pruning-aware loader and keeps its checkpoints beside ``work/recovered``, so ``--resume``
+    continues an interrupted recovery (pruning is deterministic, so the same settings give the same
+    starting point; the distill stage refuses checkpoints made from another one). Hidden widths
+    match, so the intermediate losses need no projections; attention maps of different head counts
+    are compared head-averaged (see ``compress.distill.losses``).
     """
-    from compress.distill.trainer import DistillConfig, distill
+    from compress.distill.trainer import distill
     from compress.modeling import load_classifier
-    from students.factory import StudentSpec
 
-    pruned_dir = work / "pruned"
+    pruned_dir = work / "pruned-init"
+    shutil.rmtree(pruned_dir, ignore_errors=True)
     model.save_pretrained(pruned_dir, safe_serialization=True)
     tokenizer.save_pretrained(pruned_dir)
     teacher = cfg.teacher or str(source)
@@ -221,7 +233,7 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
         student=StudentSpec(f"{config.num_hidden_layers}x{config.hidden_size}", f"pretrained:{pruned_dir}"),
         train=replace(cfg.train, epochs=float(cfg.recover_epochs)), temperature=cfg.temperature,
         kd_loss="soft_ce", alpha_kd=cfg.alpha_kd, alpha_hard=cfg.alpha_hard, intermediate=cfg.intermediate,
-        max_length=cfg.max_length, allow_pickle=cfg.allow_pickle)
+        max_length=cfg.max_length, allow_pickle=cfg.allow_pickle, resume=cfg.resume)
     recovered_dir = distill(dcfg, work / "recovered")
     recovered, _, _ = load_classifier(recovered_dir)
     meta = read_meta(recovered_dir) or {}

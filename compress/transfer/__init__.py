@@ -26,11 +26,11 @@ corpus), :mod:`~compress.transfer.segment` (word segmentation), :mod:`~compress.
 
 from __future__ import annotations
 
+from compress.data import BUILTIN_UNLABELED, MOVIE_REVIEWS_UNLABELED_VERSION
 from compress.transfer.assemble import TransferOptions, TransferSet, build_transfer, tokenize_for_distillation
 from compress.transfer.augment import (AUGMENT_VERSION, MASK, OPS, AugmentOptions, augment_examples, augmented_rows,
                                        parse_ops)
-from compress.transfer.builtin import (BUILTIN_UNLABELED, MIN_WORDS, MOVIE_REVIEWS_UNLABELED_VERSION,
-                                       movie_reviews_unlabeled, movie_reviews_unlabeled_stats, review_sentences)
+from compress.transfer.builtin import MIN_WORDS, movie_reviews_unlabeled, movie_reviews_unlabeled_stats, review_sentences
 from compress.transfer.candidates import EmbeddingNeighbours, MaskedLMCandidates, candidate_source, mlm_head_keys
 from compress.transfer.corpus import UNLABELED_SUFFIXES, UnlabeledCorpus, filter_unlabeled, load_unlabeled, read_unlabeled
 from compress.transfer.segment import Segmented, segment, whole_words

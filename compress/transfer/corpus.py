@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compress.data import BUILTIN_UNLABELED
 from compress.errors import CompressError
-from compress.transfer.builtin import BUILTIN_UNLABELED, movie_reviews_unlabeled
+from compress.transfer.builtin import movie_reviews_unlabeled
 from compress.transfer.texts import text_key
 
 UNLABELED_SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl", ".json", ".parquet")
