@@ -72,7 +72,9 @@ def measure_in_this_process(folder: str, threads: int | None, batch_size: int, s
     from compress.runtime import artifact_kind
 
     kind = artifact_kind(folder)
-    import transformers  # noqa: F401  (every kind tokenizes with it)
+    # transformers is loaded for every kind, as it was when ONNX artifacts still tokenized with it, so
+    # readings stay comparable with earlier results; an ONNX artifact no longer needs it to serve.
+    import transformers  # noqa: F401
 
     if kind.startswith("onnx"):
         import onnxruntime  # noqa: F401

@@ -16,15 +16,16 @@ import os
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
 from benchmarks.accuracy import evaluate_quality, split_texts_and_labels
 from benchmarks.latency import fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved, summarize
-from benchmarks.machine import available_cpus, machine_info
+from benchmarks.machine import machine_info
 from compress.artifact import git_commit, now_iso, package_versions, read_meta, write_folder_atomically
-from compress.data import DataOptions, check_labels_fit
+from compress.config import FULL, QUICK, BenchConfig  # noqa: F401 (FULL, QUICK: the old import path)
+from compress.data import check_labels_fit
 from compress.errors import CompressError
 
 SCHEMA = "bert-compress-bench"
@@ -32,61 +33,10 @@ SCHEMA_VERSION = 1
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
 
-#: The anchors of the design notes: 50 warm-up and 300 timed runs.
-FULL = {"warmup": 50, "runs": 300, "batch_sizes": (1, 8, 32), "seq_lens": (32, 128), "limit": None}
-#: ``--quick``: a smoke run that finishes in seconds, for CI plumbing and trying the command out.
-QUICK = {"warmup": 3, "runs": 10, "batch_sizes": (1,), "seq_lens": (32,), "limit": 64}
 #: Fused operators worth recording from an ONNX graph (the fp32 fusions and their INT8 forms).
 GRAPH_OPS = ("Attention", "MultiHeadAttention", "QAttention", "EmbedLayerNormalization", "QEmbedLayerNormalization",
              "SkipLayerNormalization", "LayerNormalization", "BiasGelu", "FastGelu", "Gelu")
 ATTENTION_OPS = ("Attention", "MultiHeadAttention", "QAttention")
-
-
-@dataclass
-class BenchConfig:
-    """What to measure. ``None`` settings take the ``--quick`` or full defaults (see :meth:`resolved`)."""
-
-    artifacts: list[str]
-    reference: str
-    data: DataOptions = field(default_factory=DataOptions)
-    split: str = "test"
-    batch_sizes: Sequence[int] | None = None
-    seq_lens: Sequence[int] | None = None
-    threads: int | None = None
-    warmup: int | None = None
-    runs: int | None = None
-    quick: bool = False
-    memory: bool = True
-    progress: bool = True
-
-    def resolved(self) -> "BenchConfig":
-        """Fill unset settings from the quick or full preset and validate them all."""
-        preset = QUICK if self.quick else FULL
-        data = self.data
-        if data.limit is None and preset["limit"]:
-            data = replace(data, limit=preset["limit"])
-        out = replace(
-            self, data=data,
-            batch_sizes=tuple(self.batch_sizes or preset["batch_sizes"]),
-            seq_lens=tuple(self.seq_lens or preset["seq_lens"]),
-            threads=self.threads if self.threads is not None else available_cpus(),
-            warmup=self.warmup if self.warmup is not None else preset["warmup"],
-            runs=self.runs if self.runs is not None else preset["runs"],
-        )
-        if not out.artifacts:
-            raise CompressError("bench: give at least one artifact folder to measure.")
-        for name, values in (("--batch-sizes", out.batch_sizes), ("--seq-lens", out.seq_lens)):
-            if not values or any(not isinstance(v, int) or v < 1 for v in values):
-                raise CompressError(f"{name} must be positive integers such as 1,8,32; got {list(values)}.")
-        if min(out.seq_lens) < 2:
-            raise CompressError(f"--seq-lens must be at least 2 (a [CLS] and a [SEP] token); got {list(out.seq_lens)}.")
-        if out.threads < 1:
-            raise CompressError(f"--threads must be at least 1, got {out.threads}.")
-        if out.runs < 1:
-            raise CompressError(f"--runs must be at least 1, got {out.runs}.")
-        if out.warmup < 0:
-            raise CompressError(f"--warmup must be 0 or more, got {out.warmup}.")
-        return out
 
 
 def artifact_names(paths: Sequence[Path]) -> list[str]:

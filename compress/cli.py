@@ -7,9 +7,10 @@ shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from compress.errors import CompressError
 
@@ -47,74 +48,47 @@ def _add_train_flags(p: argparse.ArgumentParser, epochs: float, lr: float) -> No
 
 
 def _data_options(a: argparse.Namespace):
-    from compress.data import DataOptions
+    """The ``--data`` family of flags as a :class:`compress.config.DataOptions` (``None`` without ``--data``)."""
+    from compress.config import DATA_KEYS, DataOptions
 
-    return DataOptions(a.data, a.text_column, a.text_pair_column, a.label_column, a.limit, a.split_seed)
-
-
-def _train_settings(a: argparse.Namespace):
-    from compress.training import TrainSettings
-
-    return TrainSettings(epochs=a.epochs, lr=a.lr, batch_size=a.batch_size, grad_accum=a.grad_accum,
-                         warmup_ratio=a.warmup_ratio, seed=a.seed,
-                         bf16=a.bf16, max_steps=a.max_steps, save_steps=a.save_steps, sampling=a.sampling)
+    if getattr(a, "data", None) is None:
+        return None
+    return DataOptions.from_dict({k: getattr(a, k) for k in DATA_KEYS}, where="data")
 
 
-def teacher_config(a: argparse.Namespace):
-    """The ``TeacherConfig`` a parsed ``teacher`` command line describes (validated, not run)."""
-    from compress.teacher import TeacherConfig
+def stage_config(stage: str, a: argparse.Namespace, **wired: Any):
+    """The validated config a parsed command line describes: its flags are the config's flat keys."""
+    from compress.config import STAGE_CONFIGS
 
-    finetune = None if a.finetune == "auto" else a.finetune == "yes"
-    cfg = TeacherConfig(model=a.model, data=_data_options(a), train=_train_settings(a), finetune=finetune,
-                        max_length=a.max_length, allow_pickle=a.allow_pickle, resume=a.resume)
-    cfg.train.validate()
-    return cfg
+    cls = STAGE_CONFIGS[stage]
+    known = set(cls.known_keys())
+    flags = {k: v for k, v in vars(a).items() if k in known}
+    if "data" in {f.name for f in dataclasses.fields(cls)}:
+        flags["data"] = _data_options(a)
+    flags.update(wired)
+    return cls.from_dict(flags, where=stage)
 
 
 def cmd_teacher(a: argparse.Namespace) -> int:
     from compress.teacher import train_teacher
 
-    path = train_teacher(teacher_config(a), a.out)
+    path = train_teacher(stage_config("teacher", a), a.out)
     print(f"teacher artifact: {path}")
     return 0
-
-
-def distill_config(a: argparse.Namespace):
-    """The ``DistillConfig`` a parsed ``distill`` command line describes (validated, not run)."""
-    from compress.distill.trainer import DistillConfig
-    from students.factory import StudentSpec
-
-    cfg = DistillConfig(
-        teacher=a.teacher, data=_data_options(a), student=StudentSpec(a.student, a.init), train=_train_settings(a),
-        temperature=a.temperature, kd_loss=a.kd_loss, alpha_kd=a.alpha_kd, alpha_hard=a.alpha_hard,
-        intermediate=a.intermediate, alpha_embedding=a.alpha_embedding, alpha_hidden=a.alpha_hidden,
-        alpha_attention=a.alpha_attention, layer_map=a.layer_map, hidden_loss=a.hidden_loss,
-        projection_lr=a.projection_lr, schedule=a.schedule,
-        stage1_epochs=a.stage1_epochs, max_length=a.max_length, allow_pickle=a.allow_pickle, resume=a.resume,
-        keep_checkpoints=a.keep_checkpoints, unlabeled=a.unlabeled, unlabeled_text_column=a.unlabeled_text_column,
-        unlabeled_text_pair_column=a.unlabeled_text_pair_column, unlabeled_weight=a.unlabeled_weight,
-        unlabeled_limit=a.unlabeled_limit, augment=a.augment, augment_ops=a.augment_ops,
-    )
-    cfg.validate()
-    return cfg
 
 
 def cmd_distill(a: argparse.Namespace) -> int:
     from compress.distill.trainer import distill
 
-    path = distill(distill_config(a), a.out)
+    path = distill(stage_config("distill", a), a.out)
     print(f"student artifact: {path}")
     return 0
 
 
 def cmd_pretrain(a: argparse.Namespace) -> int:
-    from compress.pretrain import PretrainConfig, pretrain
+    from compress.pretrain import pretrain
 
-    cfg = PretrainConfig(model=a.model, unlabeled=a.unlabeled, unlabeled_text_column=a.unlabeled_text_column,
-                         data=_data_options(a) if a.data else None, task_text=a.task_text, train=_train_settings(a),
-                         max_length=a.max_length, mlm_probability=a.mlm_probability, whole_word=a.whole_word,
-                         eval_share=a.eval_share, limit=a.corpus_limit, allow_pickle=a.allow_pickle, resume=a.resume)
-    path = pretrain(cfg, a.out)
+    path = pretrain(stage_config("pretrain", a), a.out)
     print(f"masked-LM artifact: {path}")
     return 0
 
@@ -132,18 +106,16 @@ def cmd_students(a: argparse.Namespace) -> int:
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    from compress.export import export_onnx
+    from compress.export import export_stage
 
-    export_onnx(a.model, a.out, opset=a.opset, optimize=a.optimize)
+    export_stage(stage_config("export", a), a.out)
     return 0
 
 
 def cmd_quantize(a: argparse.Namespace) -> int:
-    from compress.quantize import quantize
+    from compress.quantize import quantize_stage
 
-    data = _data_options(a) if a.data is not None else None
-    quantize(a.model, a.out, method=a.method, data=data, max_accuracy_drop=a.max_accuracy_drop,
-             per_channel=a.per_channel, reduce_range=a.reduce_range)
+    quantize_stage(stage_config("quantize", a), a.out)
     return 0
 
 
@@ -158,26 +130,10 @@ def cmd_predict(a: argparse.Namespace) -> int:
     return 0
 
 
-def prune_config(a: argparse.Namespace):
-    """The ``PruneConfig`` a parsed ``prune`` command line describes (validated, not run)."""
-    from compress.prune import PruneConfig
-    from compress.training import TrainSettings
-
-    train = TrainSettings(epochs=a.recover_epochs, lr=a.lr, batch_size=a.batch_size, grad_accum=a.grad_accum,
-                          seed=a.seed, bf16=a.bf16, sampling=a.sampling)
-    cfg = PruneConfig(model=a.model, data=_data_options(a), heads=a.heads, ffn=a.ffn, importance=a.importance,
-                      scope=a.scope, importance_batches=a.importance_batches, recover_epochs=a.recover_epochs,
-                      teacher=a.teacher, train=train, temperature=a.temperature, alpha_kd=a.alpha_kd,
-                      alpha_hard=a.alpha_hard, intermediate=a.intermediate, max_length=a.max_length,
-                      allow_pickle=a.allow_pickle)
-    cfg.validate()
-    return cfg
-
-
 def cmd_prune(a: argparse.Namespace) -> int:
     from compress.prune import prune
 
-    path = prune(prune_config(a), a.out)
+    path = prune(stage_config("prune", a), a.out)
     print(f"pruned artifact: {path}")
     return 0
 
@@ -194,7 +150,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     recipe = load_recipe(a.recipe, a.out)
     force = tuple(x.strip() for x in a.force.split(",") if x.strip()) if a.force else ()
-    status = run_recipe(recipe, force=force)
+    status = run_recipe(recipe, force=force, debug=a.debug)
     print("\nstage      status      seconds  output")
     for row in status:
         print(f"{row['stage']:<10} {row['status']:<11} {row['seconds']:>7}  {row['output']}")
@@ -221,19 +177,17 @@ def _int_list(text: str) -> list[int]:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from benchmarks.suite import BenchConfig, bench
+    from benchmarks.suite import bench
 
-    cfg = BenchConfig(artifacts=a.artifacts, reference=a.reference, data=_data_options(a), split=a.split,
-                      batch_sizes=a.batch_sizes, seq_lens=a.seq_lens, threads=a.threads, warmup=a.warmup,
-                      runs=a.runs, quick=a.quick, memory=a.memory)
-    bench(cfg, a.out)
+    bench(stage_config("bench", a), a.out)
     return 0
 
 
 def cmd_gate(a: argparse.Namespace) -> int:
     from benchmarks.gate import run_gate
 
-    return run_gate(a.results, a.rules, baseline=a.baseline, junit=a.junit)
+    cfg = stage_config("gate", a)
+    return run_gate(cfg.results, cfg.rules, baseline=cfg.baseline, junit=cfg.junit)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -274,6 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "standardised states, scale-free) or hidden_cosine (default hidden_mse)")
     g.add_argument("--projection-lr", type=float, default=None,
                    help="learning rate of the projections that bridge widths (default: --lr)")
+    g.add_argument("--losses", default=None,
+                   help="the objective as loss terms LOSS[@SIGNAL][:WEIGHT],... e.g. "
+                        "'soft_ce:1,hard_ce:0.5,hidden_nmse@embeddings:1,hidden_nmse@hidden:1,attention_mse:1' "
+                        "(replaces --alpha-*, --kd-loss, --hidden-loss and --intermediate; signals: logits, labels, "
+                        "embeddings, hidden, attention)")
     g.add_argument("--schedule", choices=("joint", "two-stage"), default="joint",
                    help="joint: all losses together; two-stage: intermediate first, then prediction layer")
     g.add_argument("--stage1-epochs", type=float, default=1.0, help="epochs of intermediate-only training (two-stage)")
@@ -403,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--bf16", action="store_true", help="bf16 autocast during recovery")
     g.add_argument("--sampling", choices=("group_by_length", "random", "sequential"), default="group_by_length",
                    help="batch order during recovery (default group_by_length)")
+    g.add_argument("--save-steps", type=int, default=500, help="checkpoint recovery every N steps (default 500)")
+    g.add_argument("--resume", action="store_true",
+                   help="continue an interrupted recovery from its last checkpoint (made under the same settings)")
     g.add_argument("--temperature", type=float, default=2.0, help="softmax temperature of the soft-label loss (default 2)")
     g.add_argument("--alpha-kd", type=float, default=1.0, help="weight of the soft-label loss (default 1)")
     g.add_argument("--alpha-hard", type=float, default=0.5, help="weight of the hard-label loss (default 0.5)")

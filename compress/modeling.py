@@ -16,6 +16,7 @@ import numpy as np
 
 from compress.artifact import check_model_folder
 from compress.errors import CompressError
+from compress.quiet import quiet_transformers
 
 
 def load_tokenizer(folder: str | Path, model_vocab_size: int | None = None):
@@ -63,7 +64,7 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
     if eager_attention:
         kwargs["attn_implementation"] = "eager"
     config = AutoConfig.from_pretrained(str(path), **kwargs)
-    from compress.prune import PRUNING_KEY, load_pruned
+    from compress.formats.pruned import PRUNING_KEY, load_pruned
 
     if raw.get(PRUNING_KEY):
         # Heads pruned per layer: no config field describes that shape, so from_pretrained cannot build it.
@@ -71,24 +72,11 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
         tokenizer = load_tokenizer(path, model.config.vocab_size)
         return model, tokenizer, has_head
     use_safe = any((path / n).exists() for n in ("model.safetensors", "model.safetensors.index.json"))
-    with _quiet_transformers():
+    with quiet_transformers():
         model = AutoModelForSequenceClassification.from_pretrained(str(path), config=config, use_safetensors=use_safe,
                                                                    trust_remote_code=False)
     tokenizer = load_tokenizer(path, model.config.vocab_size)
     return model, tokenizer, has_head
-
-
-@contextlib.contextmanager
-def _quiet_transformers():
-    """Silence the 'newly initialized weights' report, which is expected for a new head."""
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
 
 
 def autocast(enabled: bool):
@@ -167,7 +155,3 @@ def macro_f1(pred: np.ndarray, labels: np.ndarray) -> float:
 
 def count_parameters(model) -> int:
     return int(sum(p.numel() for p in model.parameters()))
-
-
-#: Public name of the context manager that silences transformers' weight-initialisation report.
-quiet_transformers = _quiet_transformers

@@ -15,33 +15,39 @@ is whose teacher or model) and fills in the paths::
     bench:    {batch_sizes: [1, 32], seq_lens: [128]}
     gate:     {rules: {min_speedup: 10, max_accuracy_drop: 0.02}}
 
-Before anything runs, the whole recipe is checked (unknown keys, wrong types, impossible values,
-missing data) and every problem is reported at once with its line. Each finished stage records a
-hash of its settings and of its inputs' identities; a re-run skips stages whose output is complete
-and current, and a run killed in the middle resumes at the unfinished stage (training stages from
-their last checkpoint).
+Every section goes through its stage config's ``from_dict`` (:mod:`compress.config`), the same
+configs the command line builds, and the stage functions are called with them. Before anything
+runs, the whole recipe is checked (unknown keys, wrong types, impossible values, missing data, the
+gate's rules through the gate's own loader) and every problem is reported at once with its line.
+
+A finished stage records its identity: its config and the content fingerprints of its inputs
+(data file sha256, parent artifact weights sha256; :mod:`compress.fingerprint`). A re-run skips a
+stage whose output is complete and whose identity is unchanged, so editing a data file in place
+re-runs the stages that read it, and touching it does not. A run killed in the middle resumes at
+the unfinished stage, a training stage from its last checkpoint when that checkpoint was made
+under the same settings and inputs (otherwise it is set aside and the stage starts over).
 """
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from compress.artifact import now_iso, read_meta
+from compress.config import (DATA_KEYS, STAGE_CONFIGS, ConfigBase, ConfigError, DataOptions, GateConfig, Problem,
+                             canonical_sha256)
 from compress.errors import CompressError
 
-#: Stages in the order they run, with the command each one is.
+#: Stages in the order they run.
 STAGE_ORDER = ("teacher", "distill", "prune", "export", "quantize", "bench", "gate")
-#: Flags the pipeline sets itself (wiring between stages); a recipe may not set them.
+#: Settings the pipeline sets itself (the wiring between stages); a recipe may not set them.
 WIRED = {
     "teacher": ("out",),
     "distill": ("teacher", "out"),
@@ -49,36 +55,34 @@ WIRED = {
     "export": ("model", "out"),
     "quantize": ("model", "out"),
     "bench": ("artifacts", "reference", "out"),
-    "gate": ("results", "rules"),
+    "gate": ("results", "junit", "out"),
 }
-DATA_KEYS = ("data", "text_column", "text_pair_column", "label_column", "limit", "split_seed")
 TRAINING_STAGES = ("teacher", "distill", "prune")
 RECORD_DIR = ".bert-compress-run"
 
 
 @dataclass
+class StageCall:
+    """One stage of a recipe: its config (wiring filled in), where it writes, and what it reads."""
+
+    stage: str
+    config: ConfigBase
+    output: Path
+
+
+@dataclass
 class Recipe:
-    """A parsed recipe: output folder, data flags and per-stage flags, with source lines."""
+    """A parsed, validated recipe: the output folder, the data, and each stage's config in order."""
 
     path: Path
     out: Path
-    data: dict[str, Any]
-    stages: dict[str, dict[str, Any]]
+    data: DataOptions
+    calls: list[StageCall]
     lines: dict[tuple[str, ...], int] = field(default_factory=dict)
 
-
-def _subparsers() -> dict[str, argparse.ArgumentParser]:
-    from compress.cli import build_parser
-
-    parser = build_parser()
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    raise RuntimeError("bert-compress has no subcommands")  # pragma: no cover
-
-
-def _actions(sub: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {a.dest: a for a in sub._actions if a.dest not in ("help",)}
+    @property
+    def stages(self) -> dict[str, ConfigBase]:
+        return {c.stage: c.config for c in self.calls}
 
 
 def _yaml_lines(node, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
@@ -91,6 +95,36 @@ def _yaml_lines(node, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int
             lines[path] = key.start_mark.line + 1
             lines.update(_yaml_lines(value, path))
     return lines
+
+
+class _Where:
+    """``recipe.yaml:LINE`` for a key path, falling back to its section's line, then to the file."""
+
+    def __init__(self, path: Path, lines: dict[tuple[str, ...], int]):
+        self.path, self.lines = path, lines
+
+    def __call__(self, *keys: str) -> str:
+        keys = tuple(k.replace("-", "_") for k in keys)
+        for n in range(len(keys), 0, -1):
+            line = self.lines.get(keys[:n])
+            if line:
+                return f"{self.path}:{line}"
+        return str(self.path)
+
+
+def _mapping(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        return None
+    return {str(k).replace("-", "_"): v for k, v in value.items()}
+
+
+def _report(problems: list[str], where: _Where, section: tuple[str, ...], error: ConfigError, stage: str = "") -> None:
+    """A config's problems as recipe lines: type and key problems name themselves, value problems get the stage."""
+    for p in error.problems:
+        message = p.message if p.named or not stage else f"{stage}: {p.message}"
+        problems.append(f"{where(*section, *p.keys)}: {message}")
 
 
 def load_recipe(path: str | os.PathLike, out: str | None = None) -> Recipe:
@@ -109,255 +143,185 @@ def load_recipe(path: str | os.PathLike, out: str | None = None) -> Recipe:
     if not isinstance(raw, dict):
         raise CompressError(f"{path}: a recipe is a mapping of stages (teacher:, distill:, ...), got {type(raw).__name__}")
     lines = _yaml_lines(node)
+    where = _Where(path, lines)
     problems: list[str] = []
-
-    def where(*keys: str) -> str:
-        line = lines.get(tuple(k.replace("-", "_") for k in keys))
-        return f"{path}:{line}" if line else str(path)
 
     norm = {str(k).replace("-", "_"): v for k, v in raw.items()}
     for key in norm:
         if key not in STAGE_ORDER and key not in ("out", "data"):
             problems.append(f"{where(key)}: unknown key {key!r}; a recipe has out, data and the stages "
                             f"{', '.join(STAGE_ORDER)}")
-    data = norm.get("data", "movie-reviews")
-    if isinstance(data, str):
-        data = {"data": data}
-    if not isinstance(data, dict):
-        problems.append(f"{where('data')}: data must be a name/path or a mapping of {', '.join(DATA_KEYS)}")
-        data = {}
-    data = {str(k).replace("-", "_"): v for k, v in data.items()}
-    for key in data:
-        if key not in DATA_KEYS:
-            problems.append(f"{where('data', key)}: unknown data key {key!r}; use {', '.join(DATA_KEYS)}")
-    stages: dict[str, dict[str, Any]] = {}
-    bad: set[tuple[str, str]] = set()
-    subs = _subparsers()
+    data = _data_section(norm.get("data", "movie-reviews"), where, problems)
+    out_dir = Path(out or norm.get("out") or Path("runs") / path.stem)
+
+    sections: dict[str, dict[str, Any]] = {}
     for name in STAGE_ORDER:
         if name not in norm:
             continue
-        settings = norm[name] if norm[name] is not None else {}
-        if not isinstance(settings, dict):
+        settings = _mapping(norm[name])
+        if settings is None:
             problems.append(f"{where(name)}: stage {name!r} takes a mapping of its command's flags")
             continue
-        settings = {str(k).replace("-", "_"): v for k, v in settings.items()}
-        if name == "gate":
-            found = _check_gate(settings, where)
-        elif name not in subs:
-            found = [f"{where(name)}: this version of bert-compress has no {name} command"]
-        else:
-            flagged = _check_flags(name, settings, subs[name], where)
-            bad.update((name, key) for key, _ in flagged)
-            found = [message for _, message in flagged]
-        if found and name not in subs:
-            bad.add((name, "*"))
-        problems += found
-        stages[name] = settings
-    if not stages:
+        for key in list(settings):
+            if key in WIRED[name] or key in DATA_KEYS:
+                what = "the recipe's data: section" if key in DATA_KEYS else "the pipeline"
+                problems.append(f"{where(name, key)}: {name}.{key} is set by {what}; remove it here")
+                del settings[key]
+        sections[name] = settings
+    if not sections:
         problems.append(f"{path}: the recipe names no stage; add at least one of {', '.join(STAGE_ORDER)}")
-    if "distill" in stages and "teacher" not in stages:
+    if "distill" in sections and "teacher" not in sections:
         problems.append(f"{where('distill')}: distill needs a teacher stage (give teacher: {{model: PATH}} to load one)")
-    out_dir = Path(out or norm.get("out") or Path("runs") / path.stem)
-    recipe = Recipe(path, out_dir, data, stages, lines)
-    problems += _check_values(recipe, subs, where, bad)
+    if "teacher" in sections and "model" not in sections["teacher"]:
+        problems.append(f"{where('teacher')}: teacher.model is required: a model folder, or a built-in: minilm, "
+                        "mpnet-base")
+
+    calls: list[StageCall] = []
+    for stage, output, wiring in _wiring(sections, out_dir, data):
+        cls = STAGE_CONFIGS[stage]
+        hidden = set(WIRED[stage]) | set(DATA_KEYS)
+        try:
+            config = cls.from_dict({**sections[stage], **wiring}, where=stage, hidden=hidden)
+        except ConfigError as exc:
+            _report(problems, where, (stage,), exc, stage)
+            continue
+        if isinstance(config, GateConfig):
+            problems += _gate_problems(config, where)
+        calls.append(StageCall(stage, config, output))
     if problems:
         raise CompressError(f"recipe {path} has {len(problems)} problem(s):\n  " + "\n  ".join(problems))
-    return recipe
+    return Recipe(path, out_dir, data, calls, lines)
 
 
-def _expected_type(action: argparse.Action) -> str:
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)):
-        return "bool"
-    if action.type in (int, float):
-        return action.type.__name__
-    return "str"
+def _data_section(value: Any, where: _Where, problems: list[str]) -> DataOptions:
+    """The recipe's ``data:`` (a name/path or a mapping of the data flags), checked like ``--data``."""
+    from compress.data import BUILTIN_DATASETS
+
+    section = {"data": value} if isinstance(value, str) else _mapping(value)
+    if section is None:
+        problems.append(f"{where('data')}: data must be a name/path or a mapping of {', '.join(DATA_KEYS)}")
+        return DataOptions()
+    prefix = () if isinstance(value, str) else ("data",)
+    data, found = DataOptions.build(section, where="data")
+    if found:
+        _report(problems, where, prefix, ConfigError(found))
+    spec = data.data
+    if spec not in BUILTIN_DATASETS and not Path(spec).expanduser().exists():
+        problems.append(f"{where('data', *(('data',) if prefix else ()))}: data {spec!r} is neither a built-in dataset "
+                        f"({', '.join(BUILTIN_DATASETS)}) nor an existing file or folder")
+    return data
 
 
-def _check_flags(stage: str, settings: dict[str, Any], sub: argparse.ArgumentParser, where) -> list[tuple[str, str]]:
-    """Unknown keys, keys the pipeline owns, wrong types and values outside a flag's choices."""
-    problems: list[tuple[str, str]] = []
-    actions = _actions(sub)
-    for key, value in settings.items():
-        if key in WIRED.get(stage, ()) or key in DATA_KEYS:
-            what = "the recipe's data: section" if key in DATA_KEYS else "the pipeline"
-            problems.append((key, f"{where(stage, key)}: {stage}.{key} is set by {what}; remove it here"))
-            continue
-        action = actions.get(key)
-        if action is None or not action.option_strings:
-            known = sorted(d for d, a in actions.items() if a.option_strings and d not in WIRED.get(stage, ())
-                           and d not in DATA_KEYS and d not in ("debug",))
-            problems.append((key, f"{where(stage, key)}: unknown {stage} setting {key!r}; known: {', '.join(known)}"))
-            continue
-        kind = _expected_type(action)
-        if kind == "float" and isinstance(value, str):
-            try:  # YAML 1.1 reads 2e-5 (no dot) as a string; accept what a person means
-                value = settings[key] = float(value)
-            except ValueError:
-                pass
-        ok = {"bool": isinstance(value, bool),
-              "int": isinstance(value, int) and not isinstance(value, bool),
-              "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-              "str": isinstance(value, (str, int, float, list)) and not isinstance(value, bool)}[kind]
-        if value is None and action.default is None:
-            ok = True
-        if not ok:
-            problems.append((key, f"{where(stage, key)}: {stage}.{key} must be a {kind}, got {value!r}"))
-        elif action.choices and value not in action.choices:
-            problems.append((key, f"{where(stage, key)}: {stage}.{key} must be one of "
-                                  f"{', '.join(map(str, action.choices))}, got {value!r}"))
-    return problems
-
-
-def _check_gate(settings: dict[str, Any], where) -> list[str]:
-    for key in settings:
-        if key != "rules":
-            return [f"{where('gate', key)}: unknown gate setting {key!r}; gate takes rules: (a TOML file path or a "
-                    "mapping of rules)"]
-    rules = settings.get("rules")
-    if not isinstance(rules, (str, dict)):
-        return [f"{where('gate')}: gate.rules must be a path to a TOML file or a mapping of rules"]
-    return []
-
-
-def _argv(stage: str, settings: dict[str, Any], sub: argparse.ArgumentParser) -> list[str]:
-    actions = _actions(sub)
-    argv: list[str] = []
-    for key, value in settings.items():
-        action = actions[key]
-        flag = action.option_strings[0]
-        if isinstance(action, argparse.BooleanOptionalAction):
-            argv.append(flag if value else flag.replace("--", "--no-", 1))
-        elif isinstance(action, argparse._StoreTrueAction):
-            if value:
-                argv.append(flag)
-        elif value is None:
-            continue
-        elif isinstance(value, list):
-            argv += [flag, ",".join(str(v) for v in value)]
-        else:
-            argv += [flag, str(value)]
-    return argv
-
-
-# ----------------------------------------------------------------------------- wiring
-
-
-@dataclass
-class StageCall:
-    stage: str
-    argv: list[str]
-    output: Path
-    inputs: list[Path]
-
-
-def plan(recipe: Recipe) -> list[StageCall]:
-    """The command line of each stage, with the wiring between stages filled in."""
-    subs = _subparsers()
-    out = recipe.out
-    data_argv = _argv("data", {k: v for k, v in recipe.data.items()}, subs["teacher"])
-    calls: list[StageCall] = []
+def _wiring(sections: dict[str, dict[str, Any]], out: Path, data: DataOptions):
+    """``(stage, output folder, settings the pipeline fills in)`` for each stage, in order."""
     teacher = out / "teacher"
     latest_pt: Path | None = None
     onnx: Path | None = None
-    int8: Path | None = None
     bench_artifacts: list[Path] = []
     for stage in STAGE_ORDER:
-        if stage not in recipe.stages:
+        if stage not in sections:
             continue
-        settings = recipe.stages[stage]
-        own = _argv(stage, settings, subs[stage]) if stage != "gate" else []
         if stage == "teacher":
-            calls.append(StageCall(stage, ["teacher", "--out", str(teacher)] + data_argv + own, teacher, []))
+            yield stage, teacher, {"data": data}
         elif stage == "distill":
-            student = out / "student"
-            calls.append(StageCall(stage, ["distill", "--teacher", str(teacher), "--out", str(student)] + data_argv + own,
-                                   student, [teacher]))
-            latest_pt = student
-            bench_artifacts.append(student)
+            latest_pt = out / "student"
+            bench_artifacts.append(latest_pt)
+            yield stage, latest_pt, {"teacher": str(teacher), "data": data}
         elif stage == "prune":
-            source = latest_pt or teacher
-            pruned = out / "pruned"
-            calls.append(StageCall(stage, ["prune", "--model", str(source), "--out", str(pruned)] + data_argv + own,
-                                   pruned, [source]))
-            latest_pt = pruned
-            bench_artifacts.append(pruned)
+            source, latest_pt = latest_pt or teacher, out / "pruned"
+            bench_artifacts.append(latest_pt)
+            yield stage, latest_pt, {"model": str(source), "data": data}
         elif stage == "export":
-            source = latest_pt or teacher
-            onnx = out / "onnx"
-            calls.append(StageCall(stage, ["export", "--model", str(source), "--out", str(onnx)] + own, onnx, [source]))
+            source, onnx = latest_pt or teacher, out / "onnx"
             bench_artifacts.append(onnx)
+            yield stage, onnx, {"model": str(source)}
         elif stage == "quantize":
-            method = settings.get("method", "ort-dynamic")
+            method = sections[stage].get("method", "ort-dynamic")
             source = (onnx if method == "ort-dynamic" and onnx else latest_pt) or teacher
             int8 = out / ("onnx-int8" if method == "ort-dynamic" else "torch-int8")
-            quantize_data = data_argv if "data" in _actions(subs["quantize"]) else []
-            calls.append(StageCall(stage, ["quantize", "--model", str(source), "--out", str(int8)] + quantize_data + own,
-                                   int8, [source]))
             bench_artifacts.append(int8)
+            yield stage, int8, {"model": str(source), "data": data}
         elif stage == "bench":
-            bench = out / "bench"
             artifacts = [str(p) for p in bench_artifacts] or [str(teacher)]
-            calls.append(StageCall(stage, ["bench", *artifacts, "--reference", str(teacher), "--out", str(bench)]
-                                   + data_argv + own, bench, [teacher, *bench_artifacts]))
+            yield stage, out / "bench", {"artifacts": artifacts, "reference": str(teacher), "data": data}
         elif stage == "gate":
-            rules = settings["rules"]
-            rules_path = out / "gates.toml" if isinstance(rules, dict) else Path(rules)
-            results = out / "bench" / "results.json"
-            calls.append(StageCall(stage, ["gate", str(results), "--rules", str(rules_path),
-                                           "--junit", str(out / "gate-junit.xml")], out / "gate-junit.xml", [out / "bench"]))
-    return calls
+            yield stage, out / "gate-junit.xml", {"results": str(out / "bench" / "results.json"),
+                                                  "junit": str(out / "gate-junit.xml")}
 
 
-def _check_values(recipe: Recipe, subs, where, bad: set[tuple[str, str]]) -> list[str]:
-    """Impossible values and missing data, found by building each stage's config without running it.
+def plan(recipe: Recipe) -> list[StageCall]:
+    """The stages of a validated recipe, in the order they run, each with its wired config."""
+    return list(recipe.calls)
 
-    Settings that already failed the flag checks are left out, so each problem is said once.
+
+# ----------------------------------------------------------------------------- gate rules
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def rules_toml(rules: dict[str, Any]) -> tuple[str, dict[int, tuple[str, ...]]]:
+    """A recipe's inline rules as a gates TOML file, and which recipe key each TOML line came from.
+
+    Top-level entries are the ``[rules]`` table; a mapping is the override table of the artifact
+    it is named after (``onnx-int8: {min_speedup: 8}`` is ``[artifacts."onnx-int8"]``).
     """
-    from compress.cli import distill_config, prune_config, teacher_config
-    from compress.data import BUILTIN_DATASETS
+    lines = ["# written by `bert-compress run` from the recipe's gate.rules", "[rules]"]
+    origin: dict[int, tuple[str, ...]] = {2: ()}
+    tables = []
+    for key, value in rules.items():
+        if isinstance(value, dict):
+            tables.append((str(key), value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+            origin[len(lines)] = (str(key),)
+    for name, table in tables:
+        lines.append("")
+        lines.append(f"[{name}]" if name.startswith("artifacts.") else f'[artifacts."{name}"]')
+        origin[len(lines)] = (name,)
+        for k, v in table.items():
+            lines.append(f"{k} = {_toml_value(v)}")
+            origin[len(lines)] = (name, str(k))
+    return "\n".join(lines) + "\n", origin
 
-    problems = []
-    data = recipe.data.get("data", "movie-reviews")
-    if isinstance(data, str) and data not in BUILTIN_DATASETS and not Path(data).expanduser().exists():
-        problems.append(f"{where('data')}: data {data!r} is neither a built-in dataset ({', '.join(BUILTIN_DATASETS)}) "
-                        "nor an existing file or folder")
-    data_flags = {k: v for k, v in recipe.data.items() if k in DATA_KEYS}
-    wiring = {"teacher": ["--out", "OUT"], "distill": ["--teacher", "TEACHER", "--out", "OUT"],
-              "prune": ["--model", "MODEL", "--out", "OUT"]}
-    for stage, builder in (("teacher", teacher_config), ("distill", distill_config), ("prune", prune_config)):
-        if stage not in recipe.stages or (stage, "*") in bad:
-            continue
-        settings = {**data_flags, **{k: v for k, v in recipe.stages[stage].items() if (stage, k) not in bad}}
-        if stage == "teacher":
-            settings.setdefault("model", "minilm")
-        argv = wiring[stage] + _argv(stage, settings, subs[stage])
+
+def _gate_problems(config: GateConfig, where: _Where) -> list[str]:
+    """The rules checked by the gate's own loader now, not after the training stages ran."""
+    from benchmarks.gate import GateInputError, load_rules
+
+    if isinstance(config.rules, str):
+        rules_path = Path(config.rules).expanduser()
+        if not rules_path.is_file():
+            return [f"{where('gate', 'rules')}: gate.rules: {config.rules} is not a file; give a gates TOML file "
+                    "(see docs/ci.md) or the rules inline"]
         try:
-            builder(subs[stage].parse_args(argv))
-        except CompressError as exc:
-            for part in str(exc).split("; "):  # one problem per flag, at the flag's own line
-                flag = re.search(r"--([a-z0-9-]+)", part)
-                key = flag.group(1).replace("-", "_") if flag else ""
-                problems.append(f"{where(stage, key) if key in recipe.stages[stage] else where(stage)}: {stage}: {part}")
-    return problems
+            load_rules(rules_path)
+        except GateInputError as exc:
+            return [f"{where('gate', 'rules')}: gate.rules: {exc}"]
+        return []
+    text, origin = rules_toml(config.rules)
+    with tempfile.TemporaryDirectory(prefix="bert-compress-gate-") as tmp:
+        file = Path(tmp) / "gates.toml"
+        file.write_text(text, encoding="utf-8")
+        try:
+            load_rules(file)
+        except GateInputError as exc:
+            message = str(exc)
+            found = re.match(re.escape(str(file)) + r"(?::(\d+))?: (.*)", message, re.S)
+            keys = origin.get(int(found.group(1)), ()) if found and found.group(1) else ()
+            detail = (found.group(2) if found else message).replace(str(file), "gate.rules")
+            return [f"{where('gate', 'rules', *keys)}: gate.rules: {detail}"]
+    return []
 
 
 # ----------------------------------------------------------------------------- running
-
-
-def _identity(folder: Path) -> str:
-    """What identifies a finished input: its ``compress.json`` creation time and weights hash."""
-    if folder.is_file():
-        return hashlib.sha256(folder.read_bytes()).hexdigest()
-    try:
-        meta = read_meta(folder) or {}
-    except CompressError:
-        return "incomplete"
-    return f"{meta.get('created')}|{meta.get('weights_sha256')}"
-
-
-def _stage_hash(call: StageCall) -> str:
-    payload = {"argv": call.argv, "inputs": {str(p): _identity(p) for p in call.inputs}}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
 def _output_complete(call: StageCall) -> bool:
@@ -371,72 +335,86 @@ def _output_complete(call: StageCall) -> bool:
         return False
 
 
-def _write_rules(recipe: Recipe) -> None:
-    rules = recipe.stages.get("gate", {}).get("rules")
-    if not isinstance(rules, dict):
-        return
-    lines = ["# written by `bert-compress run` from the recipe's gate.rules", "[rules]"]
-    tables = []
-    for key, value in rules.items():
-        if isinstance(value, dict):
-            tables.append((key, value))
-        else:
-            lines.append(f"{key} = {_toml_value(value)}")
-    for name, table in tables:
-        lines.append(f"\n[{name}]" if name.startswith("artifacts.") else f'\n[artifacts."{name}"]')
-        lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]
-    recipe.out.mkdir(parents=True, exist_ok=True)
-    (recipe.out / "gates.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+def _why(previous: dict[str, Any], identity: dict[str, Any]) -> str:
+    """Why a stage runs again, in a few words (settings or inputs that changed)."""
+    if not previous:
+        return ""
+    old = previous.get("identity") or {}
+    changed = [f"input {k}" for k, v in identity["inputs"].items() if (old.get("inputs") or {}).get(k) != v]
+    settings = [k for k, v in identity["config"].items() if (old.get("config") or {}).get(k) != v]
+    if settings:
+        changed.append("settings " + ", ".join(settings))
+    return f" ({'; '.join(changed)} changed)" if changed else ""
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(str(value))
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
-def run_recipe(recipe: Recipe, force: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Run (or skip) every stage of a validated recipe; return one status row per stage."""
-    from compress.cli import main as cli_main
+def run_recipe(recipe: Recipe, force: tuple[str, ...] = (), debug: bool = False) -> list[dict[str, Any]]:
+    """Run (or skip) every stage of a validated recipe; return one status row per stage.
+
+    A stage's own error propagates (its message, and its traceback under ``--debug``); the gate's
+    verdict is a status (``failed (exit 1)``), not an error.
+    """
+    from compress.fingerprint import stage_identity
+    from compress.run_stage import run_in_fresh_process, run_stage
 
     records = recipe.out / RECORD_DIR
     records.mkdir(parents=True, exist_ok=True)
-    _write_rules(recipe)
     status = []
     for call in plan(recipe):
+        config = call.config
+        if call.stage in TRAINING_STAGES:
+            config = replace(config, resume=True)  # continue from the last checkpoint if a run was killed
         record_file = records / f"{call.stage}.json"
-        digest = _stage_hash(call)
-        previous = json.loads(record_file.read_text()) if record_file.exists() else {}
+        identity = stage_identity(config)
+        digest = canonical_sha256(identity)
+        previous = json.loads(record_file.read_text(encoding="utf-8")) if record_file.exists() else {}
         if call.stage not in force and previous.get("hash") == digest and _output_complete(call):
             print(f"[{call.stage}] up to date ({call.output}); skipping")
             status.append({"stage": call.stage, "status": "skipped", "seconds": 0.0, "output": str(call.output)})
             continue
-        argv = list(call.argv)
-        if call.stage in TRAINING_STAGES and "resume" in _actions(_subparsers()[call.stage]) and "--resume" not in argv:
-            argv.append("--resume")  # continue from the last checkpoint if an earlier run was killed
-        print(f"[{call.stage}] bert-compress {' '.join(argv)}", flush=True)
+        print(f"[{call.stage}] running -> {call.output}{_why(previous, identity)}", flush=True)
         started = time.perf_counter()
-        if call.stage == "bench":
-            # A fresh process: the training stages' memory and thread pools do not colour the timings,
-            # and OpenMP starts with idle threads sleeping (see compress.cli.main).
-            code = subprocess.run([sys.executable, "-m", "compress", *argv]).returncode
-        else:
-            code = cli_main(argv)
+        try:
+            if call.stage == "gate":
+                code = _run_gate(config, recipe.out)
+            elif call.stage == "bench":
+                # A fresh process: the training stages' memory and thread pools do not colour the timings,
+                # and OpenMP starts with idle threads sleeping (see compress.run_stage).
+                run_in_fresh_process("bench", config, call.output, records, debug=debug)
+                code = 0
+            else:
+                run_stage(call.stage, config, call.output)
+                code = 0
+        except (CompressError, KeyboardInterrupt):
+            print(f"[{call.stage}] stopped; fix the problem and run the recipe again: finished stages are skipped, "
+                  "an interrupted training stage resumes", file=sys.stderr)
+            raise
         seconds = round(time.perf_counter() - started, 1)
         if code != 0:
             status.append({"stage": call.stage, "status": f"failed (exit {code})", "seconds": seconds,
                            "output": str(call.output)})
-            if call.stage == "gate":
-                break
-            raise CompressError(f"stage {call.stage} failed with exit code {code}; fix the problem above and run the "
-                                "recipe again: finished stages will be skipped")
-        tmp = record_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"hash": digest, "finished": now_iso(), "argv": argv, "seconds": seconds},
-                                  indent=2))
-        os.replace(tmp, record_file)
+            break
+        _write_json(record_file, {"hash": digest, "identity": identity, "finished": now_iso(), "seconds": seconds})
         status.append({"stage": call.stage, "status": "ran", "seconds": seconds, "output": str(call.output)})
     return status
+
+
+def _run_gate(config: GateConfig, out: Path) -> int:
+    """The gate on the bench results; inline rules are written to ``OUT/gates.toml`` first."""
+    from benchmarks.gate import run_gate
+
+    rules = config.rules
+    if isinstance(rules, dict):
+        text, _ = rules_toml(rules)
+        out.mkdir(parents=True, exist_ok=True)
+        rules = str(out / "gates.toml")
+        Path(rules).write_text(text, encoding="utf-8")
+    return run_gate(config.results, rules, baseline=config.baseline, junit=config.junit)
+
+
+__all__ = ["Problem", "Recipe", "StageCall", "load_recipe", "plan", "rules_toml", "run_recipe"]

@@ -22,7 +22,6 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,47 +29,10 @@ import numpy as np
 
 from compress.artifact import check_model_folder, weights_sha256, write_artifact
 from compress.assets import resolve_model
-from compress.data import DataOptions
+from compress.config import PretrainConfig
 from compress.errors import CompressError
-from compress.training import (TrainSettings, check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
+from compress.training import (check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
                                is_main_process, resume_point, run_trainer, training_arguments)
-
-
-@dataclass
-class PretrainConfig:
-    """Settings of the pretrain stage (``bert-compress pretrain``)."""
-
-    model: str = "mpnet-base"
-    #: Unlabelled text: a built-in corpus (movie-reviews-unlabeled) or a .txt/csv/tsv/jsonl/parquet file.
-    unlabeled: str = "movie-reviews-unlabeled"
-    unlabeled_text_column: str = "text"
-    #: Task data, optional: its validation and test texts are removed from the corpus (they must stay
-    #: unseen), and with ``task_text`` its training texts (without labels) are added to it.
-    data: DataOptions | None = None
-    task_text: bool = True
-    train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=1.0, lr=5e-5))
-    max_length: int = 128
-    mlm_probability: float = 0.15
-    whole_word: bool = True
-    #: Share of the corpus held out to measure the masked-LM loss before and after (at most 2,000 texts).
-    eval_share: float = 0.02
-    limit: int | None = None
-    allow_pickle: bool = False
-    resume: bool = False
-
-    def validate(self) -> None:
-        self.train.validate()
-        problems = []
-        if not 0 < self.mlm_probability < 1:
-            problems.append(f"--mlm-probability must lie in (0, 1), got {self.mlm_probability}")
-        if not 0 < self.eval_share < 0.5:
-            problems.append(f"--eval-share must lie in (0, 0.5), got {self.eval_share}")
-        if self.max_length < 8:
-            problems.append(f"--max-length must be >= 8, got {self.max_length}")
-        if self.limit is not None and self.limit < 10:
-            problems.append(f"--limit must be >= 10, got {self.limit}")
-        if problems:
-            raise CompressError("; ".join(problems))
 
 
 class WholeWordMaskCollator:
@@ -143,7 +105,7 @@ def _corpus(cfg: PretrainConfig) -> tuple[list[str], dict[str, Any]]:
         if cfg.task_text:
             labelled = split_keys(task, ("train",))
             task_texts = list(task.splits["train"]["text"][:])
-    texts, _, stats = filter_unlabeled(corpus, held_out, labelled, cfg.limit, cfg.train.seed)
+    texts, _, stats = filter_unlabeled(corpus, held_out, labelled, cfg.corpus_limit, cfg.train.seed)
     texts = texts + task_texts
     stats = {"source": cfg.unlabeled, **stats, "task_train_texts": len(task_texts), "total": len(texts)}
     if len(texts) < 10:
@@ -197,14 +159,15 @@ def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
     """Continue masked-LM training of an encoder on unlabelled text; write the masked LM as an artifact."""
     from transformers import AutoModelForMaskedLM, Trainer
 
-    from compress.modeling import load_tokenizer, quiet_transformers
-    from compress.transfer import mlm_head_status
+    from compress.modeling import load_tokenizer
+    from compress.quiet import quiet_transformers
+    from compress.transfer import mlm_head_keys
 
     cfg.validate()
     started = time.perf_counter()
     source = resolve_model(cfg.model)
     raw = check_model_folder(source, allow_pickle=cfg.allow_pickle)
-    had_head, head_note = mlm_head_status(source)
+    had_head, head_note = mlm_head_keys(source)
     use_safe = any((source / n).exists() for n in ("model.safetensors", "model.safetensors.index.json"))
     try:
         with quiet_transformers():
@@ -262,7 +225,7 @@ def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
         "model_type": model.config.model_type,
         "parameters": int(sum(p.numel() for p in model.parameters())),
         "parent": {"model": cfg.model, "path": str(source), "had_mlm_head": had_head},
-        "config": asdict(cfg),
+        "config": cfg.to_dict(),
         "corpus": stats,
         "metrics": {"eval_mlm_loss_before": round(before, 5), "eval_mlm_loss_after": round(after, 5),
                     "eval_perplexity_before": round(math.exp(min(before, 50)), 3),

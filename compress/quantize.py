@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import logging
 import math
 import os
@@ -31,7 +30,6 @@ import shutil
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -39,16 +37,18 @@ from typing import Any, Iterator
 import numpy as np
 
 from compress.artifact import folder_size_bytes, read_meta, weights_sha256, write_artifact
+from compress.config import QUANTIZE_METHODS, DataOptions, QuantizeConfig
 from compress.errors import CompressError
 from compress.export import PARITY_TEXTS, check_out_is_not_input, count_fused_ops, export_onnx
-from compress.runtime import ONNX_FILE, TORCH_INT8_FILE, Predictor, artifact_kind
+from compress.formats.onnx import INT8_OPS, ONNX_FILE
+from compress.formats.torch_int8 import save_torch_int8
+from compress.quiet import quiet_torch_ao
+from compress.runtime import Predictor, artifact_kind
 
-METHODS = ("ort-dynamic", "torch-dynamic")
+METHODS = QUANTIZE_METHODS
 #: ORT operator types quantized. Gather / EmbedLayerNormalization carry the word-embedding table,
 #: the largest single tensor of a small model; Gemm nodes are rewritten to MatMul by ORT first.
 ORT_OP_TYPES = ["MatMul", "Attention", "Gather", "EmbedLayerNormalization"]
-TORCH_INT8_FORMAT = "bert-compress-torch-int8"
-TORCH_INT8_VERSION = "1"
 #: Files never copied from the fp32 folder into an INT8 one: weights, lineage, training state.
 _NOT_COPIED_SUFFIXES = (".onnx", ".safetensors", ".bin", ".pt", ".pth", ".data")
 _NOT_COPIED = ("compress.json", "model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -93,12 +93,20 @@ def candidate_plan(method: str, per_channel: bool = False, reduce_range: bool = 
     return seen
 
 
-def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str = "ort-dynamic", data=None,
+def quantize_stage(cfg: QuantizeConfig, out: str | os.PathLike) -> Path:
+    """The quantize stage as the pipeline and the command line run it: a validated config in, an artifact out."""
+    cfg.validate()
+    return quantize(cfg.model, out, method=cfg.method, data=cfg.data, max_accuracy_drop=cfg.max_accuracy_drop,
+                    per_channel=cfg.per_channel, reduce_range=cfg.reduce_range)
+
+
+def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str = "ort-dynamic",
+             data: DataOptions | None = None,
              max_accuracy_drop: float = 0.01, per_channel: bool = False, reduce_range: bool = False) -> Path:
     """Quantize an fp32 artifact to dynamic INT8 and write it at ``out``.
 
     ``model_dir`` is a PyTorch fp32 folder (either method) or an ``onnx-fp32`` artifact
-    (``ort-dynamic``). ``data`` (a :class:`compress.data.DataOptions`) enables the accuracy check
+    (``ort-dynamic``). ``data`` (a :class:`compress.config.DataOptions`) enables the accuracy check
     on its validation split and the fallbacks; ``max_accuracy_drop`` is in accuracy points
     (0.01 = one percentage point; a negative budget forces every fallback to be tried).
     """
@@ -218,8 +226,8 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                        "weights_sha256": parent_meta.get("weights_sha256") or weights_sha256(source)},
             "parent_meta": {k: parent_meta.get(k) for k in ("stage", "kind", "data", "metrics", "config", "parent",
                                                             "onnx", "parity") if k in parent_meta},
-            "config": {"method": method, "per_channel": per_channel, "reduce_range": reduce_range,
-                       "max_accuracy_drop": max_accuracy_drop, "data": asdict(data) if data is not None else None},
+            "config": QuantizeConfig(model=str(model_dir), method=method, data=data, max_accuracy_drop=max_accuracy_drop,
+                                     per_channel=per_channel, reduce_range=reduce_range).to_dict(),
             "data": evaluation.task.describe() if evaluation else parent_meta.get("data"),
             "quantization": quantization,
             "timings": timings,
@@ -378,11 +386,9 @@ def _quiet_quantizer() -> Iterator[None]:
 def _int8_op_counts(onnx_file: Path) -> dict[str, int]:
     import onnx
 
-    from compress.runtime import _INT8_OPS
-
     counts: dict[str, int] = {}
     for node in onnx.load(str(onnx_file), load_external_data=False).graph.node:
-        if node.op_type in _INT8_OPS:
+        if node.op_type in INT8_OPS:
             counts[node.op_type] = counts.get(node.op_type, 0) + 1
     return dict(sorted(counts.items()))
 
@@ -433,18 +439,6 @@ def sensitive_torch_modules(model) -> list[str]:
 # ----------------------------------------------------------------------------- PyTorch INT8, without pickle
 
 
-@contextlib.contextmanager
-def _quiet_torch_ao() -> Iterator[None]:
-    """torch.ao.quantization warns on every call that it is deprecated in favour of torchao, which is
-    not installed on this stack; the eager dynamic path still works on torch 2.13 CPU."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.ao")
-        warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated.*")
-        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
-        warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*deprecated.*")
-        yield
-
-
 def torch_dynamic_int8(model, per_channel: bool = False, exclude: list[str] | tuple[str, ...] = ()):
     """PyTorch dynamic INT8 of every ``nn.Linear`` except the modules named in ``exclude`` (in place)."""
     import torch
@@ -454,139 +448,5 @@ def torch_dynamic_int8(model, per_channel: bool = False, exclude: list[str] | tu
     skip = set(exclude)
     spec = {name: qconfig for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name not in skip}
     model.eval()
-    with _quiet_torch_ao():
+    with quiet_torch_ao():
         return quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
-
-
-def _dynamic_linear_type():
-    from torch.ao.nn.quantized.dynamic import Linear
-
-    return Linear
-
-
-def save_torch_int8(qmodel, folder: str | os.PathLike) -> Path:
-    """Write a dynamically quantized model as ``model_int8.safetensors`` (no pickle anywhere).
-
-    Each quantized Linear is stored as its int8 weight, its scales and zero points (per tensor or
-    per channel) and its fp32 bias; everything else (embeddings, LayerNorms, excluded Linears) as
-    in ``state_dict``. The header lists the quantized modules and their scheme, so the file says
-    how to rebuild the model without any code from the writer.
-    """
-    import torch
-    from safetensors.torch import save_file
-
-    dynamic_linear = _dynamic_linear_type()
-    tensors: dict[str, Any] = {}
-    spec: dict[str, dict[str, Any]] = {}
-    for name, module in qmodel.named_modules():
-        if not isinstance(module, dynamic_linear):
-            continue
-        weight, bias = module._weight_bias()
-        scheme = weight.qscheme()
-        tensors[f"{name}.weight.int8"] = weight.int_repr().contiguous()
-        if scheme in (torch.per_tensor_affine, torch.per_tensor_symmetric):
-            tensors[f"{name}.weight.scale"] = torch.tensor([weight.q_scale()], dtype=torch.float64)
-            tensors[f"{name}.weight.zero_point"] = torch.tensor([weight.q_zero_point()], dtype=torch.int64)
-            entry: dict[str, Any] = {"qscheme": "per_tensor"}
-        elif scheme in (torch.per_channel_affine, torch.per_channel_symmetric):
-            tensors[f"{name}.weight.scale"] = weight.q_per_channel_scales().to(torch.float64).contiguous()
-            tensors[f"{name}.weight.zero_point"] = weight.q_per_channel_zero_points().to(torch.int64).contiguous()
-            entry = {"qscheme": "per_channel", "axis": int(weight.q_per_channel_axis())}
-        else:
-            raise CompressError(f"module {name}: unsupported quantization scheme {scheme}; use per-tensor or per-channel.")
-        if bias is not None:
-            tensors[f"{name}.bias"] = bias.detach().contiguous().clone()
-        spec[name] = entry
-    if not spec:
-        raise CompressError("the model has no dynamically quantized Linear modules; nothing INT8 to save.")
-    prefixes = tuple(f"{name}." for name in spec)
-    for key, value in qmodel.state_dict().items():
-        if key.startswith(prefixes) or not isinstance(value, torch.Tensor):
-            continue
-        tensors[key] = value.detach().contiguous().clone()
-    path = Path(folder) / TORCH_INT8_FILE
-    save_file(tensors, str(path), metadata={"format": TORCH_INT8_FORMAT, "version": TORCH_INT8_VERSION,
-                                            "quantized_linear": json.dumps(spec, sort_keys=True)})
-    return path
-
-
-def load_torch_int8(folder: str | os.PathLike):
-    """Rebuild a ``torch-int8`` artifact: fp32 model from config, same quantization, tensors loaded back."""
-    import torch
-    from safetensors import safe_open
-    from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
-    from transformers import AutoConfig, AutoModelForSequenceClassification
-
-    from compress.artifact import SUPPORTED_MODEL_TYPES
-    from compress.modeling import _quiet_transformers
-
-    path = Path(folder)
-    file = path / TORCH_INT8_FILE
-    if not file.exists():
-        raise CompressError(f"{path} has no {TORCH_INT8_FILE}; it is not a torch-int8 artifact. Produce one with "
-                            "bert-compress quantize --method torch-dynamic.")
-    if not (path / "config.json").exists():
-        raise CompressError(f"{path} has {TORCH_INT8_FILE} but no config.json, which is needed to rebuild the model. "
-                            "Quantize the fp32 model again.")
-    try:
-        with safe_open(str(file), framework="pt") as handle:
-            header = handle.metadata() or {}
-            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
-    except Exception as exc:
-        raise CompressError(f"{file}: unreadable ({exc}). The artifact is damaged; quantize again.") from exc
-    if header.get("format") != TORCH_INT8_FORMAT:
-        raise CompressError(f"{file}: not a {TORCH_INT8_FORMAT} file (format {header.get('format')!r}). Quantize again.")
-    if header.get("version") != TORCH_INT8_VERSION:
-        raise CompressError(f"{file}: format version {header.get('version')!r}; this bert-compress reads version "
-                            f"{TORCH_INT8_VERSION}. Quantize the fp32 model again with this version.")
-    spec: dict[str, dict[str, Any]] = json.loads(header["quantized_linear"])
-
-    config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
-    if config.model_type not in SUPPORTED_MODEL_TYPES:
-        raise CompressError(f"{path / 'config.json'}: model_type {config.model_type!r} is not a BERT-family encoder.")
-    quantized: dict[str, dict[str, Any]] = {}
-    for name in spec:
-        try:
-            quantized[name] = {part: tensors.pop(f"{name}.weight.{part}") for part in ("int8", "scale", "zero_point")}
-        except KeyError as exc:
-            raise CompressError(f"{file}: the tensors of quantized module {name} are missing ({exc}). The file is "
-                                "damaged; quantize again.") from exc
-        quantized[name]["bias"] = tensors.pop(f"{name}.bias", None)
-
-    with _quiet_transformers():
-        model = AutoModelForSequenceClassification.from_config(config)
-    from compress.prune import apply_pruned_shapes, pruning_spec
-
-    pruned = pruning_spec(config, path / "config.json")
-    if pruned:  # a pruned model: shrink the layers to the recorded shapes before loading
-        apply_pruned_shapes(model, pruned)
-    model.eval()
-    # The fp32 parts first, into the fp32 model: quantized modules cannot load a plain tensor dict.
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    expected_missing = {f"{name}.{part}" for name in spec for part in ("weight", "bias")}
-    missing = [k for k in missing if k not in expected_missing]
-    if missing or unexpected:
-        raise CompressError(f"{file}: weights do not match config.json (missing {missing[:5]}, unexpected "
-                            f"{list(unexpected)[:5]}). Quantize the fp32 model again.")
-    qconfigs = {name: per_channel_dynamic_qconfig if entry["qscheme"] == "per_channel" else default_dynamic_qconfig
-                for name, entry in spec.items()}
-    dynamic_linear = _dynamic_linear_type()
-    with _quiet_torch_ao():
-        qmodel = quantize_dynamic(model, qconfigs, dtype=torch.qint8, inplace=True)
-        for name, entry in spec.items():
-            try:
-                module = qmodel.get_submodule(name)
-            except AttributeError:
-                module = None
-            if not isinstance(module, dynamic_linear):
-                raise CompressError(f"{file}: {name} is not a Linear layer in the model config.json describes; the "
-                                    "file and config.json do not belong together.")
-            parts = quantized[name]
-            if entry["qscheme"] == "per_channel":
-                weight = torch._make_per_channel_quantized_tensor(parts["int8"], parts["scale"].to(torch.float64),
-                                                                  parts["zero_point"].to(torch.int64), int(entry["axis"]))
-            else:
-                weight = torch._make_per_tensor_quantized_tensor(parts["int8"], float(parts["scale"][0]),
-                                                                 int(parts["zero_point"][0]))
-            module.set_weight_bias(weight, parts["bias"])
-    return qmodel

@@ -24,13 +24,10 @@ import numpy as np
 
 from compress.artifact import folder_size_bytes, read_meta
 from compress.errors import CompressError
+from compress.formats.onnx import ONNX_FILE, is_int8_graph
+from compress.formats.torch_int8 import TORCH_INT8_FILE
 
-ONNX_FILE = "model.onnx"
-TORCH_INT8_FILE = "model_int8.safetensors"
 KINDS = ("pytorch", "torch-int8", "onnx-fp32", "onnx-int8")
-#: Operators that only appear in a graph after ONNX Runtime quantization.
-_INT8_OPS = {"MatMulInteger", "QAttention", "DynamicQuantizeLinear", "QEmbedLayerNormalization", "QGemm",
-             "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QLinearMatMul"}
 
 Text = Union[str, tuple[str, str]]
 
@@ -42,10 +39,7 @@ def artifact_kind(folder: str | os.PathLike) -> str:
     if meta and meta.get("kind") in KINDS:
         return meta["kind"]
     if (path / ONNX_FILE).exists():
-        import onnx
-
-        graph = onnx.load(str(path / ONNX_FILE), load_external_data=False).graph
-        return "onnx-int8" if any(n.op_type in _INT8_OPS for n in graph.node) else "onnx-fp32"
+        return "onnx-int8" if is_int8_graph(path / ONNX_FILE) else "onnx-fp32"
     if (path / TORCH_INT8_FILE).exists():
         return "torch-int8"
     return "pytorch"
@@ -218,7 +212,13 @@ class TorchPredictor(Predictor):
     @classmethod
     def _open(cls, path: Path, kind: str, threads: int | None, max_length: int | None,
               allow_pickle: bool) -> "TorchPredictor":
-        import torch
+        try:
+            import torch
+            import transformers  # noqa: F401  (the loaders below need it; say so before they fail)
+        except ImportError as exc:
+            raise CompressError(f"{path} is a {kind} artifact, which needs torch and transformers ({exc}). The "
+                                "serving install (requirements-serve.txt) runs ONNX artifacts only: export this one "
+                                "with bert-compress export (and quantize), or install the full toolkit.") from exc
 
         from compress.modeling import accepts_token_types, count_parameters, load_classifier, load_tokenizer
 
@@ -226,7 +226,7 @@ class TorchPredictor(Predictor):
             torch.set_num_threads(threads)  # process-wide in PyTorch: there is no per-model setting
         meta = read_meta(path)
         if kind == "torch-int8":
-            from compress.quantize import load_torch_int8
+            from compress.formats.torch_int8 import load_torch_int8
 
             model = load_torch_int8(path)
             tokenizer = load_tokenizer(path, model.config.vocab_size)
@@ -252,21 +252,30 @@ class TorchPredictor(Predictor):
 
 
 class OnnxPredictor(Predictor):
-    """An ONNX graph (fp32 or INT8) in an ONNX Runtime CPU session."""
+    """An ONNX graph (fp32 or INT8) in an ONNX Runtime CPU session.
+
+    Needs onnxruntime, tokenizers and numpy only: ``config.json`` and ``compress.json`` are read with
+    ``json`` and the tokenizer with ``tokenizers`` (:mod:`compress.tokenization`).
+    """
 
     @classmethod
     def _open(cls, path: Path, kind: str, threads: int | None, max_length: int | None,
               spinning: bool = True) -> "OnnxPredictor":
         import onnxruntime as ort
-        from transformers import AutoConfig
 
-        from compress.modeling import load_tokenizer
+        from compress.tokenization import ArtifactConfig, ArtifactTokenizer
 
         if not (path / "config.json").exists():
             raise CompressError(f"{path} has {ONNX_FILE} but no config.json, which holds the label names. Export the "
                                 "model again with bert-compress export.")
-        config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
-        tokenizer = load_tokenizer(path, getattr(config, "vocab_size", None))
+        # json and tokenizers only: an ONNX artifact serves without torch or transformers installed.
+        config = ArtifactConfig.from_folder(path)
+        tokenizer = ArtifactTokenizer.from_folder(path)
+        vocab = getattr(config, "vocab_size", None)
+        if isinstance(vocab, int) and len(tokenizer) > vocab:
+            raise CompressError(
+                f"{path}: the tokenizer has {len(tokenizer)} tokens but the model's embedding has {vocab}: they do "
+                "not belong together. Put the tokenizer the model was trained with in the folder.")
         options = ort.SessionOptions()
         options.log_severity_level = 3
         if threads is not None:

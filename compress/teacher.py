@@ -16,7 +16,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,30 +24,18 @@ import numpy as np
 
 from compress.artifact import read_meta, weights_sha256, write_artifact
 from compress.assets import cache_dir, resolve_model
-from compress.data import DataOptions, DynamicPaddingCollator, TaskData, tokenize_split
+from compress.config import TeacherConfig
+from compress.data import DynamicPaddingCollator, TaskData, tokenize_split
 from compress.errors import CompressError
 from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
-from compress.training import (TrainSettings, checkpoint_dir, epoch_seeded_sampler, gather_rows, interrupt_callback,
-                               is_main_process, resume_point, run_trainer, training_arguments, world)
-
-
-@dataclass
-class TeacherConfig:
-    """Settings of the teacher stage (``bert-compress teacher``)."""
-
-    model: str = "mpnet-base"
-    data: DataOptions = field(default_factory=DataOptions)
-    train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=2.0, lr=2e-5))
-    #: ``None``: fine-tune only when the model has no classifier head for the task yet.
-    finetune: bool | None = None
-    max_length: int = 128
-    allow_pickle: bool = False
-    resume: bool = False
+from compress.training import (checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler, gather_rows,
+                               interrupt_callback, is_main_process, print_metrics, resume_point, run_trainer,
+                               training_arguments, world)
 
 
 def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a teacher; write it as an artifact at ``out``."""
-    cfg.train.validate()
+    cfg.validate()
     started = time.perf_counter()
     source = resolve_model(cfg.model)
     task = cfg.data.load()
@@ -84,7 +72,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         "parameters": count_parameters(model),
         "parent": {"model": cfg.model, "path": str(source)},
         "fine_tuned": bool(finetune and cfg.train.epochs > 0),
-        "config": _config_dict(cfg),
+        "config": cfg.to_dict(),
         "data": task.describe(),
         "metrics": metrics,
         "training": train_log,
@@ -100,7 +88,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
 
     path = write_artifact(out, fill, meta)
     _drop_checkpoints(out)
-    _print_metrics("teacher", metrics, timings)
+    print_metrics("teacher", metrics, timings)
     return path
 
 
@@ -122,7 +110,7 @@ def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out) -> dict[str,
     keep = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label", "length") if c in train_ds.column_names]
     train_ds = train_ds.select_columns(keep)
     args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds))
-    resume = resume_point(out, cfg.resume)
+    resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     stop = interrupt_callback()
     trainer = GuardedTrainer(model=model, args=args, train_dataset=train_ds,
                              data_collator=DynamicPaddingCollator({"": tokenizer.pad_token_id}), callbacks=[stop])
@@ -137,16 +125,6 @@ def _drop_checkpoints(out) -> None:
     folder = checkpoint_dir(out)
     if folder.exists():
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def _config_dict(cfg) -> dict[str, Any]:
-    return asdict(cfg)
-
-
-def _print_metrics(name: str, metrics: dict[str, dict[str, float]], timings: dict[str, float]) -> None:
-    parts = [f"{split} accuracy {m['accuracy']:.4f} macro-F1 {m['macro_f1']:.4f}"
-             + (f" agreement {m['agreement']:.4f}" if "agreement" in m else "") for split, m in metrics.items()]
-    print(f"{name}: " + "; ".join(parts) + f" ({timings.get('total_s', 0):.0f} s)")
 
 
 # ----------------------------------------------------------------------------- soft labels

@@ -11,48 +11,11 @@ import math
 import os
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compress.config import TrainSettings
 from compress.errors import CompressError, NonFiniteLossError
-
-
-@dataclass
-class TrainSettings:
-    """Optimisation settings common to the teacher and distill stages (the same flags on both)."""
-
-    epochs: float = 3.0
-    lr: float = 5e-5
-    batch_size: int = 32
-    grad_accum: int = 1
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    seed: int = 0
-    bf16: bool = False
-    save_steps: int = 500
-    logging_steps: int = 50
-    max_steps: int = -1
-    #: ``group_by_length`` (default: batches of similar length, least padding), ``random`` or
-    #: ``sequential`` (fixed order: a DDP run then sees exactly the batches of a single process).
-    sampling: str = "group_by_length"
-
-    def validate(self) -> None:
-        problems = []
-        if self.epochs < 0:
-            problems.append(f"--epochs must be >= 0, got {self.epochs}")
-        if self.lr <= 0:
-            problems.append(f"--lr must be > 0, got {self.lr}")
-        if self.batch_size < 1:
-            problems.append(f"--batch-size must be >= 1, got {self.batch_size}")
-        if not 0 <= self.warmup_ratio < 1:
-            problems.append(f"--warmup-ratio must lie in [0, 1), got {self.warmup_ratio}")
-        if self.grad_accum < 1:
-            problems.append(f"--grad-accum must be >= 1, got {self.grad_accum}")
-        if self.sampling not in ("group_by_length", "random", "sequential"):
-            problems.append(f"--sampling must be group_by_length, random or sequential, got {self.sampling!r}")
-        if problems:
-            raise CompressError("; ".join(problems))
 
 
 def checkpoint_dir(out: str | os.PathLike) -> Path:
@@ -90,9 +53,59 @@ def drop_incomplete_checkpoints(folder: Path) -> list[str]:
     return removed
 
 
-def resume_point(out: str | os.PathLike, resume: bool) -> str | None:
-    """The checkpoint to resume from when ``resume`` is set; a fresh run clears stale checkpoints."""
+#: Beside the checkpoints: the fingerprint of the settings and inputs they were trained under.
+FINGERPRINT_FILE = "fingerprint.json"
+
+
+def checkpoint_fingerprint(cfg: Any) -> str:
+    """What a Trainer checkpoint of a stage depends on: its config (minus ``resume`` and the like) and
+    the content of what it reads (data file, teacher and initial weights, unlabelled corpus)."""
+    from compress.fingerprint import identity_sha256
+
+    return identity_sha256(cfg)
+
+
+def _stored_fingerprint(folder: Path) -> str | None:
+    import json
+
+    try:
+        return json.loads((folder / FINGERPRINT_FILE).read_text(encoding="utf-8")).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _set_aside(folder: Path, fingerprint: str) -> None:
+    """Move checkpoints made under other settings out of the way (renamed, never deleted)."""
+    has_checkpoints = folder.is_dir() and any(c.name.startswith("checkpoint-") for c in folder.iterdir())
+    if not has_checkpoints or _stored_fingerprint(folder) == fingerprint:
+        return
+    n = 1
+    while (aside := folder.parent / f"{folder.name[:-len('.checkpoints')]}.set-aside-{n}.checkpoints").exists():
+        n += 1
+    os.replace(folder, aside)
+    why = ("were made under other settings or inputs (data, teacher, initial weights)"
+           if _stored_fingerprint(aside) else "carry no record of the settings they were made under")
+    print(f"--resume: the checkpoints in {folder} {why} than this run's, so they are not resumed; set aside as "
+          f"{aside} (delete it when it is no longer needed). Starting from the beginning.")
+
+
+def resume_point(out: str | os.PathLike, resume: bool, fingerprint: str | None = None) -> str | None:
+    """The checkpoint to resume from when ``resume`` is set; a fresh run clears stale checkpoints.
+
+    With ``fingerprint`` (see :func:`checkpoint_fingerprint`), checkpoints are resumed only when
+    they were made under the same one; others are set aside with a message. The fingerprint is
+    written beside the checkpoints this run makes.
+    """
     folder = checkpoint_dir(out)
+    if fingerprint is not None and is_main_process():
+        if resume:
+            _set_aside(folder, fingerprint)
+        elif folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        import json
+
+        (folder / FINGERPRINT_FILE).write_text(json.dumps({"fingerprint": fingerprint}) + "\n", encoding="utf-8")
     if resume:
         if is_main_process():
             for name in drop_incomplete_checkpoints(folder):
@@ -103,9 +116,16 @@ def resume_point(out: str | os.PathLike, resume: bool) -> str | None:
         else:
             print(f"--resume: no checkpoint in {folder}; starting from the beginning")
         return found
-    if folder.exists() and is_main_process():
+    if fingerprint is None and folder.exists() and is_main_process():
         shutil.rmtree(folder)
     return None
+
+
+def print_metrics(name: str, metrics: dict[str, dict[str, float]], timings: dict[str, float]) -> None:
+    """One line of evaluation results per finished stage: accuracy, macro-F1, agreement, seconds."""
+    parts = [f"{split} accuracy {m['accuracy']:.4f} macro-F1 {m['macro_f1']:.4f}"
+             + (f" agreement {m['agreement']:.4f}" if "agreement" in m else "") for split, m in metrics.items()]
+    print(f"{name}: " + "; ".join(parts) + f" ({timings.get('total_s', 0):.0f} s)")
 
 
 def is_main_process() -> bool:

@@ -15,28 +15,14 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from compress.distill.layer_map import parse_layer_map, uniform_layer_map
+from students.layer_map import parse_layer_map, uniform_layer_map
+from compress.config import StudentSpec
 from compress.errors import CompressError
-from students.presets import DEFAULT_PRESET, PRESETS, StudentShape, parse_shape
+from students.presets import PRESETS, StudentShape, parse_shape
 
-INIT_CHOICES = ("random", "teacher-layers", "minilm", "pretrained:PATH")
 _LAYER_KEY = re.compile(r"^(.*?\.layer\.)(\d+)(\..*)$")
-
-
-@dataclass
-class StudentSpec:
-    """Which student to build: a preset or ``LxH``, and how to initialise it."""
-
-    shape: str = DEFAULT_PRESET
-    init: str = "minilm"
-
-    def validate(self) -> None:
-        parse_shape(self.shape)
-        if not (self.init in ("random", "teacher-layers", "minilm") or self.init.startswith("pretrained:")):
-            raise CompressError(f"--init {self.init!r} is not one of {', '.join(INIT_CHOICES)}")
 
 
 def _shape_config(base_config, shape: StudentShape, num_labels: int, label_names: list[str]):
@@ -175,7 +161,7 @@ def keep_layers(model, keep: list[int]):
         inner = getattr(attn, "self", attn)
         if inner is not None and hasattr(inner, "layer_idx"):
             inner.layer_idx = i
-    from compress.prune import PRUNING_KEY, patch_config
+    from compress.formats.pruned import PRUNING_KEY, patch_config
 
     if getattr(model.config, PRUNING_KEY, None):  # a pruned model: its per-layer shapes must follow the kept layers
         patch_config(model)

@@ -22,7 +22,7 @@ from benchmarks.report import pareto_front, render_markdown
 from benchmarks.suite import (QUICK, RESULTS_FILE, SCHEMA, SCHEMA_VERSION, BenchConfig, artifact_names,
                               measure_latency)
 from compress.cli import main
-from compress.data import DataOptions
+from compress.config import DataOptions
 from compress.errors import CompressError
 from compress.runtime import Predictor
 from tests.conftest import make_bert, sentiment_rows, write_csv

@@ -142,3 +142,74 @@ def test_nan_loss_stops_with_the_step_terms_and_checkpoint(setup, tmp_path):
     assert "kd=nan" in done.stderr and "Last good checkpoint: none yet" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "student").exists()
+
+
+def _prune_cmd(teacher, data, out, epochs=12):
+    return [sys.executable, "-m", "compress", "prune", "--model", str(teacher), "--data", str(data), "--heads", "0.5",
+            "--ffn", "0.5", "--recover-epochs", str(epochs), "--lr", "1e-3", "--batch-size", "16", "--save-steps", "5",
+            "--out", str(out), "--seed", "3"]
+
+
+def test_sigkill_during_prune_recovery_then_resume_matches_an_uninterrupted_run(setup):
+    """Recovery trains in a stable folder beside the output, so a killed prune resumes like distill."""
+    from safetensors.torch import load_file
+
+    root, teacher, data = setup
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    full = subprocess.run(_prune_cmd(teacher, data, root / "pruned-full"), cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert full.returncode == 0, full.stderr[-2000:]
+    assert not (root / "pruned-full.checkpoints").exists()  # the scratch folder goes once the artifact is written
+
+    proc = subprocess.Popen(_prune_cmd(teacher, data, root / "pruned-killed"), cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    recovery = root / "pruned-killed.checkpoints" / "recovered.checkpoints"
+    _wait_for_checkpoint(recovery, proc, settle=0.05)
+    proc.kill()
+    assert proc.wait() == -9, "the prune finished before it could be killed; give it more recovery epochs"
+    assert not (root / "pruned-killed").exists(), "a killed run must not leave an artifact"
+    assert list(recovery.glob("checkpoint-*"))
+    resumed = subprocess.run(_prune_cmd(teacher, data, root / "pruned-killed") + ["--resume"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming from" in resumed.stdout and str(recovery) in resumed.stdout
+
+    a = load_file(root / "pruned-full" / "model.safetensors")
+    b = load_file(root / "pruned-killed" / "model.safetensors")
+    assert a.keys() == b.keys() and all(a[k].shape == b[k].shape for k in a)
+    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+    assert worst <= WEIGHT_ATOL, f"resumed pruned model differs by {worst}"
+    metas = [json.loads((root / d / "compress.json").read_text()) for d in ("pruned-full", "pruned-killed")]
+    assert metas[0]["metrics"]["test"]["accuracy"] == metas[1]["metrics"]["test"]["accuracy"]
+    assert metas[1]["pruning"]["recovery"]["training"]["global_steps"] == metas[0]["pruning"]["recovery"]["training"][
+        "global_steps"]
+
+
+def test_resume_refuses_checkpoints_made_under_other_settings(tmp_path, capsys):
+    from compress.training import FINGERPRINT_FILE, checkpoint_dir, resume_point
+
+    out = tmp_path / "student"
+    folder = checkpoint_dir(out)
+
+    def checkpoint(step: int) -> None:
+        (folder / f"checkpoint-{step}").mkdir(parents=True)
+        (folder / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+
+    assert resume_point(out, False, "settings-a") is None  # a fresh run records what it trains under
+    assert json.loads((folder / FINGERPRINT_FILE).read_text())["fingerprint"] == "settings-a"
+    checkpoint(5)
+    assert resume_point(out, True, "settings-a") == str(folder / "checkpoint-5")
+    assert "resuming from" in capsys.readouterr().out
+
+    assert resume_point(out, True, "settings-b") is None
+    said = capsys.readouterr().out
+    aside = tmp_path / "student.set-aside-1.checkpoints"
+    assert f"set aside as {aside}" in said and "other settings" in said and "resuming from" not in said
+    assert (aside / "checkpoint-5" / "trainer_state.json").exists()
+    assert json.loads((folder / FINGERPRINT_FILE).read_text())["fingerprint"] == "settings-b"
+
+    (folder / FINGERPRINT_FILE).unlink()  # checkpoints from before fingerprints were recorded
+    checkpoint(7)
+    assert resume_point(out, True, "settings-b") is None
+    assert "carry no record of the settings" in capsys.readouterr().out
+    assert (tmp_path / "student.set-aside-2.checkpoints" / "checkpoint-7").exists()

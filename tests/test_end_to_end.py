@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from compress.cli import main
-from compress.data import DataOptions
+from compress.config import DataOptions
 from compress.distill.trainer import DistillConfig, distill, tokenizations_align
 from compress.teacher import TeacherConfig, train_teacher
 from compress.training import TrainSettings

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from compress.artifact import read_meta
-from compress.data import DataOptions
+from compress.config import DataOptions
 from compress.errors import CompressError
 from compress.export import PARITY_ATOL, export_model, export_onnx
-from compress.quantize import (candidate_plan, load_torch_int8, quantize, sensitive_onnx_nodes,
+from compress.formats.torch_int8 import load_torch_int8
+from compress.quantize import (candidate_plan, quantize, sensitive_onnx_nodes,
                                sensitive_torch_modules, torch_dynamic_int8)
 from compress.runtime import TORCH_INT8_FILE, Predictor, artifact_kind
 from tests.conftest import make_bert, sentiment_rows, write_csv

@@ -2,7 +2,7 @@
 
 import pytest
 
-from compress.distill.layer_map import format_layer_map, parse_layer_map, uniform_layer_map
+from students.layer_map import format_layer_map, parse_layer_map, uniform_layer_map
 from compress.errors import CompressError
 
 

@@ -119,3 +119,129 @@ def test_killed_run_resumes_at_the_unfinished_stage(tmp_path):
     assert "[teacher] up to date" in done.stdout
     assert "resuming from" in done.stdout
     assert json.loads((tmp_path / "run" / "student" / "compress.json").read_text())["complete"]
+
+
+# ----------------------------------------------------------------------------- configs, identity, checkpoints
+
+
+def test_a_wrong_type_and_a_bad_gate_rule_fail_up_front_with_both_lines(tmp_path, sentiment_csv):
+    encoder = make_bert(tmp_path / "encoder")
+    path = _recipe(tmp_path, f"""\
+out: {tmp_path / 'run'}
+data:
+  data: {sentiment_csv}
+  limit: ten
+teacher: {{model: {encoder}, epochs: 1}}
+export: {{}}
+gate:
+  rules:
+    max_accuracy_drop: 0.05
+    onnx:
+      min_speedup: fast
+""")
+    with pytest.raises(CompressError) as info:
+        load_recipe(path)
+    msg = str(info.value)
+    assert "2 problem(s)" in msg
+    assert f"{path}:4: data.limit must be an integer, got 'ten'" in msg
+    assert f"{path}:11: gate.rules: [artifacts.onnx] min_speedup must be a number, got 'fast'" in msg
+    assert not (tmp_path / "run").exists()  # nothing ran
+
+    rules = tmp_path / "gates.toml"
+    rules.write_text("[rules]\nmin_speedup = 2.0\nmin_speed = 3\n")
+    path = _recipe(tmp_path, f"data: {sentiment_csv}\nteacher: {{model: {encoder}}}\ngate: {{rules: {rules}}}\n")
+    with pytest.raises(CompressError, match=rf"{path}:3: gate.rules: {rules}:3: unknown rule 'min_speed'"):
+        load_recipe(path)
+
+
+def _classifier_recipe(tmp_path, data) -> Path:
+    """A teacher that is only evaluated (a classifier already), exported and quantized: no training."""
+    model = make_bert(tmp_path / "classifier", head=True, seed=2)
+    return _recipe(tmp_path, f"""\
+out: {tmp_path / 'run'}
+data: {data}
+teacher: {{model: {model}, finetune: "no"}}
+export: {{}}
+quantize: {{method: ort-dynamic, max_accuracy_drop: 0.5}}
+""")
+
+
+def test_editing_a_data_file_reruns_the_stages_that_read_it(tmp_path, capsys):
+    data = write_csv(tmp_path / "data.csv", sentiment_rows(120, seed=1))
+    path = _classifier_recipe(tmp_path, data)
+    assert [r["status"] for r in run_recipe(load_recipe(path))] == ["ran", "ran", "ran"]
+    os.utime(data, (time.time() + 100, time.time() + 100))  # touched, same content: still current
+    assert [r["status"] for r in run_recipe(load_recipe(path))] == ["skipped", "skipped", "skipped"]
+    capsys.readouterr()
+    write_csv(data, sentiment_rows(120, seed=2))  # edited in place: same path, same size class, new rows
+    statuses = [r["status"] for r in run_recipe(load_recipe(path))]
+    # teacher and quantize read the data; export reads only the teacher's weights, which did not change
+    assert statuses == ["ran", "skipped", "ran"]
+    out = capsys.readouterr().out
+    assert "[teacher] running" in out and "input data changed" in out
+    record = json.loads((tmp_path / "run" / ".bert-compress-run" / "quantize.json").read_text())
+    assert record["identity"]["inputs"]["data"] == __import__("compress.fingerprint").fingerprint.file_sha256(data)
+
+
+def test_a_stage_error_keeps_its_message_and_debug_shows_the_traceback(tmp_path, sentiment_csv):
+    broken = tmp_path / "no-weights"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    path = _recipe(tmp_path, f"out: {tmp_path / 'run'}\ndata: {sentiment_csv}\nteacher: {{model: {broken}}}\n")
+    with pytest.raises(CompressError, match="has a config.json but no weights"):
+        run_recipe(load_recipe(path))
+    cmd = [sys.executable, "-m", "compress", "run", str(path)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "error:" in done.stderr and "has a config.json but no weights" in done.stderr
+    assert "Traceback" not in done.stderr and "exit code" not in done.stderr
+    done = subprocess.run([sys.executable, "-m", "compress", "--debug", "run", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "Traceback" in done.stderr and "check_model_folder" in done.stderr
+
+
+def test_bench_runs_in_its_own_process_from_a_config_file_and_its_errors_come_back(tmp_path):
+    data = write_csv(tmp_path / "data.csv", sentiment_rows(120, seed=1))
+    model = make_bert(tmp_path / "classifier", head=True, seed=2)
+    recipe = f"""\
+out: {tmp_path / 'run'}
+data: {data}
+teacher: {{model: {model}, finetune: "no"}}
+export: {{}}
+bench: {{quick: true, memory: false, seq_lens: [SEQ]}}
+gate: {{rules: {{max_accuracy_drop: 0.5}}}}
+"""
+    status = run_recipe(load_recipe(_recipe(tmp_path, recipe.replace("SEQ", "16"))))
+    assert [r["status"] for r in status] == ["ran", "ran", "ran", "ran"]
+    config = json.loads((tmp_path / "run" / ".bert-compress-run" / "bench.config.json").read_text())
+    assert config["seq_lens"] == [16] and config["quick"] is True
+    results = json.loads((tmp_path / "run" / "bench" / "results.json").read_text())
+    assert results["settings"]["seq_lens"] == [16]
+    assert (tmp_path / "run" / "gates.toml").exists() and (tmp_path / "run" / "gate-junit.xml").exists()
+    with pytest.raises(CompressError, match="--seq-lens 4096"):  # the child's own message, not an exit code
+        run_recipe(load_recipe(_recipe(tmp_path, recipe.replace("SEQ", "4096"))))
+
+
+def test_a_recipe_changed_after_a_kill_does_not_resume_the_old_checkpoint(tmp_path):
+    path = _tiny_recipe(tmp_path, epochs=40)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "compress", "run", str(path)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpts = tmp_path / "run" / "student.checkpoints"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None and not list(ckpts.glob("checkpoint-*/trainer_state.json")):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -9, "the run finished before it could be killed"
+    old = sorted(ckpts.glob("checkpoint-*"))
+    assert old, "distillation never wrote a checkpoint"
+    # the recipe is edited: another learning rate, and fewer epochs so the fresh run is short
+    path.write_text(path.read_text().replace("epochs: 40, lr: 0.002", "epochs: 1, lr: 0.001"))
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "[teacher] up to date" in done.stdout
+    assert "resuming from" not in done.stdout
+    assert "not resumed; set aside as" in done.stdout
+    aside = tmp_path / "run" / "student.set-aside-1.checkpoints"
+    assert (aside / old[-1].name / "trainer_state.json").exists()  # renamed, not deleted
+    meta = json.loads((tmp_path / "run" / "student" / "compress.json").read_text())
+    assert meta["config"]["train"]["lr"] == 0.001 and meta["training"]["global_steps"] < 40

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from compress.cli import main
-from compress.data import DataOptions
+from compress.config import DataOptions
 from compress.errors import CompressError
 from compress.modeling import count_parameters, load_classifier
 from compress.prune import (PRUNING_KEY, PruneConfig, layer_parts, prune, prune_model, select_units, structure)

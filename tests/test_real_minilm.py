@@ -10,7 +10,8 @@ import json
 import pytest
 import torch
 
-from compress.data import DataOptions, load_task_data
+from compress.config import DataOptions
+from compress.data import load_task_data
 from compress.distill.trainer import DistillConfig, distill
 from compress.teacher import TeacherConfig, train_teacher
 from compress.training import TrainSettings

@@ -12,14 +12,15 @@ import pytest
 import torch
 
 from compress.cli import main
-from compress.data import DataOptions, load_task_data
+from compress.config import DataOptions
+from compress.data import load_task_data
 from compress.distill.losses import LOSSES, LossTerm
 from compress.distill.trainer import DistillationModule, _row_weighted
 from compress.errors import CompressError
 from compress.teacher import TeacherConfig, load_teacher, train_teacher
 from compress.training import TrainSettings
 from compress.transfer import (MASK, AugmentOptions, EmbeddingNeighbours, MaskedLMCandidates, TransferOptions,
-                               _mlm_head_keys, augment_examples, augmented_rows, build_transfer, candidate_source,
+                               augment_examples, augmented_rows, build_transfer, candidate_source, mlm_head_keys,
                                filter_unlabeled, normalize_text, parse_ops, read_unlabeled, split_keys, text_key)
 from tests.conftest import make_bert, make_tokenizer, sentiment_rows, write_csv
 
@@ -121,7 +122,7 @@ def test_masked_lm_head_is_found_in_the_teachers_parent_and_config_claims_are_no
     cfg = json.loads((liar / "config.json").read_text())
     cfg["architectures"] = ["BertForMaskedLM"]
     (liar / "config.json").write_text(json.dumps(cfg))
-    ok, reason = _mlm_head_keys(liar)
+    ok, reason = mlm_head_keys(liar)
     assert not ok and "lack the masked-LM head" in reason
     plain = load_teacher(world["plain"])
     source, why = candidate_source(plain)

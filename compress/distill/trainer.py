@@ -3,7 +3,7 @@
 Built on transformers' ``Trainer``: the trainable module is the student together with the
 projections of the intermediate losses (so DDP wraps exactly those, and checkpoints resume both),
 while the teacher stays outside it, frozen, run under ``no_grad`` on every rank. The objective is
-a list of loss terms (``compress.distill.losses.LossTerm``), each a registered loss on one signal
+a list of loss terms (``compress.losses.LossTerm``), each a registered loss on one signal
 (logits, labels, embeddings, hidden states, attention maps), so the trainer never names a loss.
 
 The teacher's logits for the training rows come from the soft-label cache when it has them and are
@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,109 +30,18 @@ import torch
 from torch import nn
 
 from compress.artifact import weights_sha256, write_artifact
-from compress.data import DataOptions, DynamicPaddingCollator, tokenize_split
+from compress.config import DistillConfig
+from compress.data import DynamicPaddingCollator, tokenize_split
 from compress.distill.layer_map import format_layer_map, parse_layer_map
-from compress.distill.losses import LOSSES, LossTerm, check_terms, names
+from compress.losses import LOSSES, LossTerm
 from compress.distill.soft_labels import Part, SoftLabelStore
-from compress.errors import CompressError
 from compress.modeling import accepts_token_types, autocast, classification_metrics, count_parameters, predict_logits
 from compress.teacher import load_teacher, soft_label_cache_path, teacher_logits
-from compress.transfer import OPS, TransferOptions, build_transfer
-from compress.training import (TrainSettings, check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
-                               is_main_process, resume_point, run_trainer, training_arguments, world)
-from students.factory import StudentSpec, build_student, teacher_shape
-
-
-@dataclass
-class DistillConfig:
-    """Settings of the distill stage (``bert-compress distill``)."""
-
-    teacher: str = ""
-    data: DataOptions = field(default_factory=DataOptions)
-    student: StudentSpec = field(default_factory=StudentSpec)
-    train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=3.0, lr=5e-5))
-    temperature: float = 2.0
-    kd_loss: str = "soft_ce"
-    alpha_kd: float = 1.0
-    alpha_hard: float = 0.5
-    intermediate: bool = True
-    alpha_embedding: float = 1.0
-    alpha_hidden: float = 1.0
-    alpha_attention: float = 1.0
-    layer_map: str = "uniform"
-    #: The states loss of the embedding and hidden-state terms built from the flags (``--hidden-loss``).
-    hidden_loss: str = "hidden_mse"
-    #: Learning rate of the width-bridging projections (``None``: the student's ``--lr``). Fresh
-    #: projections start far from any useful map; at the student's small rate they barely move.
-    projection_lr: float | None = None
-    #: The loss terms, explicitly (a list of ``LossTerm`` or their dicts). ``None``: built from
-    #: ``alpha_*``, ``kd_loss``, ``hidden_loss`` and ``intermediate`` (see :meth:`loss_terms`).
-    losses: list[Any] | None = None
-    #: ``joint``: all losses together; ``two-stage``: intermediate losses alone for
-    #: ``stage1_epochs``, then the prediction-layer losses alone (TinyBERT's schedule).
-    schedule: str = "joint"
-    stage1_epochs: float = 1.0
-    max_length: int = 128
-    allow_pickle: bool = False
-    resume: bool = False
-    keep_checkpoints: bool = False
-    #: Transfer data (compress.transfer): an unlabelled corpus the teacher labels, and augmented variants.
-    unlabeled: str | None = None
-    unlabeled_text_column: str = "text"
-    unlabeled_text_pair_column: str | None = None
-    unlabeled_weight: float = 1.0
-    unlabeled_limit: int | None = None
-    augment: int = 0
-    augment_ops: str = ",".join(OPS)
-
-    def validate(self) -> None:
-        self.train.validate()
-        self.student.validate()
-        problems = []
-        if self.temperature <= 0:
-            problems.append(f"--temperature must be > 0, got {self.temperature}")
-        for name in ("alpha_kd", "alpha_hard", "alpha_embedding", "alpha_hidden", "alpha_attention"):
-            if getattr(self, name) < 0:
-                problems.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if self.losses is None and self.alpha_kd == 0 and self.alpha_hard == 0 and not self.intermediate:
-            problems.append("every loss weight is 0: set --alpha-kd or --alpha-hard above 0")
-        if self.kd_loss not in names("soft"):
-            problems.append(f"--kd-loss must be {' or '.join(names('soft'))}, got {self.kd_loss!r}")
-        if self.hidden_loss not in names("states"):
-            problems.append(f"--hidden-loss must be one of {', '.join(names('states'))}, got {self.hidden_loss!r}")
-        if self.projection_lr is not None and self.projection_lr <= 0:
-            problems.append(f"--projection-lr must be > 0, got {self.projection_lr}")
-        if self.losses is not None:
-            try:
-                problems += check_terms(self.loss_terms())
-            except CompressError as exc:
-                problems.append(str(exc))
-        if self.schedule not in ("joint", "two-stage"):
-            problems.append(f"--schedule must be joint or two-stage, got {self.schedule!r}")
-        if self.schedule == "two-stage" and not 0 < self.stage1_epochs < self.train.epochs:
-            problems.append(f"--stage1-epochs must lie between 0 and --epochs ({self.train.epochs}), got {self.stage1_epochs}")
-        if self.max_length < 8:
-            problems.append(f"--max-length must be >= 8, got {self.max_length}")
-        problems += TransferOptions.from_config(self).validate()
-        if problems:
-            raise CompressError("; ".join(problems))
-
-    def loss_terms(self) -> list[LossTerm]:
-        """The objective as a list of terms: ``losses`` when given, else the one the flags describe
-        (soft labels, gold labels, and with ``intermediate`` the embedding, hidden-state and
-        attention terms). Terms of weight 0 are kept, so ``compress.json`` shows what was off."""
-        if self.losses is not None:
-            return [LossTerm.from_dict(t) for t in self.losses]
-        terms = [LossTerm(self.kd_loss, self.alpha_kd), LossTerm("hard_ce", self.alpha_hard)]
-        if self.intermediate:
-            terms += [LossTerm(self.hidden_loss, self.alpha_embedding, on="embeddings"),
-                      LossTerm(self.hidden_loss, self.alpha_hidden, on="hidden"),
-                      LossTerm("attention_mse", self.alpha_attention)]
-        return terms
-
-    @property
-    def wants_intermediate(self) -> bool:
-        return any(t.intermediate and t.weight > 0 for t in self.loss_terms())
+from compress.transfer import TransferOptions, build_transfer
+from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler,
+                               interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
+                               world)
+from students.factory import build_student, teacher_shape
 
 
 class DistillationModule(nn.Module):
@@ -392,7 +300,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
             "projection_lr": cfg.projection_lr if want_inter and len(module.projections) else None,
             "schedule": cfg.schedule, "soft_labels_reused": reused,
         },
-        "config": asdict(cfg),
+        "config": cfg.to_dict(),
         "data": task.describe(),
         "transfer": transfer.describe() if transfer is not None else None,
         "metrics": metrics,
@@ -413,9 +321,9 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
         import shutil
 
         shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
-    from compress.teacher import _print_metrics
+    from compress.training import print_metrics
 
-    _print_metrics("student", metrics, timings)
+    print_metrics("student", metrics, timings)
     return path
 
 
@@ -517,7 +425,7 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
                 running.clear()
 
     args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds))
-    resume = resume_point(out, cfg.resume)
+    resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     pads = {"s_": pad_id, "t_": teacher.tokenizer.pad_token_id}
     stop = interrupt_callback()
     trainer = DistillTrainer(model=module, args=args, train_dataset=train_ds, data_collator=DynamicPaddingCollator(pads),

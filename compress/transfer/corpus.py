@@ -1,0 +1,141 @@
+"""Unlabelled corpora for distillation: read a file or the built-in corpus, then filter it.
+
+Empty rows are dropped and counted; duplicates, held-out texts (validation/test) and labelled
+training texts are removed before anything is soft-labelled.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compress.data import BUILTIN_UNLABELED
+from compress.errors import CompressError
+from compress.transfer.builtin import movie_reviews_unlabeled
+from compress.transfer.texts import text_key
+
+UNLABELED_SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl", ".json", ".parquet")
+
+
+@dataclass
+class UnlabeledCorpus:
+    """Texts (and second texts, for sentence pairs) read from a corpus, with what was dropped."""
+
+    texts: list[str]
+    pairs: list[str] | None
+    source: str
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def _present(value: Any) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, float) and value != value:
+        return False
+    text = str(value)
+    return bool(text.strip()) and text != "<NA>"
+
+
+def read_unlabeled(path: str | os.PathLike, text_column: str = "text", text_pair_column: str | None = None) -> UnlabeledCorpus:
+    """Read a text-only corpus: ``.txt`` (one text a line) or a csv/tsv/jsonl/json/parquet table.
+
+    Empty texts are dropped (and counted) rather than refused: a scraped corpus has blank lines,
+    and an unlabelled row carries no label that could be lost with it.
+    """
+    from compress.data import read_table, require_column
+
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise CompressError(
+            f"--unlabeled {path}: no such file. Give a .txt file (one text a line), a csv/tsv/jsonl/parquet file with "
+            f"a text column, or a built-in corpus: {', '.join(BUILTIN_UNLABELED)}."
+        )
+    if path.is_dir():
+        raise CompressError(f"--unlabeled {path} is a folder; give one file (.txt, .csv, .tsv, .jsonl or .parquet).")
+    suffix = path.suffix.lower()
+    if suffix not in UNLABELED_SUFFIXES:
+        raise CompressError(f"--unlabeled {path}: unsupported file type {suffix!r}. Use one of "
+                            f"{', '.join(UNLABELED_SUFFIXES)}.")
+    if suffix == ".txt":
+        if text_pair_column:
+            raise CompressError(f"--unlabeled {path}: a .txt corpus holds one text a line, but this is a sentence-pair "
+                                "task. Give a csv/tsv/jsonl/parquet file and name its columns with "
+                                "--unlabeled-text-column and --unlabeled-text-pair-column.")
+        try:
+            with open(path, encoding="utf-8-sig") as handle:
+                lines = [line.strip() for line in handle]
+        except UnicodeDecodeError as exc:
+            raise CompressError(f"--unlabeled {path}: not UTF-8 text ({exc.reason} at byte {exc.start}). "
+                                "Convert it to UTF-8.") from exc
+        texts = [line for line in lines if line]
+        return UnlabeledCorpus(texts, None, str(path), {"rows": len(lines), "empty": len(lines) - len(texts)})
+    frame = read_table(path)
+    values = require_column(frame, text_column, "--unlabeled-text-column", str(path)).tolist()
+    seconds = None
+    if text_pair_column:
+        seconds = require_column(frame, text_pair_column, "--unlabeled-text-pair-column", str(path)).tolist()
+    keep = [i for i, v in enumerate(values) if _present(v) and (seconds is None or _present(seconds[i]))]
+    texts = [str(values[i]).strip() for i in keep]
+    pairs = [str(seconds[i]).strip() for i in keep] if seconds is not None else None
+    if not texts:
+        raise CompressError(f"--unlabeled {path}: column {text_column!r} holds no text in any of its {len(values)} rows.")
+    return UnlabeledCorpus(texts, pairs, str(path), {"rows": len(values), "empty": len(values) - len(texts)})
+
+
+def load_unlabeled(spec: str, text_column: str = "text", text_pair_column: str | None = None,
+                   is_pair: bool = False) -> UnlabeledCorpus:
+    """A built-in corpus name or a file, read into an :class:`UnlabeledCorpus` (nothing filtered yet)."""
+    if is_pair and not text_pair_column:
+        raise CompressError(
+            f"--unlabeled {spec}: the task is a sentence-pair task, so the unlabelled corpus must hold pairs too. "
+            "Give a csv/tsv/jsonl/parquet file and name its second column with --unlabeled-text-pair-column."
+        )
+    if not is_pair and text_pair_column:
+        raise CompressError("--unlabeled-text-pair-column is set but the task has single texts; drop the option, "
+                            "or give the task's --text-pair-column too.")
+    if spec in BUILTIN_UNLABELED:
+        if is_pair:
+            raise CompressError(f"--unlabeled {spec} holds single sentences; a sentence-pair task needs a pair corpus.")
+        ds = movie_reviews_unlabeled()
+        return UnlabeledCorpus(ds["text"][:], None, spec, {"rows": len(ds), "empty": 0})
+    return read_unlabeled(spec, text_column, text_pair_column)
+
+
+def filter_unlabeled(corpus: UnlabeledCorpus, held_out: set[str], labelled: set[str], limit: int | None = None,
+                     seed: int = 0) -> tuple[list[str], list[str] | None, dict[str, int]]:
+    """Drop duplicates, texts equal to a validation/test text (``held_out``) or to a labelled one.
+
+    A corpus row equal to a held-out text would leak it into training; one equal to a training
+    text would count that example twice. ``limit`` then keeps a seeded sample of the rest.
+    """
+    stats = dict(corpus.stats)
+    stats.update(duplicates=0, in_validation_or_test=0, in_training=0)
+    seen: set[str] = set()
+    texts: list[str] = []
+    pairs: list[str] | None = [] if corpus.pairs is not None else None
+    for i, text in enumerate(corpus.texts):
+        pair = corpus.pairs[i] if corpus.pairs is not None else None
+        key = text_key(text, pair)
+        if key in seen:
+            stats["duplicates"] += 1
+            continue
+        seen.add(key)
+        if key in held_out:
+            stats["in_validation_or_test"] += 1
+            continue
+        if key in labelled:
+            stats["in_training"] += 1
+            continue
+        texts.append(text)
+        if pairs is not None:
+            pairs.append(pair)
+    if limit is not None and len(texts) > limit:
+        chosen = sorted(random.Random(seed).sample(range(len(texts)), limit))
+        texts = [texts[i] for i in chosen]
+        pairs = [pairs[i] for i in chosen] if pairs is not None else None
+        stats["limited_to"] = limit
+    stats["kept"] = len(texts)
+    return texts, pairs, stats
