@@ -209,15 +209,26 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
     cfg = BenchConfig(artifacts=a.artifacts, reference=a.reference, data=_data_options(a), split=a.split,
                       batch_sizes=a.batch_sizes, seq_lens=a.seq_lens, threads=a.threads, warmup=a.warmup,
-                      runs=a.runs, quick=a.quick, memory=a.memory)
+                      runs=a.runs, quick=a.quick, memory=a.memory, history=a.history, seeds=dict(a.seeds or []))
     bench(cfg, a.out)
     return 0
+
+
+def _seed_group(text: str) -> tuple[str, list[str]]:
+    """``"student=runs/s0,runs/s1"`` -> ``("student", ["runs/s0", "runs/s1"])``, for --seeds."""
+    name, sep, dirs = text.partition("=")
+    members = [d for d in dirs.split(",") if d.strip()]
+    if not sep or not name.strip() or len(members) < 2:
+        raise argparse.ArgumentTypeError(f"expected NAME=DIR,DIR[,DIR...] (two or more seeds of one recipe), got {text!r}")
+    return name.strip(), members
 
 
 def cmd_gate(a: argparse.Namespace) -> int:
     from benchmarks.gate import run_gate
 
-    return run_gate(a.results, a.rules, baseline=a.baseline, junit=a.junit)
+    return run_gate(a.results, a.rules, baseline=a.baseline, junit=a.junit, on_inconclusive=a.on_inconclusive,
+                    history=a.history, window=a.window, history_threshold=a.history_threshold,
+                    history_test=a.history_test)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -329,6 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="smoke run: warmup 3, runs 10, batch 1, seq 32, 64 examples (unless given explicitly)")
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
                    help="measure peak memory of each artifact in a separate process (default on)")
+    p.add_argument("--history", default=None, metavar="FILE.jsonl",
+                   help="append this run's summary (speedups, accuracy, agreement, machine) as one line to this file")
+    p.add_argument("--seeds", type=_seed_group, action="append", default=None, metavar="NAME=DIR,DIR,...",
+                   help="students of one recipe trained with different seeds: gated as NAME on their mean (repeatable)")
     _add_data_flags(p)
     p.set_defaults(func=cmd_bench)
 
@@ -337,6 +352,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rules", required=True, help="gates TOML file (see docs/ci.md)")
     p.add_argument("--baseline", default=None, help="an older results.json, for max_regression")
     p.add_argument("--junit", default=None, help="write JUnit XML here (one testcase per artifact and rule)")
+    p.add_argument("--on-inconclusive", choices=("pass", "fail"), default=None,
+                   help="count a rule whose interval straddles its limit as pass (exit 0) or fail (exit 1); "
+                        "default: exit code 4")
+    p.add_argument("--history", default=None, metavar="FILE.jsonl",
+                   help="also flag results unlike the last --window comparable runs of this bench --history file")
+    p.add_argument("--window", type=int, default=None, help="runs of the history to compare with (default 20)")
+    p.add_argument("--history-threshold", type=float, default=None,
+                   help="flag a value this many standard deviations below the window's mean (default 3)")
+    p.add_argument("--history-test", choices=("z", "t"), default=None,
+                   help="z: z-score; t: the same false-alarm rate under Student's t for the window size (default t)")
     p.set_defaults(func=cmd_gate)
 
     p = sub.add_parser("prune", help="remove attention heads and FFN neurons (torch-pruning), recover by distillation")
