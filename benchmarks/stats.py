@@ -14,11 +14,9 @@ Why these intervals:
   seconds slows a run of consecutive rounds, and on these shared machines the step time drifts
   ~25% within an hour. An i.i.d. bootstrap would treat correlated neighbours as fresh evidence and
   give too narrow an interval (too many false alarms); resampling whole blocks of consecutive
-  rounds keeps that dependence. The block length is at least ``n^(1/3)`` (the usual rate for the
-  block bootstrap of a smooth statistic) and grows to the first lag where the ratios' sample
-  autocorrelation falls inside the ``2/sqrt(n)`` noise band, so a drifting run gets longer blocks,
-  hence a wider, honest interval. The bootstrap is seeded: the same file always gives the same
-  verdict.
+  rounds keeps that dependence. The block length is chosen from the data (Politis and White's
+  automatic rule, see :func:`block_length`), so a drifting run gets longer blocks, hence a wider,
+  honest interval. The bootstrap is seeded: the same file always gives the same verdict.
 - **Accuracy differences: a paired bootstrap over examples.** Two models scored on the same
   sentences differ only where exactly one of them is right; resampling examples (as the 2x2 table
   of both-right / only-reference / only-artifact / neither counts, a multinomial draw) keeps that
@@ -91,29 +89,42 @@ def percentile_interval(estimate: float, replicates: np.ndarray, confidence: flo
 
 
 def block_length(values: Sequence[float]) -> int:
-    """Block length for a moving-block bootstrap of ``values`` (a time series of rounds).
+    """Block length for a circular block bootstrap of ``values`` (a time series of rounds).
 
-    ``ceil(n^(1/3))`` at least; longer when the series is autocorrelated: up to the first lag whose
-    sample autocorrelation is within the ``2/sqrt(n)`` band of white noise. Capped at ``n/5`` so a
-    resample still mixes at least five blocks.
+    Politis and White's (2004) automatic choice, with the correction of Patton, Politis and White
+    (2009), for the circular block bootstrap: it estimates how far the autocorrelation reaches
+    (the first lag after which ``K`` consecutive sample autocorrelations are all within
+    ``2 sqrt(log10(n) / n)``), and balances the bootstrap's bias against its variance from the
+    autocovariances up to twice that lag (flat-top window). Independent rounds get short blocks,
+    drifting rounds long ones. The result is kept between ``ceil(n^(1/3))`` (timings always have
+    some short-range dependence that a short series cannot show) and ``n/5`` (a resample still
+    mixes at least five blocks).
     """
     x = np.asarray(values, dtype=float)
     n = len(x)
     if n < 2:
         return 1
-    base = math.ceil(n ** (1 / 3))
-    cap = max(1, n // 5)
+    floor, cap = math.ceil(n ** (1 / 3)), max(1, n // 5)
     x = x - x.mean()
     var = float(x @ x) / n
-    lag = 1
-    if var > 0:
-        band = 2 / math.sqrt(n)
-        lag = cap
-        for k in range(1, cap + 1):
-            if abs(float(x[:-k] @ x[k:]) / (n * var)) < band:
-                lag = k
-                break
-    return int(min(max(base, lag), cap))
+    if var == 0 or n < 10:
+        return int(min(floor, cap))
+    k_n = max(5, math.ceil(math.sqrt(math.log10(n))))
+    max_lag = min(n - 1, math.ceil(math.sqrt(n)) + k_n + cap)
+    acov = np.array([var] + [float(x[:-k] @ x[k:]) / n for k in range(1, max_lag + 1)])
+    band = 2 * math.sqrt(math.log10(n) / n)
+    insignificant = np.abs(acov[1:] / var) < band
+    m_hat = next((m for m in range(0, max_lag - k_n + 1) if insignificant[m:m + k_n].all()), max_lag - k_n)
+    big_m = min(2 * max(m_hat, 1), max_lag)
+    lags = np.arange(1, big_m + 1)
+    t = lags / big_m
+    weight = np.where(t <= 0.5, 1.0, 2 * (1 - t))
+    g0 = var + 2 * float(np.sum(weight * acov[1:big_m + 1]))
+    g = 2 * float(np.sum(weight * lags * acov[1:big_m + 1]))
+    if g0 <= 0:
+        return int(min(floor, cap))
+    optimal = (2 * g * g / ((4 / 3) * g0 * g0)) ** (1 / 3) * n ** (1 / 3)
+    return int(min(max(floor, math.ceil(optimal)), cap))
 
 
 def block_bootstrap_indices(n: int, block: int, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:

@@ -438,3 +438,85 @@ def test_load_results_returns_the_document(results_file):
     results_file.write_text(json.dumps(broken))
     with pytest.raises(GateInputError, match="measured nothing"):
         load_results(results_file)
+
+
+# ----------------------------------------------------------------------------- version 1 files
+
+
+def test_version_1_results_are_read_and_their_statistical_rules_are_inconclusive(tmp_path, capsys):
+    """A v1 file holds no rounds or predictions: interval rules say why they cannot decide (exit 4); the others work."""
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(make_results_v1()))
+    assert load_results(path)["schema_version"] == 1
+    toml = "[rules]\nmin_speedup = 1.5\nmax_accuracy_drop = 0.05\nmin_agreement = 0.9\nmax_p50_ms = 1000\nmax_size_mb = 100\n"
+    checks = _checks(tmp_path, toml, make_results_v1())
+    for rule in ("min_speedup", "max_accuracy_drop", "min_agreement", "max_p50_ms"):
+        check = checks[("student", rule)]
+        assert check.status == "inconclusive" and "schema version 1" in check.message and "bench again" in check.message
+    assert checks[("student", "max_size_mb")].status == "pass"
+    assert checks[("student", "min_speedup")].measured.startswith("2.00")  # the worst point value is still shown
+    rules = _rules(tmp_path, toml)
+    assert main(["gate", str(path), "--rules", str(rules)]) == EXIT_INCONCLUSIVE
+    assert "schema version 1" in capsys.readouterr().out
+    # A v1 baseline: max_regression cannot be decided either.
+    current = tmp_path / "v2.json"
+    current.write_text(json.dumps(make_results()))
+    check = _checks(tmp_path, "[rules]\nmax_regression = 0.1\n", make_results(), make_results_v1())[
+        ("student", "max_regression")]
+    assert check.status == "inconclusive" and "schema version 1" in check.message
+
+
+def test_version_2_needs_rounds_and_predictions(tmp_path, capsys):
+    doc = make_results()
+    del doc["artifacts"][1]["latency"][0]["rounds_ns"]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    rules = _rules(tmp_path, "[rules]\nmin_speedup = 1\n")
+    assert main(["gate", str(path), "--rules", str(rules)]) == EXIT_MALFORMED
+    assert "artifacts[1].latency[0].rounds_ns is missing" in capsys.readouterr().err
+    doc = make_results()
+    doc["artifacts"][2]["quality"]["predictions"] = doc["artifacts"][2]["quality"]["predictions"][:10]
+    path.write_text(json.dumps(doc))
+    assert main(["gate", str(path), "--rules", str(rules)]) == EXIT_MALFORMED
+    assert "artifacts[2].quality.predictions should be 1000 whole numbers" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- seeds of one recipe
+
+
+def _with_seed_group(accuracies: list[float], agreement: float = 0.95) -> dict:
+    """The crafted run plus a group "student" of seeds (the first one timed), each with its own accuracy."""
+    doc = make_results()
+    first = doc["artifacts"][1]
+    first["name"] = "student-s0"
+    _set_quality(first, accuracies[0], agreement)
+    for i, acc in enumerate(accuracies[1:], start=1):
+        member = copy.deepcopy(first)
+        member.update(name=f"student-s{i}", latency=[])
+        _set_quality(member, acc, agreement - (accuracies[0] - acc))
+        doc["artifacts"].append(member)
+    doc["groups"] = [{"name": "student", "members": [f"student-s{i}" for i in range(len(accuracies))]}]
+    return doc
+
+
+def test_seed_groups_are_gated_on_their_mean(tmp_path):
+    doc = _with_seed_group([0.88, 0.87, 0.89])
+    checks = _checks(tmp_path, "[rules]\nmax_accuracy_drop = 0.06\nmin_agreement = 0.9\nmin_speedup = 1.9\n", doc)
+    assert {art for art, _ in checks} == {"student", "student-int8"}  # members are gated through their group
+    drop = checks[("student", "max_accuracy_drop")]
+    assert drop.status == "pass" and "mean of 3 seeds" in drop.measured and "+2.00 pt" in drop.measured
+    assert checks[("student", "min_agreement")].status == "pass"
+    assert checks[("student", "min_speedup")].status == "pass"  # latency of the first, timed, member
+    # Seeds that scatter widen the interval: the same mean drop is no longer shown to be under 3 points.
+    tight = _checks(tmp_path, "[rules]\nmax_accuracy_drop = 0.035\n", _with_seed_group([0.88, 0.88, 0.88]))
+    loose = _checks(tmp_path, "[rules]\nmax_accuracy_drop = 0.035\n", _with_seed_group([0.86, 0.88, 0.90], 0.94))
+    assert tight[("student", "max_accuracy_drop")].status == "pass"
+    assert loose[("student", "max_accuracy_drop")].status == "inconclusive"
+    # A member named in its own table is gated alone, by that table only.
+    checks = _checks(tmp_path, '[rules]\nmin_agreement = 0.9\n\n[artifacts."student-s1"]\nmax_size_mb = 100\n', doc)
+    assert ("student-s1", "max_size_mb") in checks and ("student-s1", "min_agreement") not in checks
+    # max_regression of a group against a baseline group: Welch's t over the per-seed accuracies.
+    worse = _with_seed_group([0.78, 0.77, 0.79], 0.85)
+    check = _checks(tmp_path, "[rules]\nmax_regression = 0.05\nlatency_batch_size = 1\n", worse, doc)[
+        ("student", "max_regression")]
+    assert check.status == "fail" and "3 seeds" in check.measured
