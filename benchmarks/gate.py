@@ -571,7 +571,7 @@ def _latency_rule(rule: str, limit: float, subject: _Subject, ctx: _Context, act
         if rule == "min_speedup":
             boot = ctx.speedup(art, ctx.ref, *cfg)
             interval = None if boot is None else percentile_interval(
-                boot[0], boot[1], confidence, f"moving-block bootstrap over {boot[2]} paired rounds")
+                boot[0], boot[1], confidence, f"circular block bootstrap over {boot[2]} paired rounds")
         else:
             rounds = ctx.rounds(art, *cfg)
             interval = None if rounds is None else (

@@ -8,7 +8,7 @@ limit (more rounds or more examples would decide).
 
 Why these intervals:
 
-- **Speedups: a moving-block bootstrap over the paired rounds** (circular blocks). Each round
+- **Speedups: a circular block bootstrap over the paired rounds** (circular blocks). Each round
   gives one ratio ``reference_time / artifact_time``; the estimate is the median of those ratios
   (what ``bench`` always reported). Rounds are not independent: a machine that is slow for a few
   seconds slows a run of consecutive rounds, and on these shared machines the step time drifts
@@ -161,10 +161,10 @@ def speedup_replicates(reference_ns: Sequence[float], artifact_ns: Sequence[floa
 
 def speedup_interval(reference_ns: Sequence[float], artifact_ns: Sequence[float],
                      confidence: float = DEFAULT_CONFIDENCE, resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
-    """Interval of the median paired speedup ``median_i(reference_i / artifact_i)`` (moving-block bootstrap)."""
+    """Interval of the median paired speedup ``median_i(reference_i / artifact_i)`` (circular block bootstrap)."""
     estimate, reps, block = speedup_replicates(reference_ns, artifact_ns, resamples, seed)
     return percentile_interval(estimate, reps, confidence,
-                               f"moving-block bootstrap over {len(reference_ns)} paired rounds, block {block}")
+                               f"circular block bootstrap over {len(reference_ns)} paired rounds, block {block}")
 
 
 def ratio_of_independent(new: tuple[float, np.ndarray], old: tuple[float, np.ndarray], confidence: float,
@@ -178,22 +178,22 @@ def ratio_of_independent(new: tuple[float, np.ndarray], old: tuple[float, np.nda
 
 def series_median_interval(times_ns: Sequence[float], confidence: float = DEFAULT_CONFIDENCE,
                            resamples: int = RESAMPLES, seed: int = SEED, scale: float = 1e-6) -> Interval:
-    """Interval of the median of a time series of call times (moving-block bootstrap), times ``scale`` (ns -> ms)."""
+    """Interval of the median of a time series of call times (circular block bootstrap), times ``scale`` (ns -> ms)."""
     x = np.asarray(times_ns, dtype=float) * scale
     block = block_length(x)
     reps = np.median(x[block_bootstrap_indices(len(x), block, resamples, seed)], axis=1)
     return percentile_interval(float(np.median(x)), reps, confidence,
-                               f"moving-block bootstrap over {len(x)} rounds, block {block}")
+                               f"circular block bootstrap over {len(x)} rounds, block {block}")
 
 
 def throughput_interval(times_ns: Sequence[float], batch_size: int, confidence: float = DEFAULT_CONFIDENCE,
                         resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
-    """Interval of ``batch_size / mean call time`` in sequences per second (moving-block bootstrap)."""
+    """Interval of ``batch_size / mean call time`` in sequences per second (circular block bootstrap)."""
     x = np.asarray(times_ns, dtype=float) / 1e9
     block = block_length(x)
     reps = batch_size / x[block_bootstrap_indices(len(x), block, resamples, seed)].mean(axis=1)
     return percentile_interval(batch_size / float(x.mean()), reps, confidence,
-                               f"moving-block bootstrap over {len(x)} rounds, block {block}")
+                               f"circular block bootstrap over {len(x)} rounds, block {block}")
 
 
 # ----------------------------------------------------------------------------- paired accuracy
