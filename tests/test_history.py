@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.gate import EXIT_FAIL, EXIT_MALFORMED, EXIT_PASS, run_gate
+from benchmarks.gate import EXIT_FAIL, EXIT_MALFORMED, EXIT_PASS
 from benchmarks.history import (HISTORY_SCHEMA, append_history, check_artifact, metric_series, read_history,
                                 summarize_run)
 from compress.cli import main
