@@ -31,8 +31,9 @@ def split_texts_and_labels(task, split: str) -> tuple[list[Any], np.ndarray]:
 
 
 def evaluate_quality(predictors: Mapping[str, Any], reference: str, texts: Sequence[Any], labels: np.ndarray,
-                     batch_size: int = 32, progress: bool = True) -> dict[str, dict[str, float]]:
-    """``{name: {accuracy, macro_f1, agreement, n}}`` for every predictor; the reference agrees with itself."""
+                     batch_size: int = 32, progress: bool = True) -> dict[str, dict[str, Any]]:
+    """``{name: {accuracy, macro_f1, agreement, n, predictions, ...intervals}}`` for every predictor; the
+    reference agrees with itself."""
     from tqdm.auto import tqdm
 
     if reference not in predictors:
@@ -47,6 +48,32 @@ def evaluate_quality(predictors: Mapping[str, Any], reference: str, texts: Seque
         out[name] = classification_metrics(logits[name], labels, reference_logits=logits[reference])
         if name != reference:
             out[name]["mcnemar_p"] = mcnemar_p(logits[name].argmax(-1) == labels, ref_correct)
+        out[name].update(quality_intervals(logits[name].argmax(-1), logits[reference].argmax(-1), labels,
+                                           is_reference=name == reference))
+    return out
+
+
+def quality_intervals(predictions: np.ndarray, reference_predictions: np.ndarray, labels: np.ndarray,
+                      is_reference: bool = False, confidence: float = 0.95) -> dict[str, Any]:
+    """The per-example predictions (what the gate's paired statistics need) and 95% intervals for the report.
+
+    ``accuracy_ci`` and ``agreement_ci`` are Clopper-Pearson; ``accuracy_drop`` is the paired-bootstrap
+    interval of ``reference accuracy - this accuracy`` on the same examples, and ``detectable_drop``
+    the smallest true drop this test set finds with 80% power (see :mod:`benchmarks.stats`).
+    """
+    from benchmarks.stats import accuracy_drop_interval, detectable_drop, proportion_interval
+
+    pred = np.asarray(predictions)
+    ref_pred = np.asarray(reference_predictions)
+    labels = np.asarray(labels)
+    correct, ref_correct = pred == labels, ref_pred == labels
+    acc = proportion_interval(int(correct.sum()), len(labels), confidence)
+    out: dict[str, Any] = {"predictions": [int(p) for p in pred], "accuracy_ci": [acc.low, acc.high]}
+    if not is_reference:
+        agree = proportion_interval(int((pred == ref_pred).sum()), len(labels), confidence)
+        out["agreement_ci"] = [agree.low, agree.high]
+        out["accuracy_drop"] = accuracy_drop_interval(ref_correct, correct, confidence).as_dict()
+        out["detectable_drop"] = detectable_drop(ref_correct, correct, confidence)
     return out
 
 

@@ -1,24 +1,34 @@
 """CI gates: thresholds from a TOML file checked against ``results.json`` -> exit code, JUnit, summary.
 
-``bert-compress gate RESULTS.json --rules gates.toml [--baseline OLD.json] [--junit FILE]``
+``bert-compress gate RESULTS.json --rules gates.toml [--baseline OLD.json] [--junit FILE]
+[--on-inconclusive pass|fail] [--history FILE.jsonl --window N]``
+
+Every rule on a measured quantity is decided on a confidence interval (95% unless the rules say
+``confidence = ...``), not on the point estimate: it *passes* when the whole interval is on the
+good side of the limit, *fails* when the whole interval is on the bad side, and is *inconclusive*
+when the interval straddles the limit (more rounds or more examples would decide). The intervals
+are described in :mod:`benchmarks.stats`; speedups come from the benchmark's interleaved paired
+rounds, accuracy differences from the same examples.
 
 Exit codes, so CI can tell a model that got worse from a pipeline that is broken:
 
 - 0 every rule passed (rules that do not apply, such as fusion rules on a PyTorch artifact, or
   regression rules without ``--baseline``, are reported as skipped);
 - 1 at least one rule failed;
-- 3 the rules or a results file is malformed (bad TOML, unknown rule, wrong type, wrong schema,
-  missing field, a rule table naming an artifact the results do not hold). The message names the
-  file, the key or line, and the fix;
+- 4 nothing failed, but at least one rule was inconclusive (``--on-inconclusive pass`` or ``fail``
+  turns that into 0 or 1);
+- 3 the rules or a results or history file is malformed (bad TOML, unknown rule, wrong type, wrong
+  schema, missing field, a rule table naming an artifact the results do not hold, a broken history
+  line). The message names the file, the key or line, and the fix;
 - 2 (from the command line's usual handling) any other input problem, such as an unwritable
   ``--junit`` path.
 
 Rules file::
 
     [rules]                      # every artifact except the reference
-    min_speedup = 2.0            # paired median speedup over the reference, at every measured config
+    min_speedup = 2.0            # lower 95% bound of the paired speedup over the reference, at every measured config
     speedup_batch_size = 1       # ... or only at this batch size (and/or speedup_seq_len)
-    max_accuracy_drop = 0.01     # reference accuracy - artifact accuracy (absolute fraction)
+    max_accuracy_drop = 0.01     # upper 95% bound of reference accuracy - artifact accuracy (paired)
     min_agreement = 0.98
 
     [artifacts."student-int8"]   # overrides for one artifact (the reference too); false turns a rule off
@@ -39,13 +49,18 @@ import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
+
+import numpy as np
 
 from compress.errors import CompressError
 
-EXIT_PASS, EXIT_FAIL, EXIT_MALFORMED = 0, 1, 3
+EXIT_PASS, EXIT_FAIL, EXIT_MALFORMED, EXIT_INCONCLUSIVE = 0, 1, 3, 4
 SCHEMA = "bert-compress-bench"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions this gate reads. Version 1 files hold no per-round timings or per-example predictions: the
+#: statistical rules on them are inconclusive (with a message saying why), the others work as before.
+READABLE_VERSIONS = (1, 2)
 #: Float tolerance on comparisons: 0.85 - 0.84 is 0.010000000000000009, which must pass a 0.01 limit.
 EPS = 1e-9
 
@@ -61,12 +76,13 @@ class GateInputError(CompressError):
 class RuleSpec:
     """One key of a rules table: its value type, allowed range and meaning (for messages and docs)."""
 
-    kind: str  # "number", "fraction", "count", "bool", "selector"
+    kind: str  # "number", "fraction", "count", "bool", "selector", "confidence"
     help: str
 
 
 RULES: dict[str, RuleSpec] = {
-    "min_speedup": RuleSpec("number", "paired median speedup over the reference (x), at every selected config"),
+    "min_speedup": RuleSpec("number", "paired median speedup over the reference (x), at every selected config: "
+                                      "the interval's lower bound must reach it"),
     "speedup_batch_size": RuleSpec("selector", "check min_speedup only at this batch size"),
     "speedup_seq_len": RuleSpec("selector", "check min_speedup only at this sequence length"),
     "max_accuracy_drop": RuleSpec("fraction", "reference accuracy minus artifact accuracy, absolute (0.01 = 1 point)"),
@@ -80,8 +96,12 @@ RULES: dict[str, RuleSpec] = {
     "max_regression": RuleSpec("fraction", "against --baseline: p50 may grow and accuracy may fall by at most this share"),
     "min_fused_attention": RuleSpec("count", "fused attention operators in the ONNX graph"),
     "require_full_attention_fusion": RuleSpec("bool", "every transformer layer has a fused attention operator (ONNX)"),
+    "confidence": RuleSpec("confidence", "two-sided confidence of the intervals the rules are decided on (default 0.95)"),
 }
 SELECTORS = ("speedup_batch_size", "speedup_seq_len", "latency_batch_size", "latency_seq_len")
+#: Keys that configure rules rather than being rules (no row of their own).
+SETTINGS = SELECTORS + ("confidence",)
+DEFAULT_CONFIDENCE = 0.95
 
 
 @dataclass
@@ -107,8 +127,9 @@ class Check:
     rule: str
     limit: Any
     measured: str
-    status: str  # "pass", "fail", "skip"
+    status: str  # "pass", "fail", "inconclusive", "skip"
     message: str = ""
+    interval: str = ""  # the confidence interval the verdict was decided on, as shown
 
 
 # ----------------------------------------------------------------------------- loading and validation
@@ -161,6 +182,11 @@ def _check_value(key: str, value: Any, where: str, section: str, allow_off: bool
         return False  # an override switching a global rule off
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
     fix = f"Write it like {_example(key)}."
+    if spec.kind == "confidence":
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0.5 <= value < 1):
+            raise GateInputError(f"{where}: {section}{key} must be a number from 0.5 to below 1 (0.95 means 95%), "
+                                 f"got {value!r}. {fix}")
+        return float(value)
     if spec.kind == "bool":
         if not isinstance(value, bool):
             raise GateInputError(f"{where}: {section}{key} must be true or false, got {value!r}. {fix}")
@@ -182,7 +208,7 @@ def _check_value(key: str, value: Any, where: str, section: str, allow_off: bool
 
 
 def _example(key: str) -> str:
-    return {"bool": f"{key} = true", "count": f"{key} = 6", "selector": f"{key} = 1",
+    return {"bool": f"{key} = true", "count": f"{key} = 6", "selector": f"{key} = 1", "confidence": f"{key} = 0.95",
             "fraction": f"{key} = 0.01"}.get(RULES[key].kind, f"{key} = 2.0")
 
 
@@ -263,7 +289,7 @@ def _require(obj: dict, key: str, types: tuple, where: str, path: Path, nullable
 
 
 def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, Any]:
-    """Read and validate a ``results.json`` (schema ``bert-compress-bench`` v1) for gating."""
+    """Read and validate a ``results.json`` (schema ``bert-compress-bench`` v1 or v2) for gating."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -284,12 +310,19 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
         raise GateInputError(f"{option} {path}: schema_version is {version!r}, not a whole number. Run the benchmark again.")
     if version > SCHEMA_VERSION:
         raise GateInputError(f"{option} {path}: schema_version {version} was written by a newer bert-compress; this one "
-                             f"reads version {SCHEMA_VERSION}. Upgrade bert-compress where the gate runs.")
-    if version != SCHEMA_VERSION:
+                             f"reads versions {READABLE_VERSIONS[0]} to {SCHEMA_VERSION}. Upgrade bert-compress where the "
+                             "gate runs.")
+    if version not in READABLE_VERSIONS:
         raise GateInputError(f"{option} {path}: schema_version {version} is not supported (this bert-compress reads "
-                             f"{SCHEMA_VERSION}). Run the benchmark again with this version.")
+                             f"{', '.join(map(str, READABLE_VERSIONS))}). Run the benchmark again with this version.")
     reference = _require(doc, "reference", (str,), "$", path)
     artifacts = _require(doc, "artifacts", (list,), "$", path)
+    labels: list = []
+    if version >= 2:
+        labels = _require(_require(doc, "data", (dict,), "$", path), "labels", (list,), "$.data", path)
+        if not labels or not all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
+            raise GateInputError(f"{path}: $.data.labels should be a non-empty list of whole numbers. The file was "
+                                 "edited or damaged; run the benchmark again.")
     if not artifacts:
         raise GateInputError(f"{path}: $.artifacts is empty; the benchmark measured nothing. Run it again.")
     names = set()
@@ -308,6 +341,13 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
         quality = _require(art, "quality", (dict,), where, path)
         _require(quality, "accuracy", _NUMBER, f"{where}.quality", path)
         _require(quality, "agreement", _NUMBER, f"{where}.quality", path)
+        if version >= 2:
+            predictions = _require(quality, "predictions", (list,), f"{where}.quality", path)
+            if len(predictions) != len(labels) or not all(isinstance(p, int) and not isinstance(p, bool)
+                                                           for p in predictions):
+                raise GateInputError(f"{path}: {where}.quality.predictions should be {len(labels)} whole numbers (one "
+                                     "per example of $.data.labels). The file was edited or damaged; run the benchmark "
+                                     "again.")
         onnx = _require(art, "onnx", (dict,), where, path, nullable=True)
         if onnx is not None:
             _require(onnx, "attention_ops", (int,), f"{where}.onnx", path)
@@ -321,12 +361,32 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
             _require(entry, "throughput_seq_per_s", _NUMBER, w, path, nullable=True)
             speedup = _require(entry, "speedup", (dict,), w, path)
             _require(speedup, "median", _NUMBER, f"{w}.speedup", path)
+            if version >= 2:
+                rounds = _require(entry, "rounds_ns", (list,), w, path)
+                if not rounds or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in rounds):
+                    raise GateInputError(f"{path}: {w}.rounds_ns should be a non-empty list of whole nanoseconds. The "
+                                         "file was edited or damaged; run the benchmark again.")
     if reference not in names:
         raise GateInputError(f"{path}: the reference {reference!r} is not among the artifacts. Run the benchmark again.")
+    groups = doc.get("groups") or []
+    if not isinstance(groups, list):
+        raise GateInputError(f"{path}: $.groups should be a list. The file was edited or damaged; run the benchmark again.")
+    for i, group in enumerate(groups):
+        members = group.get("members") if isinstance(group, dict) else None
+        if not (isinstance(group, dict) and isinstance(group.get("name"), str) and isinstance(members, list)
+                and len(members) >= 2 and all(m in names for m in members)):
+            raise GateInputError(f"{path}: $.groups[{i}] should name a group and two or more of the artifacts as its "
+                                 "members. The file was edited or damaged; run the benchmark again.")
+        if group["name"] in names:
+            raise GateInputError(f"{path}: seed group {group['name']!r} has the name of an artifact; give the group "
+                                 "another name (bench --seeds NAME=...).")
     return doc
 
 
 # ----------------------------------------------------------------------------- evaluation
+
+NO_SAMPLES = ("{which} is a schema version 1 results file: it holds no {what}, so no interval can be computed and the "
+              "rule cannot be decided. Run bench again with this bert-compress (schema version 2)")
 
 
 def _select(latency: list[dict], batch: int | None, seq: int | None) -> list[dict]:
@@ -344,99 +404,306 @@ def _missing_config(name: str, rule: str, latency: list[dict], batch: int | None
                  f"sequence length, or change {keys} in the rules.")
 
 
-def _worst(entries: list[dict], value: Callable[[dict], float], higher_is_better: bool) -> dict:
-    return (min if higher_is_better else max)(entries, key=value)
+def combine(statuses: list[str]) -> str:
+    """One verdict from several: any fail fails; else any inconclusive is inconclusive; else pass."""
+    if "fail" in statuses:
+        return "fail"
+    return "inconclusive" if "inconclusive" in statuses else "pass"
 
 
-def evaluate(results: dict[str, Any], rules: GateRules, baseline: dict[str, Any] | None = None) -> list[Check]:
-    """Every rule in force on every artifact, in the rules' order: one :class:`Check` each."""
+def _ci(interval, fmt: str = "{:.4g}", scale: float = 1.0, suffix: str = "") -> str:
+    return (f"[{fmt.format(scale * interval.low)}, {fmt.format(scale * interval.high)}]{suffix} "
+            f"({100 * interval.confidence:g}%)")
+
+
+@dataclass
+class _Subject:
+    """What a rules table gates: one artifact, or a group of seeds (quality on their mean, the rest on the
+    first member, which is the one timed)."""
+
+    name: str
+    art: dict  # the artifact (for a group: the first member) whose latency, size and graph are gated
+    members: list[dict] | None = None
+
+    @property
+    def is_group(self) -> bool:
+        return self.members is not None
+
+
+class _Context:
+    """The documents and caches one evaluation works on."""
+
+    def __init__(self, results: dict, baseline: dict | None):
+        self.results, self.baseline = results, baseline
+        self.arts = {a["name"]: a for a in results["artifacts"]}
+        self.ref = self.arts[results["reference"]]
+        self.version = results["schema_version"]
+        self.labels = np.asarray((results.get("data") or {}).get("labels") or [], dtype=np.int64)
+        self.base_arts = {a["name"]: a for a in (baseline or {}).get("artifacts", [])}
+        self.base_groups = {g["name"]: g["members"] for g in (baseline or {}).get("groups") or []}
+        self._cache: dict = {}
+
+    def correct(self, art: dict, doc: dict | None = None) -> np.ndarray | None:
+        doc = doc or self.results
+        pred = art["quality"].get("predictions")
+        labels = (doc.get("data") or {}).get("labels")
+        if doc.get("schema_version", 1) < 2 or pred is None or labels is None:
+            return None
+        return np.asarray(pred) == np.asarray(labels)
+
+    def rounds(self, art: dict, b: int, s: int, doc: dict | None = None) -> list[int] | None:
+        doc = doc or self.results
+        if doc.get("schema_version", 1) < 2:
+            return None
+        entry = next((e for e in art.get("latency") or [] if (e["batch_size"], e["seq_len"]) == (b, s)), None)
+        return None if entry is None else entry.get("rounds_ns")
+
+    def speedup(self, art: dict, ref: dict, b: int, s: int, doc: dict | None = None):
+        """``(estimate, bootstrap replicates)`` of the paired speedup at one configuration, or ``None`` (v1)."""
+        from benchmarks.stats import speedup_replicates
+
+        doc = doc or self.results
+        key = ("speedup", id(doc), art["name"], b, s)
+        if key not in self._cache:
+            art_rounds, ref_rounds = self.rounds(art, b, s, doc), self.rounds(ref, b, s, doc)
+            if art_rounds is None or ref_rounds is None:
+                self._cache[key] = None
+            else:
+                if len(art_rounds) != len(ref_rounds):
+                    raise GateInputError(f"{art['name']} has {len(art_rounds)} rounds at batch {b} seq {s} but the "
+                                         f"reference has {len(ref_rounds)}: the rounds are not paired. The file was "
+                                         "edited or damaged; run the benchmark again.")
+                est, reps, _ = speedup_replicates(ref_rounds, art_rounds)
+                self._cache[key] = (est, reps, len(art_rounds))
+        return self._cache[key]
+
+
+def _subjects(results: dict, rules: GateRules) -> list[_Subject]:
     arts = {a["name"]: a for a in results["artifacts"]}
-    unknown = [n for n in rules.artifacts if n not in arts]
+    groups = {g["name"]: g["members"] for g in results.get("groups") or []}
+    members = {m for ms in groups.values() for m in ms}
+    unknown = [n for n in rules.artifacts if n not in arts and n not in groups]
     if unknown:
         text = rules.path.read_text(encoding="utf-8")
         line = _header_line(text.splitlines(), ("artifacts", unknown[0]))
         where = f"{rules.path}:{line + 1}" if line is not None else str(rules.path)
-        raise GateInputError(f"{where}: [artifacts.\"{unknown[0]}\"] names no artifact of the results "
-                             f"(they are: {', '.join(arts)}). Use one of those names (the artifact folder's name).")
-    ref = arts[results["reference"]]
-    base_arts = {a["name"]: a for a in (baseline or {}).get("artifacts", [])}
-    checks: list[Check] = []
+        raise GateInputError(f"{where}: [artifacts.\"{unknown[0]}\"] names no artifact or seed group of the results "
+                             f"(they are: {', '.join([*arts, *groups])}). Use one of those names (the artifact "
+                             "folder's name, or the NAME of bench --seeds NAME=...).")
+    out = []
     for name, art in arts.items():
-        active = rules.for_artifact(name, art["is_reference"])
+        # A group's members are gated through their group; a table naming one member gates it alone.
+        if name not in members or name in rules.artifacts:
+            out.append(_Subject(name, art))
+    for name, names in groups.items():
+        out.append(_Subject(name, arts[names[0]], [arts[m] for m in names]))
+    return out
+
+
+def evaluate(results: dict[str, Any], rules: GateRules, baseline: dict[str, Any] | None = None) -> list[Check]:
+    """Every rule in force on every artifact (and seed group), in the rules' order: one :class:`Check` each."""
+    ctx = _Context(results, baseline)
+    checks: list[Check] = []
+    for subject in _subjects(results, rules):
+        in_group = any(subject.name in g["members"] for g in results.get("groups") or [])
+        active = rules.for_artifact(subject.name, subject.art["is_reference"] and not subject.is_group)
+        if in_group and subject.name in rules.artifacts:
+            active = dict(rules.artifacts[subject.name])  # a member named on its own: only its own table
+            active = {k: v for k, v in active.items() if v is not False}
         for rule, limit in active.items():
-            if rule in SELECTORS:
+            if rule in SETTINGS:
                 continue
-            checks.append(_evaluate_rule(rule, limit, art, ref, active, baseline, base_arts.get(name)))
+            checks.append(_evaluate_rule(rule, limit, subject, ctx, active))
     return checks
 
 
-def _evaluate_rule(rule: str, limit: Any, art: dict, ref: dict, active: dict, baseline: dict | None,
-                   base: dict | None) -> Check:
-    name = art["name"]
-    q, rq = art["quality"], ref["quality"]
+def _evaluate_rule(rule: str, limit: Any, subject: _Subject, ctx: _Context, active: dict) -> Check:
+    name, art = subject.name, subject.art
+    confidence = active.get("confidence", DEFAULT_CONFIDENCE)
 
-    def verdict(ok: bool, measured: str, message: str = "") -> Check:
+    def point(ok: bool, measured: str, message: str = "") -> Check:
         return Check(name, rule, limit, measured, "pass" if ok else "fail", "" if ok else message)
 
-    if rule == "min_speedup":
-        b, s = active.get("speedup_batch_size"), active.get("speedup_seq_len")
-        entries = _select(art["latency"], b, s)
-        if not entries:
-            return _missing_config(name, rule, art["latency"], b, s, "speedup_batch_size/speedup_seq_len")
-        e = _worst(entries, lambda e: e["speedup"]["median"], higher_is_better=True)
-        measured = f"{e['speedup']['median']:.2f}x at batch {e['batch_size']} seq {e['seq_len']}"
-        return verdict(e["speedup"]["median"] >= limit - EPS, measured,
-                       f"speedup {measured} is below {limit:g}x (worst of {len(entries)} config(s))")
-    if rule == "max_accuracy_drop":
-        drop = rq["accuracy"] - q["accuracy"]
-        measured = f"{drop:+.4f} ({q['accuracy']:.4f} vs {rq['accuracy']:.4f})"
-        return verdict(drop <= limit + EPS, measured, f"accuracy fell by {drop:.4f}, more than {limit:g}")
-    if rule == "max_relative_accuracy_drop":
-        drop = (rq["accuracy"] - q["accuracy"]) / rq["accuracy"] if rq["accuracy"] > 0 else 0.0
-        measured = f"{100 * drop:+.2f}% of {rq['accuracy']:.4f}"
-        return verdict(drop <= limit + EPS, measured, f"accuracy fell by {100 * drop:.2f}% of the reference's, more "
-                                                      f"than {100 * limit:g}%")
+    if rule in ("min_speedup", "max_p50_ms", "min_throughput"):
+        return _latency_rule(rule, limit, subject, ctx, active, confidence)
+    if rule in ("max_accuracy_drop", "max_relative_accuracy_drop"):
+        return _accuracy_drop(rule, limit, subject, ctx, confidence)
     if rule == "min_agreement":
-        measured = f"{q['agreement']:.4f}"
-        return verdict(q["agreement"] >= limit - EPS, measured, f"agreement {measured} is below {limit:g}")
+        return _agreement(limit, subject, ctx, confidence)
     if rule == "max_size_mb":
         mb = art["size_bytes"] / 1e6
-        return verdict(mb <= limit + EPS, f"{mb:.2f} MB", f"size {mb:.2f} MB is over {limit:g} MB")
-    if rule in ("max_p50_ms", "min_throughput"):
-        b, s = active.get("latency_batch_size"), active.get("latency_seq_len")
-        entries = _select(art["latency"], b, s)
-        if not entries:
-            return _missing_config(name, rule, art["latency"], b, s, "latency_batch_size/latency_seq_len")
-        if rule == "max_p50_ms":
-            e = _worst(entries, lambda e: e["p50_ms"], higher_is_better=False)
-            measured = f"{e['p50_ms']:.3f} ms at batch {e['batch_size']} seq {e['seq_len']}"
-            return verdict(e["p50_ms"] <= limit + EPS, measured, f"p50 {measured} is over {limit:g} ms")
-        e = _worst(entries, lambda e: e["throughput_seq_per_s"] or 0.0, higher_is_better=True)
-        value = e["throughput_seq_per_s"] or 0.0
-        measured = f"{value:.1f} seq/s at batch {e['batch_size']} seq {e['seq_len']}"
-        return verdict(value >= limit - EPS, measured, f"throughput {measured} is below {limit:g} seq/s")
+        return point(mb <= limit + EPS, f"{mb:.2f} MB", f"size {mb:.2f} MB is over {limit:g} MB")
     if rule == "max_regression":
-        return _regression(art, limit, active, baseline, base)
+        return _regression(limit, subject, ctx, active, confidence)
     if rule in ("min_fused_attention", "require_full_attention_fusion"):
         onnx = art.get("onnx")
         if onnx is None:
             return Check(name, rule, limit, "-", "skip", f"{art['kind']} artifact: fusions apply to ONNX graphs only")
         ops = onnx["attention_ops"]
         if rule == "min_fused_attention":
-            return verdict(ops >= limit, f"{ops} attention ops", f"{ops} fused attention operators, fewer than {limit}")
+            return point(ops >= limit, f"{ops} attention ops", f"{ops} fused attention operators, fewer than {limit}")
         layers = art.get("num_hidden_layers")
         if layers is None:
             return Check(name, rule, limit, f"{ops} attention ops", "fail",
                          "the layer count is unknown (no num_hidden_layers in config.json), so full fusion cannot "
                          "be shown; export the model again with bert-compress export")
-        return verdict(ops == layers, f"{ops} of {layers} layers",
-                       f"{ops} fused attention operators for {layers} layers: the unfused layers run as separate "
-                       "MatMul/Softmax operators. Export with bert-compress export (eager attention, dynamo=False)")
+        return point(ops == layers, f"{ops} of {layers} layers",
+                     f"{ops} fused attention operators for {layers} layers: the unfused layers run as separate "
+                     "MatMul/Softmax operators. Export with bert-compress export (eager attention, dynamo=False)")
     raise AssertionError(f"unhandled rule {rule}")  # RULES and this function are kept in step by the tests
 
 
+def _latency_rule(rule: str, limit: float, subject: _Subject, ctx: _Context, active: dict,
+                  confidence: float) -> Check:
+    """``min_speedup`` (paired, against the in-run reference), ``max_p50_ms``, ``min_throughput`` (absolute)."""
+    from benchmarks.stats import percentile_interval, series_median_interval, throughput_interval
+
+    name, art = subject.name, subject.art
+    keys = "speedup_batch_size/speedup_seq_len" if rule == "min_speedup" else "latency_batch_size/latency_seq_len"
+    prefix = "speedup" if rule == "min_speedup" else "latency"
+    b, s = active.get(f"{prefix}_batch_size"), active.get(f"{prefix}_seq_len")
+    entries = _select(art["latency"], b, s)
+    if not entries:
+        return _missing_config(name, rule, art["latency"], b, s, keys)
+    results = []  # (entry, interval or None)
+    for e in entries:
+        cfg = (e["batch_size"], e["seq_len"])
+        if rule == "min_speedup":
+            boot = ctx.speedup(art, ctx.ref, *cfg)
+            interval = None if boot is None else percentile_interval(
+                boot[0], boot[1], confidence, f"circular block bootstrap over {boot[2]} paired rounds")
+        else:
+            rounds = ctx.rounds(art, *cfg)
+            interval = None if rounds is None else (
+                series_median_interval(rounds, confidence) if rule == "max_p50_ms"
+                else throughput_interval(rounds, e["batch_size"], confidence))
+        results.append((e, interval))
+    higher = rule != "max_p50_ms"
+    unit = {"min_speedup": "x", "max_p50_ms": " ms", "min_throughput": " seq/s"}[rule]
+    fmt = {"min_speedup": "{:.3f}", "max_p50_ms": "{:.3f}", "min_throughput": "{:.2f}"}[rule]
+    if any(i is None for _, i in results):
+        def point(e: dict) -> float:
+            return {"min_speedup": e["speedup"]["median"], "max_p50_ms": e["p50_ms"],
+                    "min_throughput": e["throughput_seq_per_s"] or 0.0}[rule]
+
+        e = (min if higher else max)(entries, key=point)  # the worst point value, shown for information
+        value = point(e)
+        return Check(name, rule, limit, f"{fmt.format(value)}{unit} at batch {e['batch_size']} seq {e['seq_len']}",
+                     "inconclusive", NO_SAMPLES.format(which="RESULTS", what="per-round timings"))
+    verdicts = [(e, i, i.verdict(limit, higher_is_better=higher)) for e, i in results]
+    status = combine([v for _, _, v in verdicts])
+    # Show the configuration that decided: a failing one, else an inconclusive one, else the tightest.
+    shown = [x for x in verdicts if x[2] == status] or verdicts
+    e, interval, _ = min(shown, key=lambda x: x[1].low if higher else -x[1].high)
+    where = f"at batch {e['batch_size']} seq {e['seq_len']}"
+    measured = f"{fmt.format(interval.estimate)}{unit} {where}"
+    shown_ci = _ci(interval, fmt)
+    what = {"min_speedup": "speedup", "max_p50_ms": "p50 latency", "min_throughput": "throughput"}[rule]
+    bound = "lower" if higher else "upper"
+    other = "upper" if higher else "lower"
+    message = ""
+    if status == "fail":
+        message = (f"{what} {measured}: even the {other} bound of its {100 * confidence:g}% interval {shown_ci} is "
+                   f"{'below' if higher else 'over'} {limit:g}{unit} (worst of {len(entries)} config(s))")
+    elif status == "inconclusive":
+        message = (f"inconclusive: the {100 * confidence:g}% interval of the {what} {where}, {shown_ci}, straddles "
+                   f"{limit:g}{unit}; run more rounds (bench --runs) to decide")
+    if rule != "min_speedup" and status != "pass":
+        message += ". Absolute times depend on the runner's CPU; min_speedup compares against the in-run reference"
+    return Check(name, rule, limit, measured, status, message, shown_ci)
+
+
+def _quality_samples(subject: _Subject, ctx: _Context):
+    """Per-member correctness and predictions, and the reference's, or ``None`` for a version 1 file."""
+    members = subject.members or [subject.art]
+    ref_correct = ctx.correct(ctx.ref)
+    correct = [ctx.correct(m) for m in members]
+    if ref_correct is None or any(c is None for c in correct):
+        return None
+    preds = [np.asarray(m["quality"]["predictions"]) for m in members]
+    return ref_correct, correct, np.asarray(ctx.ref["quality"]["predictions"]), preds
+
+
+def _accuracy_drop(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
+    from statistics import NormalDist
+
+    from benchmarks.stats import accuracy_drop_interval, detectable_drop, mean_over_seeds_interval
+
+    name = subject.name
+    relative = rule == "max_relative_accuracy_drop"
+    samples = _quality_samples(subject, ctx)
+    rq = ctx.ref["quality"]
+    accs = [m["quality"]["accuracy"] for m in subject.members or [subject.art]]
+    acc = float(np.mean(accs))
+    if samples is None:
+        drop = rq["accuracy"] - acc
+        value = drop / rq["accuracy"] if relative and rq["accuracy"] > 0 else drop
+        return Check(name, rule, limit, f"{100 * value:+.2f}{'%' if relative else ' pt'}", "inconclusive",
+                     NO_SAMPLES.format(which="RESULTS", what="per-example predictions"))
+    ref_correct, correct, _, _ = samples
+    if subject.is_group:
+        per_seed = np.stack([ref_correct.astype(float) - c for c in correct])
+        interval = mean_over_seeds_interval(per_seed, confidence)
+        ref_acc = float(ref_correct.mean())
+        if relative and ref_acc > 0:
+            interval = type(interval)(interval.estimate / ref_acc, interval.low / ref_acc, interval.high / ref_acc,
+                                      confidence, interval.method + ", divided by the reference accuracy")
+        z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+        detectable = (z + NormalDist().inv_cdf(0.8)) * (interval.high - interval.low) / (2 * z)
+        of = f"mean of {len(correct)} seeds"
+    else:
+        interval = accuracy_drop_interval(ref_correct, correct[0], confidence, relative=relative)
+        detectable = detectable_drop(ref_correct, correct[0], confidence)
+        if relative and ref_correct.mean() > 0:
+            detectable /= float(ref_correct.mean())
+        of = f"{acc:.4f} vs {rq['accuracy']:.4f}"
+    unit, scale = ("%", 100) if relative else (" pt", 100)
+    measured = f"{scale * interval.estimate:+.2f}{unit} ({of})"
+    shown_ci = _ci(interval, "{:+.2f}", scale, unit)
+    status = interval.verdict(limit, higher_is_better=False)
+    size = f"this test set ({len(ref_correct)} examples) detects a true drop of {scale * detectable:.1f}{unit} with 80% power"
+    message = ""
+    if status == "fail":
+        message = (f"accuracy fell by {measured}: even the lower bound of its {100 * confidence:g}% paired interval "
+                   f"{shown_ci} is over {scale * limit:g}{unit}")
+    elif status == "inconclusive":
+        message = (f"inconclusive: the {100 * confidence:g}% paired interval of the drop, {shown_ci}, straddles "
+                   f"{scale * limit:g}{unit}; {size}. More test examples (or seeds) would decide")
+    else:
+        message = size
+    return Check(name, rule, limit, measured, status, message, shown_ci)
+
+
+def _agreement(limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
+    from benchmarks.stats import mean_over_seeds_interval, proportion_interval
+
+    name = subject.name
+    members = subject.members or [subject.art]
+    agreement = float(np.mean([m["quality"]["agreement"] for m in members]))
+    samples = _quality_samples(subject, ctx)
+    if samples is None:
+        return Check(name, "min_agreement", limit, f"{agreement:.4f}", "inconclusive",
+                     NO_SAMPLES.format(which="RESULTS", what="per-example predictions"))
+    _, _, ref_pred, preds = samples
+    agree = [p == ref_pred for p in preds]
+    if subject.is_group:
+        interval = mean_over_seeds_interval(np.stack(agree).astype(float), confidence)
+    else:
+        interval = proportion_interval(int(agree[0].sum()), len(agree[0]), confidence)
+    measured = f"{interval.estimate:.4f}" + (f" (mean of {len(members)} seeds)" if subject.is_group else "")
+    shown_ci = _ci(interval, "{:.4f}")
+    status = interval.verdict(limit, higher_is_better=True)
+    message = ""
+    if status == "fail":
+        message = f"agreement {measured}: even the upper bound of its interval {shown_ci} is below {limit:g}"
+    elif status == "inconclusive":
+        message = (f"inconclusive: the {100 * confidence:g}% interval of the agreement, {shown_ci}, straddles "
+                   f"{limit:g}; more test examples would decide")
+    return Check(name, "min_agreement", limit, measured, status, message, shown_ci)
+
+
 def comparability(results: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
-    """Why absolute latencies of two runs may not be comparable: another CPU, thread count or data."""
+    """Why two runs may not be comparable: another CPU, thread count or data."""
     notes = []
     pairs = [("CPU", ("machine", "cpu_model")), ("threads", ("settings", "threads")),
              ("data", ("data", "fingerprint")), ("quick", ("settings", "quick"))]
@@ -444,36 +711,144 @@ def comparability(results: dict[str, Any], baseline: dict[str, Any]) -> list[str
         new, old = (results.get(section) or {}).get(key), (baseline.get(section) or {}).get(key)
         if new is not None and old is not None and new != old:
             shown = "differs" if key == "fingerprint" else f"{old!r} -> {new!r}"
-            notes.append(f"the baseline was measured with other {label} ({shown}); max_regression compares "
-                         "absolute numbers, which then differ for reasons other than the model")
+            why = ("accuracy is then compared on other examples (unpaired, a much wider interval)" if label == "data"
+                   else "max_regression compares speedups against the in-run reference, which move less than "
+                        "absolute times but still depend on the CPU kind (VNNI, AMX) and thread count")
+            notes.append(f"the baseline was measured with other {label} ({shown}); {why}")
     return notes
 
 
-def _regression(art: dict, limit: float, active: dict, baseline: dict | None, base: dict | None) -> Check:
-    name, rule = art["name"], "max_regression"
-    if baseline is None:
+def _regression(limit: float, subject: _Subject, ctx: _Context, active: dict, confidence: float) -> Check:
+    """Against ``--baseline``: the normalised latency (reference time / speedup) may grow, and the accuracy may
+    fall, by at most ``limit`` (a share), each decided on the interval of the change."""
+    from benchmarks.stats import ratio_of_independent
+
+    name, rule, art = subject.name, "max_regression", subject.art
+    if ctx.baseline is None:
         return Check(name, rule, limit, "-", "skip", "no --baseline given")
+    if subject.is_group:
+        base_members = ctx.base_groups.get(name)
+        base = ctx.base_arts.get(base_members[0]) if base_members else None
+    else:
+        base = ctx.base_arts.get(name)
     if base is None:
         return Check(name, rule, limit, "-", "skip", "not in the baseline (a new artifact)")
+    base_ref = ctx.base_arts.get(ctx.baseline["reference"])
     b, s = active.get("latency_batch_size"), active.get("latency_seq_len")
-    old = {(e["batch_size"], e["seq_len"]): e for e in base["latency"]}
-    pairs = [(e, old[(e["batch_size"], e["seq_len"])]) for e in _select(art["latency"], b, s)
-             if (e["batch_size"], e["seq_len"]) in old]
-    problems, parts = [], []
-    if pairs:
-        e, o = max(pairs, key=lambda p: p[0]["p50_ms"] / p[1]["p50_ms"] if p[1]["p50_ms"] > 0 else 0.0)
-        growth = e["p50_ms"] / o["p50_ms"] - 1 if o["p50_ms"] > 0 else 0.0
-        parts.append(f"p50 {growth:+.1%} at batch {e['batch_size']} seq {e['seq_len']}")
-        if growth > limit + EPS:
-            problems.append(f"p50 latency at batch {e['batch_size']} seq {e['seq_len']} grew {growth:.1%} "
-                            f"({o['p50_ms']:.3f} -> {e['p50_ms']:.3f} ms), more than {limit:.0%}")
-    old_acc, new_acc = base["quality"]["accuracy"], art["quality"]["accuracy"]
-    fall = (old_acc - new_acc) / old_acc if old_acc > 0 else 0.0
-    parts.append(f"accuracy {-fall:+.1%}")
-    if fall > limit + EPS:
-        problems.append(f"accuracy fell {fall:.1%} ({old_acc:.4f} -> {new_acc:.4f}), more than {limit:.0%}")
-    measured = "; ".join(parts) + ("" if pairs else " (no latency config in common with the baseline)")
-    return Check(name, rule, limit, measured, "fail" if problems else "pass", "; ".join(problems))
+    old_cfgs = {(e["batch_size"], e["seq_len"]) for e in base.get("latency") or []}
+    cfgs = [(e["batch_size"], e["seq_len"]) for e in _select(art["latency"], b, s)
+            if (e["batch_size"], e["seq_len"]) in old_cfgs]
+    parts = []  # (status, measured, interval text, message)
+    no_samples = []
+    for cfg in cfgs:
+        new = ctx.speedup(art, ctx.ref, *cfg)
+        old = ctx.speedup(base, base_ref, *cfg, doc=ctx.baseline) if base_ref is not None else None
+        if new is None or old is None:
+            no_samples.append("per-round timings")
+            continue
+        # Normalised latency = 1 / speedup, so its growth is old speedup / new speedup - 1.
+        growth = ratio_of_independent((old[0], old[1]), (new[0], new[1]), confidence,
+                                      "ratio of two independent block bootstraps")
+        interval = type(growth)(growth.estimate - 1, growth.low - 1, growth.high - 1, confidence, growth.method)
+        status = interval.verdict(limit, higher_is_better=False)
+        where = f"batch {cfg[0]} seq {cfg[1]}"
+        measured = f"latency/reference {interval.estimate:+.1%} at {where} (speedup {old[0]:.2f}x -> {new[0]:.2f}x)"
+        message = {"fail": f"normalised latency at {where} grew {interval.estimate:.1%}; even the lower bound of its "
+                           f"interval {_ci(interval, '{:+.1%}')} is over {limit:.0%}",
+                   "inconclusive": f"inconclusive: the interval of the normalised latency change at {where}, "
+                                   f"{_ci(interval, '{:+.1%}')}, straddles {limit:.0%}; run more rounds (bench --runs)",
+                   "pass": ""}[status]
+        parts.append((status, measured, _ci(interval, "{:+.1%}"), message, interval.high))
+    acc_part = _accuracy_regression(limit, subject, base, ctx, confidence)
+    if acc_part is None:
+        no_samples.append("per-example predictions")
+    else:
+        parts.append(acc_part)
+    if no_samples and not parts:
+        return Check(name, rule, limit, "-", "inconclusive",
+                     NO_SAMPLES.format(which="RESULTS or --baseline", what=" or ".join(dict.fromkeys(no_samples))))
+    status = combine([p[0] for p in parts] + (["inconclusive"] if no_samples else []))
+    decisive = [p for p in parts if p[0] == status] or parts
+    worst = max(decisive, key=lambda p: p[4])
+    measured = worst[1] + ("" if cfgs else " (no latency config in common with the baseline)")
+    messages = [p[3] for p in parts if p[3]]
+    if no_samples:
+        messages.append(NO_SAMPLES.format(which="RESULTS or --baseline", what=" or ".join(dict.fromkeys(no_samples))))
+    return Check(name, rule, limit, measured, status, "; ".join(messages), worst[2])
+
+
+def _accuracy_regression(limit: float, subject: _Subject, base: dict, ctx: _Context, confidence: float):
+    """The accuracy half of ``max_regression``: ``(status, measured, interval, message, upper)`` or ``None`` (v1)."""
+    from benchmarks.stats import Interval, accuracy_drop_interval, unpaired_accuracy_drop_interval
+
+    if subject.is_group:
+        base_names = ctx.base_groups.get(subject.name) or []
+        old_accs = [ctx.base_arts[n]["quality"]["accuracy"] for n in base_names]
+        new_accs = [m["quality"]["accuracy"] for m in subject.members]
+        interval = _welch_relative_drop(old_accs, new_accs, confidence)
+        if interval is None:
+            return None
+        how = f"mean of {len(new_accs)} seeds against {len(old_accs)}"
+    else:
+        old_correct, new_correct = ctx.correct(base, ctx.baseline), ctx.correct(subject.art)
+        if old_correct is None or new_correct is None:
+            return None
+        same = (len(old_correct) == len(new_correct)
+                and ctx.baseline["data"].get("labels") == ctx.results["data"].get("labels")
+                and ctx.baseline["data"].get("fingerprint") == ctx.results["data"].get("fingerprint"))
+        interval = (accuracy_drop_interval(old_correct, new_correct, confidence, relative=True) if same
+                    else unpaired_accuracy_drop_interval(old_correct, new_correct, confidence, relative=True))
+        how = "paired" if same else "unpaired: other examples"
+    assert isinstance(interval, Interval)
+    status = interval.verdict(limit, higher_is_better=False)
+    measured = f"accuracy {-interval.estimate:+.1%} of the baseline's ({how})"
+    shown = _ci(interval, "{:+.1%}")
+    message = {"fail": f"accuracy fell {interval.estimate:.1%} of the baseline's; even the lower bound of its interval "
+                       f"{shown} is over {limit:.0%}",
+               "inconclusive": f"inconclusive: the interval of the relative accuracy fall, {shown}, straddles "
+                               f"{limit:.0%}; more test examples would decide",
+               "pass": ""}[status]
+    return status, measured, shown, message, interval.high
+
+
+def _welch_relative_drop(old: list[float], new: list[float], confidence: float):
+    """Interval of ``(mean(old) - mean(new)) / mean(old)`` over per-seed accuracies (Welch's t): between two seed
+    groups scored on the same test set, the test-set noise largely cancels and the seed spread dominates."""
+    from scipy.stats import t as student_t
+
+    from benchmarks.stats import Interval
+
+    if len(old) < 2 or len(new) < 2:
+        return None
+    o, n = np.asarray(old, float), np.asarray(new, float)
+    vo, vn = o.var(ddof=1) / len(o), n.var(ddof=1) / len(n)
+    est = o.mean() - n.mean()
+    se = math.sqrt(vo + vn)
+    if se == 0:
+        half = 0.0
+    else:
+        df = (vo + vn) ** 2 / (vo ** 2 / (len(o) - 1) + vn ** 2 / (len(n) - 1))
+        half = float(student_t.ppf(1 - (1 - confidence) / 2, df)) * se
+    scale = 1 / o.mean() if o.mean() > 0 else 0.0
+    return Interval(float(est * scale), float((est - half) * scale), float((est + half) * scale), confidence,
+                    f"Welch t over {len(o)} and {len(n)} seeds")
+
+
+def history_checks(results: dict[str, Any], history: str | os.PathLike, window: int, threshold: float,
+                   test: str) -> list[Check]:
+    """One ``history`` check per non-reference artifact: is this run unlike the last ``window`` comparable runs?"""
+    from benchmarks.history import check_artifact, read_history, summarize_run
+
+    past = read_history(history, error=GateInputError)
+    current = summarize_run(results)
+    limit = f"{test} {threshold:g} sd, last {window}"
+    checks = []
+    for art in results["artifacts"]:
+        if art["is_reference"]:
+            continue
+        verdict = check_artifact(current, past, art["name"], window, threshold, test)
+        checks.append(Check(art["name"], "history", limit, verdict["measured"], verdict["status"], verdict["message"]))
+    return checks
 
 
 # ----------------------------------------------------------------------------- output
@@ -486,28 +861,54 @@ def _limit_text(check: Check) -> str:
 
 
 def format_table(checks: list[Check]) -> str:
-    """A plain-text pass/fail table for the log."""
-    head = ["artifact", "rule", "limit", "measured", "result"]
-    rows = [[c.artifact, c.rule, _limit_text(c), c.measured, c.status.upper()] for c in checks]
+    """A plain-text table for the log: measured value, interval and verdict per artifact and rule."""
+    head = ["artifact", "rule", "limit", "measured", "interval", "result"]
+    rows = [[c.artifact, c.rule, _limit_text(c), c.measured, c.interval or "-", c.status.upper()] for c in checks]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(head)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths))]
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
     for c in checks:
-        if c.status != "pass" and c.message:
+        if c.status not in ("pass",) and c.message:
             lines.append(f"{c.status.upper()}: {c.artifact} {c.rule}: {c.message}")
     return "\n".join(lines)
 
 
-def _counts(checks: list[Check]) -> tuple[int, int, int]:
-    fails = sum(c.status == "fail" for c in checks)
-    skips = sum(c.status == "skip" for c in checks)
-    return len(checks) - fails - skips, fails, skips
+def _counts(checks: list[Check]) -> dict[str, int]:
+    return {status: sum(c.status == status for c in checks) for status in ("pass", "fail", "inconclusive", "skip")}
 
 
-def junit_xml(checks: list[Check], error: str | None = None, name: str = "bert-compress gate") -> str:
-    """JUnit XML: one testcase per artifact x rule (``<failure>``/``<skipped>``), or one ``<error>`` for bad input."""
-    passed, fails, skips = _counts(checks)
+def outcome(checks: list[Check], on_inconclusive: str | None = None) -> tuple[str, int]:
+    """The headline word and exit code: fail (1) beats inconclusive (4, or as ``on_inconclusive`` says) beats pass."""
+    counts = _counts(checks)
+    if counts["fail"]:
+        return "FAILED", EXIT_FAIL
+    if counts["inconclusive"]:
+        if on_inconclusive == "pass":
+            return "passed (inconclusive counted as pass)", EXIT_PASS
+        if on_inconclusive == "fail":
+            return "FAILED (inconclusive counted as fail)", EXIT_FAIL
+        return "INCONCLUSIVE", EXIT_INCONCLUSIVE
+    return "passed", EXIT_PASS
+
+
+def _summary_line(checks: list[Check]) -> str:
+    c = _counts(checks)
+    return f"{c['pass']} passed, {c['fail']} failed, {c['inconclusive']} inconclusive, {c['skip']} skipped"
+
+
+def junit_xml(checks: list[Check], error: str | None = None, name: str = "bert-compress gate",
+              on_inconclusive: str | None = None) -> str:
+    """JUnit XML: one testcase per artifact x rule, or one ``<error>`` for bad input.
+
+    A failed rule is a ``<failure>``; an inconclusive one is a ``<failure type="GateInconclusive">``
+    (or ``<skipped>`` with ``on_inconclusive="pass"``), so a merge request shows it either way; a
+    rule that does not apply is ``<skipped>``.
+    """
+    counts = _counts(checks)
+    inconclusive_fails = on_inconclusive != "pass"
+    fails = counts["fail"] + (counts["inconclusive"] if inconclusive_fails else 0)
+    skips = counts["skip"] + (0 if inconclusive_fails else counts["inconclusive"])
     errors = 1 if error else 0
     tests = len(checks) + errors
     root = ET.Element("testsuites", name=name, tests=str(tests), failures=str(fails), errors=str(errors),
@@ -516,13 +917,17 @@ def junit_xml(checks: list[Check], error: str | None = None, name: str = "bert-c
                           skipped=str(skips))
     for c in checks:
         case = ET.SubElement(suite, "testcase", classname=f"gate.{c.artifact}", name=c.rule, time="0")
-        if c.status == "fail":
-            node = ET.SubElement(case, "failure", message=c.message, type="GateFailure")
-            node.text = f"{c.artifact} {c.rule}: limit {_limit_text(c)}, measured {c.measured}\n{c.message}"
-        elif c.status == "skip":
+        detail = f"{c.artifact} {c.rule}: limit {_limit_text(c)}, measured {c.measured}" + \
+            (f", interval {c.interval}" if c.interval else "") + f"\n{c.message}"
+        if c.status == "fail" or (c.status == "inconclusive" and inconclusive_fails):
+            kind = "GateFailure" if c.status == "fail" else "GateInconclusive"
+            node = ET.SubElement(case, "failure", message=c.message, type=kind)
+            node.text = detail
+        elif c.status in ("skip", "inconclusive"):
             ET.SubElement(case, "skipped", message=c.message)
         out = ET.SubElement(case, "system-out")
-        out.text = f"limit {_limit_text(c)}; measured {c.measured}"
+        out.text = f"limit {_limit_text(c)}; measured {c.measured}" + (f"; interval {c.interval}" if c.interval else "") \
+            + f"; {c.status}"
     if error:
         case = ET.SubElement(suite, "testcase", classname="gate", name="inputs", time="0")
         node = ET.SubElement(case, "error", message=error, type="GateInputError")
@@ -531,18 +936,19 @@ def junit_xml(checks: list[Check], error: str | None = None, name: str = "bert-c
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def markdown_summary(checks: list[Check], error: str | None = None) -> str:
-    """The GitHub step summary: a headline and the table, with a mark per result."""
+def markdown_summary(checks: list[Check], error: str | None = None, on_inconclusive: str | None = None) -> str:
+    """The GitHub step summary: a headline and the table (measured value, interval, verdict), a mark per result."""
     if error:
         return f"## bert-compress gate: input error\n\n```\n{error}\n```\n"
-    passed, fails, skips = _counts(checks)
-    mark = {"pass": "✅ pass", "fail": "❌ fail", "skip": "⏭️ skip"}
-    lines = [f"## bert-compress gate: {'FAILED' if fails else 'passed'} ({passed} passed, {fails} failed, "
-             f"{skips} skipped)", "", "| artifact | rule | limit | measured | result | note |",
-             "|---|---|---:|---|---|---|"]
+    word, _ = outcome(checks, on_inconclusive)
+    mark = {"pass": "✅ pass", "fail": "❌ fail", "inconclusive": "❔ inconclusive", "skip": "⏭️ skip"}
+    lines = [f"## bert-compress gate: {word} ({_summary_line(checks)})", "",
+             "| artifact | rule | limit | measured | interval | result | note |",
+             "|---|---|---:|---|---|---|---|"]
     for c in checks:
         note = c.message.replace("|", "\\|")
-        lines.append(f"| `{c.artifact}` | {c.rule} | {_limit_text(c)} | {c.measured} | {mark[c.status]} | {note} |")
+        lines.append(f"| `{c.artifact}` | {c.rule} | {_limit_text(c)} | {c.measured} | {c.interval or '-'} | "
+                     f"{mark[c.status]} | {note} |")
     return "\n".join(lines) + "\n"
 
 
@@ -559,19 +965,35 @@ def _write(path: str | os.PathLike, text: str, option: str, append: bool = False
 
 def run_gate(results: str | os.PathLike, rules: str | os.PathLike, baseline: str | os.PathLike | None = None,
              junit: str | os.PathLike | None = None, step_summary: str | None = None,
-             out: TextIO | None = None) -> int:
+             out: TextIO | None = None, on_inconclusive: str | None = None,
+             history: str | os.PathLike | None = None, window: int | None = None,
+             history_threshold: float | None = None, history_test: str | None = None) -> int:
     """Check ``results`` against ``rules``; print the table, write JUnit and the step summary; return the exit code.
 
     ``step_summary`` defaults to ``$GITHUB_STEP_SUMMARY``. Malformed input returns 3 after printing
-    the problem (and recording it in the JUnit file and the step summary, so CI shows it).
+    the problem (and recording it in the JUnit file and the step summary, so CI shows it). With
+    ``history``, every non-reference artifact also gets a ``history`` check against the last
+    ``window`` comparable runs of that file.
     """
+    from benchmarks.history import DEFAULT_TEST, DEFAULT_THRESHOLD, DEFAULT_WINDOW
+
     out = out or sys.stdout
     step_summary = step_summary if step_summary is not None else os.environ.get("GITHUB_STEP_SUMMARY")
+    if on_inconclusive not in (None, "pass", "fail"):
+        raise CompressError(f"--on-inconclusive must be pass or fail, got {on_inconclusive!r}.")
+    window = DEFAULT_WINDOW if window is None else window
+    threshold = DEFAULT_THRESHOLD if history_threshold is None else history_threshold
+    test = history_test or DEFAULT_TEST
+    if window < 3 or threshold <= 0 or test not in ("z", "t"):
+        raise CompressError(f"--window must be 3 or more (got {window}), --history-threshold above 0 (got {threshold}), "
+                            f"--history-test z or t (got {test!r}).")
     try:
         parsed_rules = load_rules(rules)
         doc = load_results(results)
         base = load_results(baseline, option="--baseline") if baseline else None
         checks = evaluate(doc, parsed_rules, base)
+        if history is not None:
+            checks += history_checks(doc, history, window, threshold, test)
         if base is not None:
             for note in comparability(doc, base):
                 print(f"warning: {note}", file=sys.stderr)
@@ -583,14 +1005,18 @@ def run_gate(results: str | os.PathLike, rules: str | os.PathLike, baseline: str
         if step_summary:
             _write(step_summary, markdown_summary([], error=message), "$GITHUB_STEP_SUMMARY", append=True)
         return EXIT_MALFORMED
-    passed, fails, skips = _counts(checks)
     if checks:
         print(format_table(checks), file=out)
     else:
         print(f"warning: no rule of {rules} applies to any artifact of {results}; nothing was checked.", file=sys.stderr)
-    print(f"gate: {'FAILED' if fails else 'passed'}: {passed} passed, {fails} failed, {skips} skipped", file=out)
+    word, code = outcome(checks, on_inconclusive)
+    print(f"gate: {word}: {_summary_line(checks)}", file=out)
+    if code == EXIT_INCONCLUSIVE:
+        print("gate: exit code 4 (inconclusive): an interval straddles its limit. Run bench with more --runs (latency) "
+              "or more test examples (accuracy), or choose --on-inconclusive pass|fail.", file=out)
     if junit:
-        _write(junit, junit_xml(checks), "--junit")
+        _write(junit, junit_xml(checks, on_inconclusive=on_inconclusive), "--junit")
     if step_summary:
-        _write(step_summary, markdown_summary(checks), "$GITHUB_STEP_SUMMARY", append=True)
-    return EXIT_FAIL if fails else EXIT_PASS
+        _write(step_summary, markdown_summary(checks, on_inconclusive=on_inconclusive), "$GITHUB_STEP_SUMMARY",
+               append=True)
+    return code

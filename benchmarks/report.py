@@ -41,6 +41,10 @@ def chart_config(results: dict[str, Any]) -> tuple[int, int]:
     return min(settings["batch_sizes"]), max(settings["seq_lens"])
 
 
+def _ci_pct(ci: Sequence[float] | None) -> str:
+    return f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci and ci[0] is not None else ""
+
+
 def latency_at(artifact: dict[str, Any], batch_size: int, seq_len: int) -> dict[str, Any] | None:
     """The latency entry of ``artifact`` measured at ``batch_size`` x ``seq_len``, if any."""
     for entry in artifact.get("latency") or []:
@@ -120,7 +124,8 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG,
         f"; Python {machine.get('python')}; commit `{results.get('git_commit') or 'none'}`.",
         f"- Latency: {settings['warmup']} warm-up and {settings['runs']} timed runs per artifact and configuration, "
         f"{settings['order']}; forward pass only, on real texts tokenized to exactly the sequence length. "
-        "Speedup = median over rounds of (reference time / artifact time) in the same round, with its p10-p90 spread."
+        "Speedup = median over rounds of (reference time / artifact time) in the same round, with its 95% "
+        "interval (block bootstrap over the rounds) where the file has one, and the p10-p90 spread of the ratios."
         + (" **Quick run: smoke numbers, not measurements.**" if settings.get("quick") else ""),
         f"- Data: `{data['source']}`, split `{data['split']}`, {data['n']} examples.",
         "",
@@ -132,13 +137,20 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG,
     for a in arts:
         q = a["quality"]
         diff = None if a["is_reference"] else round(100 * (q["accuracy"] - ref_acc), 1) + 0.0  # no "-0.0"
+        drop = q.get("accuracy_drop")
+        vs = "-" if diff is None else f"{diff:+.1f} pt" + (
+            f" [{-100 * drop['high']:+.1f}, {-100 * drop['low']:+.1f}]" if drop else "")
         rows.append([f"`{a['name']}`" + (" (reference)" if a["is_reference"] else ""), a["kind"],
-                     _fmt(q["accuracy"], pct=True), "-" if diff is None else f"{diff:+.1f} pt",
-                     _fmt(q.get("macro_f1"), pct=True), _fmt(q.get("agreement"), pct=True),
+                     _fmt(q["accuracy"], pct=True) + _ci_pct(q.get("accuracy_ci")), vs,
+                     "-" if q.get("detectable_drop") is None else f"{100 * q['detectable_drop']:.1f} pt",
+                     _fmt(q.get("macro_f1"), pct=True), _fmt(q.get("agreement"), pct=True) + _ci_pct(q.get("agreement_ci")),
                      "-" if q.get("mcnemar_p") is None else f"{q['mcnemar_p']:.3g}"])
-    out += _table(["artifact", "kind", "accuracy", "vs reference", "macro-F1", "agreement", "McNemar p"], rows)
-    out += ["", "McNemar p: exact paired test of the accuracy difference with the reference on the same examples; "
-            "above 0.05 the difference may well be chance."]
+    out += _table(["artifact", "kind", "accuracy [95%]", "vs reference [95%, paired]", "detectable", "macro-F1",
+                   "agreement [95%]", "McNemar p"], rows)
+    out += ["", "Intervals: accuracy and agreement Clopper-Pearson; the difference with the reference a paired "
+            "bootstrap over the same examples. Detectable: the smallest true accuracy difference this test set "
+            "finds with 80% power. McNemar p: exact paired test of the accuracy difference; above 0.05 the difference "
+            "may well be chance."]
 
     out += ["", "## Latency", ""]
     for b in settings["batch_sizes"]:
@@ -150,12 +162,13 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG,
                 if e is None:
                     continue
                 sp = e["speedup"]
+                ci = f" [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]" if sp.get("ci_low") is not None else ""
                 speed = "1.00x (reference)" if a["is_reference"] else \
-                    f"**{sp['median']:.2f}x** ({sp['p10']:.2f}-{sp['p90']:.2f})"
+                    f"**{sp['median']:.2f}x**{ci} ({sp['p10']:.2f}-{sp['p90']:.2f})"
                 rows.append([f"`{a['name']}`", a["kind"], _fmt(e["p50_ms"]), _fmt(e["p90_ms"]), _fmt(e["p99_ms"]),
                              _fmt(e["mean_ms"]), _fmt(e["throughput_seq_per_s"], 1), speed])
             out += _table(["artifact", "kind", "p50 ms", "p90 ms", "p99 ms", "mean ms", "throughput seq/s",
-                           "speedup (p10-p90)"], rows)
+                           "speedup [95%] (p10-p90)"], rows)
             out.append("")
 
     mem = settings.get("memory") or {}
@@ -238,7 +251,8 @@ def plot_pareto(results: dict[str, Any], path: Path) -> Path:
 
 
 def plot_speedup(results: dict[str, Any], path: Path) -> Path:
-    """Median paired speedup over the reference per batch size (one panel per sequence length), p10-p90 whiskers."""
+    """Median paired speedup over the reference per batch size (one panel per sequence length), with whiskers at
+    its 95% interval (p10-p90 of the per-round ratios for a version 1 file, which has no interval)."""
     settings = results["settings"]
     others = [a for a in results["artifacts"] if not a["is_reference"]]
     seqs, batches = settings["seq_lens"], settings["batch_sizes"]
@@ -255,8 +269,9 @@ def plot_speedup(results: dict[str, Any], path: Path) -> Path:
                 sp = e["speedup"]
                 xs.append(i - 0.4 + width * (k + 0.5))
                 ys.append(sp["median"])
-                lo.append(max(0.0, sp["median"] - sp["p10"]))
-                hi.append(max(0.0, sp["p90"] - sp["median"]))
+                low, high = (sp["ci_low"], sp["ci_high"]) if sp.get("ci_low") is not None else (sp["p10"], sp["p90"])
+                lo.append(max(0.0, sp["median"] - low))
+                hi.append(max(0.0, high - sp["median"]))
             ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=a["name"])
         ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
         ax.set_xticks(range(len(batches)), [str(b) for b in batches])

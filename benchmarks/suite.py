@@ -1,7 +1,7 @@
 """The benchmark matrix: artifacts x batch sizes x sequence lengths, plus quality, memory and size.
 
 :func:`run_benchmark` measures and returns the ``results.json`` document (schema
-``bert-compress-bench`` version 1, described field by field in ``docs/bench-schema.md``);
+``bert-compress-bench`` version 2, described field by field in ``docs/bench-schema.md``);
 :func:`bench` also writes the output folder (``results.json``, ``report.md`` and the plots)
 atomically. Every artifact, the reference included, is opened through the one
 :class:`compress.runtime.Predictor`, so PyTorch fp32/INT8 and ONNX fp32/INT8 are measured by
@@ -15,6 +15,7 @@ import math
 import os
 import sys
 import time
+import uuid
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
@@ -29,7 +30,9 @@ from compress.data import check_labels_fit
 from compress.errors import CompressError
 
 SCHEMA = "bert-compress-bench"
-SCHEMA_VERSION = 1
+#: Version 2 keeps every round's timing and every example's prediction, so the gate can compute intervals;
+#: version-1 files are still read (their statistical rules are inconclusive: they hold no samples).
+SCHEMA_VERSION = 2
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
 
@@ -81,7 +84,11 @@ def _load_predictors(config: BenchConfig) -> tuple[list[dict[str, Any]], dict[st
 
     ref_path = Path(config.reference).expanduser().resolve()
     paths = [ref_path]
-    for item in config.artifacts:
+    group_of: dict[Path, tuple[str, int]] = {}
+    for group, members in config.seeds.items():
+        for i, item in enumerate(members):
+            group_of.setdefault(Path(item).expanduser().resolve(), (group, i))
+    for item in [*config.artifacts, *(m for members in config.seeds.values() for m in members)]:
         path = Path(item).expanduser().resolve()
         if path not in paths:
             paths.append(path)
@@ -95,7 +102,9 @@ def _load_predictors(config: BenchConfig) -> tuple[list[dict[str, Any]], dict[st
     for path, name in zip(paths, artifact_names(paths)):
         predictor = Predictor.load(path, threads=config.threads, spinning=False)
         predictors[name] = predictor
-        entries.append({"name": name, "path": str(path), "is_reference": path == ref_path, "predictor": predictor})
+        group, index = group_of.get(path, (None, None))
+        entries.append({"name": name, "path": str(path), "is_reference": path == ref_path, "predictor": predictor,
+                        "group": group, "seed_index": index})
     ref = predictors[entries[0]["name"]]
     for entry in entries[1:]:
         other = entry["predictor"]
@@ -122,19 +131,23 @@ def _config_facts(entry: dict[str, Any]) -> dict[str, Any]:
         "num_hidden_layers": layers if isinstance(layers, int) else None,
         "max_length": predictor.max_length,
         "onnx": onnx_facts(Path(entry["path"]), meta) if predictor.kind.startswith("onnx") else None,
+        "group": entry.get("group"),
     }
     return facts
 
 
 def measure_latency(predictors: dict[str, Any], reference: str, texts: Sequence[Any], batch_sizes: Sequence[int],
                     seq_lens: Sequence[int], warmup: int, runs: int, progress: bool = True,
-                    keep_samples: bool = False) -> dict[str, list[dict[str, Any]]]:
+                    keep_samples: bool = True) -> dict[str, list[dict[str, Any]]]:
     """Latency of every predictor at every batch size x sequence length, interleaved, with paired speedups.
 
     Inputs for every configuration are built (and checked against each model's position table)
     before the first timing, so a bad ``--seq-lens`` fails at once rather than after an hour.
-    ``keep_samples`` adds the raw per-round timings (``samples_ns``) to each entry, for checking.
+    Every entry keeps its raw per-round timings (``rounds_ns``: entry ``i`` of every artifact comes from
+    the same round), from which the gate computes its intervals; ``keep_samples=False`` leaves them out.
     """
+    from benchmarks.stats import speedup_interval
+
     from tqdm.auto import tqdm
 
     configs = [(b, s) for b in batch_sizes for s in seq_lens]
@@ -151,10 +164,13 @@ def measure_latency(predictors: dict[str, Any], reference: str, texts: Sequence[
             runners = {name: forward_runner(predictors[name], inputs[(b, s)][name]) for name in predictors}
             timings = run_interleaved(runners, warmup, runs, tick=lambda n, w=b * s: bar.update(n * w))
             for name in predictors:
-                entry = {"batch_size": b, "seq_len": s, **summarize(timings[name], b),
-                         "speedup": paired_speedup(timings[reference], timings[name])}
+                speedup = paired_speedup(timings[reference], timings[name])
+                interval = speedup_interval(timings[reference], timings[name])
+                speedup.update(ci_low=interval.low, ci_high=interval.high, confidence=interval.confidence,
+                               method=interval.method)
+                entry = {"batch_size": b, "seq_len": s, **summarize(timings[name], b), "speedup": speedup}
                 if keep_samples:
-                    entry["samples_ns"] = timings[name]
+                    entry["rounds_ns"] = [int(t) for t in timings[name]]
                 out[name].append(entry)
     return out
 
@@ -175,12 +191,15 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
     texts, labels = split_texts_and_labels(task, config.split)
 
     quality = evaluate_quality(predictors, reference, texts, labels, progress=config.progress)
-    latency = measure_latency(predictors, reference, texts, config.batch_sizes, config.seq_lens, config.warmup,
-                              config.runs, progress=config.progress)
+    # Seeds of one recipe share one shape, hence one speed: only the first member of a group is timed.
+    timed = [e for e in entries if not e["seed_index"]]
+    latency = measure_latency({e["name"]: predictors[e["name"]] for e in timed}, reference, texts,
+                              config.batch_sizes, config.seq_lens, config.warmup, config.runs,
+                              progress=config.progress)
     memory: dict[str, Any] = {}
     mem_batch, mem_seq = max(config.batch_sizes), max(config.seq_lens)
     if config.memory:
-        for entry in tqdm(entries, desc="memory", unit="artifact", disable=not config.progress, file=sys.stderr,
+        for entry in tqdm(timed, desc="memory", unit="artifact", disable=not config.progress, file=sys.stderr,
                           leave=False):
             memory[entry["name"]] = measure_memory(entry["path"], config.threads, mem_batch, mem_seq,
                                                    texts[:mem_batch])
@@ -190,11 +209,14 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         record = _config_facts(entry)
         record["quality"] = quality[entry["name"]]
         record["memory"] = memory.get(entry["name"])
-        record["latency"] = latency[entry["name"]]
+        record["latency"] = latency.get(entry["name"], [])
         artifacts.append(record)
+    groups = [{"name": group, "members": [e["name"] for e in sorted(
+        (e for e in entries if e["group"] == group), key=lambda e: e["seed_index"])]} for group in config.seeds]
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
+        "run_id": uuid.uuid4().hex,
         "created": now_iso(),
         "git_commit": git_commit(),
         "versions": package_versions(),
@@ -211,9 +233,11 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
             "order": "interleaved, starting variant rotating each round",
             "memory": {"measured": config.memory, "batch_size": mem_batch, "seq_len": mem_seq},
         },
-        "data": {**task.describe(), "split": config.split, "n": int(len(labels)), "options": asdict(config.data)},
+        "data": {**task.describe(), "split": config.split, "n": int(len(labels)), "options": asdict(config.data),
+                 "labels": [int(v) for v in labels]},
         "reference": reference,
         "artifacts": artifacts,
+        "groups": groups,
         "wall_s": round(time.perf_counter() - started, 2),
     }
 
@@ -266,9 +290,18 @@ def bench(config: BenchConfig, out: str | os.PathLike) -> Path:
     """Measure and write the results folder; prints where it went and the headline numbers."""
     out_path = Path(out).expanduser().resolve()
     _check_out(out_path, [config.reference, *config.artifacts])  # fail before an hour of measuring, not after
+    if config.history:
+        from benchmarks.history import check_history_writable
+
+        check_history_writable(config.history)
     results = run_benchmark(config)
     path = write_results_folder(out_path, results)
     print(f"bench: {path} ({len(results['artifacts'])} artifacts, {results['wall_s']:.0f} s)")
+    if config.history:
+        from benchmarks.history import append_history
+
+        append_history(config.history, results)
+        print(f"bench: appended this run's summary to {config.history}")
     from benchmarks.report import headline
 
     print(headline(results))

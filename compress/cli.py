@@ -162,7 +162,9 @@ def cmd_run(a: argparse.Namespace) -> int:
 
         print("\n" + demo_table(json.loads(results.read_text(encoding="utf-8"))))
         print(f"\nreport: {recipe.out / 'bench' / 'report.md'} (plots beside it)")
-    return 0 if all(not r["status"].startswith("failed") for r in status) else 1
+    # The gate's own code (1 failed, 4 inconclusive) is the run's, so CI sees what the gate decided.
+    codes = [int(r["status"].rsplit("exit ", 1)[1].rstrip(")")) for r in status if "(exit " in r["status"]]
+    return codes[0] if codes else 0
 
 
 def _int_list(text: str) -> list[int]:
@@ -183,11 +185,22 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return 0
 
 
+def _seed_group(text: str) -> tuple[str, list[str]]:
+    """``"student=runs/s0,runs/s1"`` -> ``("student", ["runs/s0", "runs/s1"])``, for --seeds."""
+    name, sep, dirs = text.partition("=")
+    members = [d for d in dirs.split(",") if d.strip()]
+    if not sep or not name.strip() or len(members) < 2:
+        raise argparse.ArgumentTypeError(f"expected NAME=DIR,DIR[,DIR...] (two or more seeds of one recipe), got {text!r}")
+    return name.strip(), members
+
+
 def cmd_gate(a: argparse.Namespace) -> int:
     from benchmarks.gate import run_gate
 
     cfg = stage_config("gate", a)
-    return run_gate(cfg.results, cfg.rules, baseline=cfg.baseline, junit=cfg.junit)
+    return run_gate(cfg.results, cfg.rules, baseline=cfg.baseline, junit=cfg.junit,
+                    on_inconclusive=cfg.on_inconclusive, history=cfg.history, window=cfg.window,
+                    history_threshold=cfg.history_threshold, history_test=cfg.history_test)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -328,6 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="smoke run: warmup 3, runs 10, batch 1, seq 32, 64 examples (unless given explicitly)")
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
                    help="measure peak memory of each artifact in a separate process (default on)")
+    p.add_argument("--history", default=None, metavar="FILE.jsonl",
+                   help="append this run's summary (speedups, accuracy, agreement, machine) as one line to this file")
+    p.add_argument("--seeds", type=_seed_group, action="append", default=None, metavar="NAME=DIR,DIR,...",
+                   help="students of one recipe trained with different seeds: gated as NAME on their mean (repeatable)")
     _add_data_flags(p)
     p.set_defaults(func=cmd_bench)
 
@@ -336,6 +353,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rules", required=True, help="gates TOML file (see docs/ci.md)")
     p.add_argument("--baseline", default=None, help="an older results.json, for max_regression")
     p.add_argument("--junit", default=None, help="write JUnit XML here (one testcase per artifact and rule)")
+    p.add_argument("--on-inconclusive", choices=("pass", "fail"), default=None,
+                   help="count a rule whose interval straddles its limit as pass (exit 0) or fail (exit 1); "
+                        "default: exit code 4")
+    p.add_argument("--history", default=None, metavar="FILE.jsonl",
+                   help="also flag results unlike the last --window comparable runs of this bench --history file")
+    p.add_argument("--window", type=int, default=None, help="runs of the history to compare with (default 20)")
+    p.add_argument("--history-threshold", type=float, default=None,
+                   help="flag a value this many standard deviations below the window's mean (default 3)")
+    p.add_argument("--history-test", choices=("z", "t"), default=None,
+                   help="z: z-score; t: the same false-alarm rate under Student's t for the window size (default t)")
     p.set_defaults(func=cmd_gate)
 
     p = sub.add_parser("prune", help="remove attention heads and FFN neurons (torch-pruning), recover by distillation")

@@ -817,6 +817,35 @@ class QuantizeConfig(ConfigBase):
         return problems
 
 
+def _optional_choice(*values: str) -> dict[str, Any]:
+    """Field metadata: ``None`` (not set) or one of ``values``."""
+    def parse(value: Any, name: str) -> str | None:
+        if value is None or value in values:
+            return value
+        raise _Bad(f"{name} must be one of {', '.join(values)}, got {value!r}")
+    return {"parse": parse}
+
+
+def _seed_groups(value: Any, name: str) -> dict[str, list[str]]:
+    """``seeds``: ``{NAME: [DIR, ...]}``, or ``NAME=DIR,DIR`` strings / ``(NAME, [DIR, ...])`` pairs (the CLI's form)."""
+    if value is None:
+        return {}
+    items = value.items() if isinstance(value, Mapping) else value
+    if isinstance(items, str):
+        items = [items]
+    groups: dict[str, list[str]] = {}
+    try:
+        for item in items:
+            if isinstance(item, str):
+                group, _, dirs = item.partition("=")
+                item = (group, [d for d in dirs.split(",") if d.strip()])
+            group, dirs = item
+            groups[str(group).strip()] = [str(d) for d in ([dirs] if isinstance(dirs, str) else dirs)]
+    except (TypeError, ValueError):
+        raise _Bad(f"{name} must map a group name to its artifact folders (NAME=DIR,DIR,...), got {value!r}") from None
+    return groups
+
+
 @dataclass
 class BenchConfig(ConfigBase):
     """What to measure. ``None`` settings take the ``--quick`` or full defaults (see :meth:`resolved`)."""
@@ -833,6 +862,11 @@ class BenchConfig(ConfigBase):
     quick: bool = False
     memory: bool = True
     progress: bool = True
+    #: ``bench --history FILE.jsonl``: append this run's summary line there (see :mod:`benchmarks.history`).
+    history: str | None = None
+    #: ``bench --seeds NAME=DIR,DIR,...``: students of one recipe trained with different seeds, gated on their
+    #: mean. Every member's quality is measured; latency only for the first (same shape, same speed).
+    seeds: dict = field(default_factory=dict, metadata={"parse": _seed_groups})
 
     def resolved(self) -> "BenchConfig":
         """Fill unset settings from the quick or full preset and validate them all."""
@@ -869,6 +903,11 @@ class BenchConfig(ConfigBase):
             if value is not None and value < low:
                 more = "at least 1" if low else "0 or more"
                 problems.append(_problem(key, f"--{key} must be {more}, got {value}."))
+        for name, members in self.seeds.items():
+            if len(members) < 2:
+                problems.append(_problem("seeds", f"--seeds {name}=...: a seed group needs at least two artifact "
+                                                  f"folders (got {len(members)}); give them comma-separated, e.g. "
+                                                  f"{name}=runs/s0,runs/s1."))
         return problems
 
 
@@ -889,9 +928,19 @@ class GateConfig(ConfigBase):
     rules: str | dict = field(default="", metadata={"parse": _rules})
     baseline: str | None = None
     junit: str | None = None
+    #: What an inconclusive verdict (an interval that straddles a limit) exits with: ``None`` keeps its own
+    #: exit code 4, ``pass`` turns it into 0, ``fail`` into 1.
+    on_inconclusive: str | None = field(default=None, metadata=_optional_choice("pass", "fail"))
+    #: A ``bench --history`` file: also flag results unlike the last ``window`` comparable runs.
+    history: str | None = None
+    window: int | None = None
+    history_threshold: float | None = None
+    history_test: str | None = field(default=None, metadata=_optional_choice("z", "t"))
 
     def problems(self) -> list[Problem]:
         problems = []
+        if self.window is not None and self.window < 2:
+            problems.append(_problem("window", f"--window must be at least 2, got {self.window}"))
         if not self.rules or not isinstance(self.rules, (str, dict)):
             problems.append(Problem(("rules",), "gate.rules must be a path to a TOML file or a mapping of rules", True))
         return problems

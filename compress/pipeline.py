@@ -396,7 +396,8 @@ def run_recipe(recipe: Recipe, force: tuple[str, ...] = (), debug: bool = False)
             raise
         seconds = round(time.perf_counter() - started, 1)
         if code != 0:
-            status.append({"stage": call.stage, "status": f"failed (exit {code})", "seconds": seconds,
+            verdict = "inconclusive" if call.stage == "gate" and code == 4 else "failed"
+            status.append({"stage": call.stage, "status": f"{verdict} (exit {code})", "seconds": seconds,
                            "output": str(call.output)})
             break
         _write_json(record_file, {"hash": digest, "identity": identity, "finished": now_iso(), "seconds": seconds})
@@ -414,7 +415,9 @@ def _run_gate(config: GateConfig, out: Path) -> int:
         out.mkdir(parents=True, exist_ok=True)
         rules = str(out / "gates.toml")
         Path(rules).write_text(text, encoding="utf-8")
-    return run_gate(config.results, rules, baseline=config.baseline, junit=config.junit)
+    return run_gate(config.results, rules, baseline=config.baseline, junit=config.junit,
+                    on_inconclusive=config.on_inconclusive, history=config.history, window=config.window,
+                    history_threshold=config.history_threshold, history_test=config.history_test)
 
 
 __all__ = ["Problem", "Recipe", "StageCall", "load_recipe", "plan", "rules_toml", "run_recipe"]

