@@ -85,17 +85,21 @@ def headline(results: dict[str, Any]) -> str:
 
 
 def demo_table(results: dict[str, Any], markdown: bool = False) -> str:
-    """The table ``make demo`` ends with: per artifact, accuracy, p50 latency at the smallest batch,
-    throughput at the largest batch (both at the longest sequence), size, and speedup against the
-    reference at each of those two batch sizes."""
+    """The table ``make demo`` ends with: per artifact, accuracy and its share of the reference's
+    accuracy, p50 latency at the smallest batch, throughput at the largest batch (both at the longest
+    sequence), size, and speedup against the reference at each of those two batch sizes."""
     settings = results["settings"]
     small, large, seq = min(settings["batch_sizes"]), max(settings["batch_sizes"]), max(settings["seq_lens"])
-    head = ["artifact", "kind", "accuracy", f"p50 ms (batch {small})", f"seq/s (batch {large})", "size MB",
-            f"speedup b{small}", f"speedup b{large}"]
+    head = ["artifact", "kind", "accuracy", "of reference", f"p50 ms (batch {small})", f"seq/s (batch {large})",
+            "size MB", f"speedup b{small}", f"speedup b{large}"]
+    reference = next((a for a in results["artifacts"] if a["name"] == results["reference"]), None)
+    ref_acc = (reference or {}).get("quality", {}).get("accuracy")
     rows = []
     for art in results["artifacts"]:
         lo, hi = latency_at(art, small, seq) or {}, latency_at(art, large, seq) or {}
-        rows.append([art["name"], art["kind"], _fmt(art["quality"].get("accuracy"), pct=True), _fmt(lo.get("p50_ms")),
+        acc = art["quality"].get("accuracy")
+        share = acc / ref_acc if acc is not None and ref_acc else None
+        rows.append([art["name"], art["kind"], _fmt(acc, pct=True), _fmt(share, pct=True), _fmt(lo.get("p50_ms")),
                      _fmt(hi.get("throughput_seq_per_s"), 1), _fmt(art["size_bytes"] / MB, 1),
                      _fmt((lo.get("speedup") or {}).get("median"), 1, suffix="x"),
                      _fmt((hi.get("speedup") or {}).get("median"), 1, suffix="x")])

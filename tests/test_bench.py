@@ -396,3 +396,20 @@ def test_bench_seed_group_and_history(small, large, data_csv, work, tmp_path):
     checks = {(c.artifact, c.rule): c for c in evaluate(load_results(out / RESULTS_FILE), load_rules(rules))}
     assert ("tiny", "max_accuracy_drop") in checks and ("small", "max_accuracy_drop") not in checks
     assert "mean of 2 seeds" in checks[("tiny", "max_accuracy_drop")].measured
+
+
+def test_demo_table_shows_each_artifacts_share_of_the_reference_accuracy():
+    from benchmarks.report import demo_table
+
+    def art(name, acc, p50, tput, speed):
+        return {"name": name, "kind": "pytorch", "quality": {"accuracy": acc}, "size_bytes": 2**20,
+                "latency": [{"batch_size": 1, "seq_len": 128, "p50_ms": p50, "speedup": {"median": speed}},
+                            {"batch_size": 32, "seq_len": 128, "throughput_seq_per_s": tput,
+                             "speedup": {"median": speed}}]}
+
+    results = {"settings": {"batch_sizes": [1, 32], "seq_lens": [128], "threads": 2}, "reference": "teacher",
+               "artifacts": [art("teacher", 0.90, 100.0, 8.0, 1.0), art("student", 0.882, 10.0, 80.0, 10.0)]}
+    table = demo_table(results, markdown=True).splitlines()
+    assert table[0].startswith("| artifact | kind | accuracy | of reference |")
+    assert table[2].startswith("| teacher | pytorch | 90.0% | 100.0% |")
+    assert table[3].startswith("| student | pytorch | 88.2% | 98.0% | 10.00 | 80.0 | 1.0 | 10.0x | 10.0x |")
