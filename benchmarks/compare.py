@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +68,9 @@ def _predictions(path: Path, task, texts: dict[str, list], batch_size: int = 64)
         if predictor is None:
             predictor = Predictor.load(path)
         out[split] = predictor.logits(texts[split], batch_size=batch_size).argmax(-1)
-        np.save(cached, out[split], allow_pickle=False)
+        tmp = cached.with_suffix(".tmp.npy")
+        np.save(tmp, out[split], allow_pickle=False)
+        os.replace(tmp, cached)  # a cache file is whole or absent
     return out
 
 
