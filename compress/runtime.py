@@ -246,9 +246,12 @@ class TorchPredictor(Predictor):
     def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
         import torch
 
+        from compress.modeling import model_device
+
+        device = model_device(self.model)
         with torch.inference_mode():
-            inputs = {k: torch.from_numpy(v) for k, v in arrays.items()}
-            return self.model(**inputs).logits.float().numpy()
+            inputs = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
+            return self.model(**inputs).logits.float().cpu().numpy()
 
 
 class OnnxPredictor(Predictor):

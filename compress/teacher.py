@@ -1,8 +1,9 @@
 """The teacher: fine-tune a BERT-family encoder on the task, evaluate it, and cache its soft labels.
 
 ``train_teacher`` turns any local encoder folder (or the built-in ``minilm``/``mpnet-base``) into a
-sequence classifier artifact. A folder that already holds a classifier for the task is evaluated
-and packaged without training unless ``epochs`` is given.
+sequence classifier artifact. A folder that already holds a classifier for the task is first tested
+on validation (:mod:`compress.head_check`): a head that does better than chance is packaged without
+training; one that does not is fine-tuned, with a note (or refused under ``--finetune no``).
 
 ``teacher_logits`` computes the teacher's logits for a split once and caches them on disk, keyed
 by the teacher's weights and the exact token ids, so a second distillation run (or a run with
@@ -27,6 +28,8 @@ from compress.assets import cache_dir, resolve_model
 from compress.config import TeacherConfig
 from compress.data import DynamicPaddingCollator, TaskData, tokenize_split
 from compress.errors import CompressError
+from compress.head_check import check_head, judge_existing_head
+from compress.hub import snapshot_origin
 from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler, gather_rows,
                                interrupt_callback, is_main_process, print_metrics, resume_point, run_trainer,
@@ -37,41 +40,66 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a teacher; write it as an artifact at ``out``."""
     cfg.validate()
     started = time.perf_counter()
-    source = resolve_model(cfg.model)
+    source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
     task = cfg.data.load()
     model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle)
-    finetune = (not has_head) if cfg.finetune is None else cfg.finetune
     timings: dict[str, float] = {}
 
     tokenized = {name: tokenize_split(split, tokenizer, cfg.max_length, task.is_pair, with_length=(name == "train"),
                                       what="teacher")
                  for name, split in task.splits.items()}
+    # A head that came with the model may never have been trained (a base model loaded into a
+    # classification class): test it on validation before trusting it (compress.head_check).
+    head_check, head_logits = None, None
+    if has_head and cfg.finetune is not True and "validation" in tokenized:
+        head_logits = predict_logits(model, tokenized["validation"], bf16=cfg.train.bf16, pad_id=tokenizer.pad_token_id,
+                                     desc="checking the existing head (validation)")
+        head_check = check_head(head_logits, np.asarray(task.splits["validation"]["label"]), task.num_labels)
+        untrained_head = judge_existing_head(head_check, cfg.finetune, cfg.model) == "fine-tune"
+    else:
+        untrained_head = False
+    finetune = (not has_head or untrained_head) if cfg.finetune is None else cfg.finetune
     train_log: dict[str, Any] = {}
     if finetune and cfg.train.epochs > 0:
         t0 = time.perf_counter()
         train_log = _fine_tune(model, tokenizer, tokenized["train"], cfg, out)
         timings["fine_tune_s"] = round(time.perf_counter() - t0, 1)
-    elif not has_head:
+    elif not has_head or untrained_head:
         print("warning: the teacher has no trained classifier head and --epochs is 0: its predictions are random",
               file=sys.stderr)
 
+    fine_tuned = bool(finetune and cfg.train.epochs > 0)
+    chance = None
     t0 = time.perf_counter()
     metrics = {}
     for name in ("validation", "test"):
         if name in tokenized:
-            logits = predict_logits(model, tokenized[name], bf16=cfg.train.bf16, pad_id=tokenizer.pad_token_id,
-                                    desc=f"evaluating teacher ({name})")
+            if name == "validation" and head_logits is not None and not fine_tuned:
+                logits = head_logits  # the head check ran this very model on this split
+            else:
+                logits = predict_logits(model, tokenized[name], bf16=cfg.train.bf16, pad_id=tokenizer.pad_token_id,
+                                        desc=f"evaluating teacher ({name})")
             metrics[name] = classification_metrics(logits, np.asarray(task.splits[name]["label"]))
+            if name == "validation":
+                chance = check_head(logits, np.asarray(task.splits[name]["label"]), task.num_labels)
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     timings["total_s"] = round(time.perf_counter() - started, 1)
+    if chance is not None and chance.untrained:
+        print(f"warning: the teacher is no better than chance ({chance.summary()}); distill will refuse it. Train "
+              "longer or with another --lr.", file=sys.stderr)
 
     meta = {
         "stage": "teacher",
         "kind": "pytorch",
         "model_type": model.config.model_type,
         "parameters": count_parameters(model),
-        "parent": {"model": cfg.model, "path": str(source)},
-        "fine_tuned": bool(finetune and cfg.train.epochs > 0),
+        "parent": {"model": cfg.model, "path": str(source), **(snapshot_origin(source) or {})},
+        "fine_tuned": fine_tuned,
+        # the existing head tested before training (null when the model had none or --finetune yes),
+        # and the final model tested the same way; distill refuses a teacher whose chance_check says untrained
+        "head_check": None if head_check is None else {**head_check.to_dict(),
+                                                       "decision": "fine-tuned" if fine_tuned else "kept"},
+        "chance_check": None if chance is None else chance.to_dict(),
         "config": cfg.to_dict(),
         "data": task.describe(),
         "metrics": metrics,
@@ -142,9 +170,9 @@ class LoadedTeacher:
 
 
 def load_teacher(folder: str | os.PathLike, task: TaskData | None = None, allow_pickle: bool = False,
-                 eager_attention: bool = False) -> LoadedTeacher:
-    """Load a teacher classifier; it must already predict the task's labels."""
-    path = Path(resolve_model(str(folder)))
+                 eager_attention: bool = False, revision: str | None = None) -> LoadedTeacher:
+    """Load a teacher classifier (an artifact, a folder or a hub id); it must already predict the task's labels."""
+    path = Path(resolve_model(str(folder), revision=revision, allow_pickle=allow_pickle))
     num_labels = task.num_labels if task is not None else None
     model, tokenizer, has_head = load_classifier(path, num_labels, task.label_names if task else None, allow_pickle,
                                                  eager_attention=eager_attention)

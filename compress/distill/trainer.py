@@ -35,7 +35,9 @@ from compress.data import DynamicPaddingCollator, tokenize_split
 from compress.distill.layer_map import format_layer_map, parse_layer_map
 from compress.losses import LOSSES, LossTerm
 from compress.distill.soft_labels import Part, SoftLabelStore
-from compress.modeling import accepts_token_types, autocast, classification_metrics, count_parameters, predict_logits
+from compress.head_check import HeadCheck, check_head, refuse_untrained_teacher
+from compress.modeling import (accepts_token_types, autocast, classification_metrics, count_parameters, model_device,
+                               predict_logits)
 from compress.teacher import load_teacher, soft_label_cache_path, teacher_logits
 from compress.transfer import TransferOptions, build_transfer
 from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler,
@@ -187,7 +189,11 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     timings: dict[str, float] = {}
     task = cfg.data.load()
     want_inter = cfg.wants_intermediate
-    teacher = load_teacher(cfg.teacher, task, cfg.allow_pickle, eager_attention=want_inter)
+    teacher = load_teacher(cfg.teacher, task, cfg.allow_pickle, eager_attention=want_inter, revision=cfg.revision)
+    recorded = HeadCheck.from_dict(teacher.meta.get("chance_check"))
+    if recorded and (teacher.meta.get("data") or {}).get("fingerprint") == task.fingerprint:
+        # the teacher stage measured this teacher on this very data: refuse before any work
+        refuse_untrained_teacher(recorded, cfg.teacher, cfg.allow_untrained_teacher)
     t_shape = teacher_shape(teacher.model.config)
     student, s_tok, student_info = build_student(cfg.student, teacher.model, teacher.tokenizer, task.label_names,
                                                  cfg.layer_map, cfg.train.seed, eager_attention=want_inter)
@@ -228,10 +234,14 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     t0 = time.perf_counter()
     soft = {}
     reused = {}
-    for name, ds in tokenized.items():
+    for name in sorted(tokenized, key=lambda n: n != "validation"):  # validation first: it decides the check below
         if name == "train" and during_training:
             continue
-        soft[name], reused[name] = teacher_logits(teacher, ds, prefix="t_", bf16=cfg.train.bf16, what=name)
+        soft[name], reused[name] = teacher_logits(teacher, tokenized[name], prefix="t_", bf16=cfg.train.bf16, what=name)
+        if name == "validation":
+            check = check_head(soft[name], np.asarray(task.splits[name]["label"]), task.num_labels)
+            refuse_untrained_teacher(check, cfg.teacher, cfg.allow_untrained_teacher)
+    reused = {name: reused[name] for name in tokenized if name in reused}
     timings["soft_labels_s"] = round(time.perf_counter() - t0, 1)
     train_ds = tokenized["train"]
     if not during_training:
@@ -378,7 +388,10 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
             t_inputs = {"input_ids": inputs["t_input_ids"], "attention_mask": inputs["t_attention_mask"]}
             if t_types and "t_token_type_ids" in inputs:
                 t_inputs["token_type_ids"] = inputs["t_token_type_ids"]
-            with torch.no_grad(), autocast(cfg.train.bf16):
+            device = t_inputs["input_ids"].device
+            if model_device(teacher_model) != device:
+                teacher_model.to(device)  # the Trainer moved the student; the teacher follows it
+            with torch.no_grad(), autocast(cfg.train.bf16, device):
                 return teacher_model(**t_inputs, output_hidden_states=states, output_attentions=attentions)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
