@@ -14,6 +14,7 @@ from tests.conftest import make_bert, sentiment_rows, write_csv
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("catalogue")
     data = write_csv(root / "data.csv", sentiment_rows(60))
+    write_csv(root / "balanced.csv", sentiment_rows(240))  # 24 validation rows: enough to tell a head from chance
     teacher = make_bert(root / "teacher", layers=2, head=True)
     cfg = json.loads((teacher / "config.json").read_text())
     (teacher / "config.json").write_text(json.dumps({**cfg, "architectures": ["BertForSequenceClassification"]}))
@@ -66,14 +67,24 @@ CASES = {
                                                        "--out", str(r / "o")], "--heads"),
     "gates file with an unknown rule": (lambda r, d, t: ["gate", str(r / "results.json"), "--rules", str(r / "gates.toml")],
                                         "min_speed"),
+    "hub model offline and not cached": (lambda r, d, t: ["teacher", "--model", "org/not-cached", "--data", str(d),
+                                                           "--out", str(r / "o")],
+                                         "model 'org/not-cached' is not a local path and is not in the Hugging Face cache"),
+    "hub dataset offline and not cached": (lambda r, d, t: _distill(t, "hf:org/not-cached", r / "o"),
+                                           "dataset 'org/not-cached' is not a local path and is not in the Hugging Face cache"),
+    "teacher no better than chance": (lambda r, d, t: _distill(t, r / "balanced.csv", r / "o"), "no better than chance"),
     "results file of another schema version": (lambda r, d, t: ["gate", str(r / "results.json"), "--rules",
                                                                 str(r / "good.toml")], "schema_version"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_input_is_one_clear_message(files, case, capsys):
+def test_bad_input_is_one_clear_message(files, case, capsys, monkeypatch):
     root, data, teacher = files
+    # hub names resolve offline against empty caches of this test's own
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(root / "hf" / "hub"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(root / "hf" / "datasets"))
     argv, expected = CASES[case]
     code = main(argv(root, data, teacher))
     err = capsys.readouterr().err
