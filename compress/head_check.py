@@ -73,6 +73,16 @@ class HeadCheck:
     def untrained(self) -> bool:
         return self.verdict == "untrained"
 
+    @classmethod
+    def from_dict(cls, record: dict[str, Any] | None) -> "HeadCheck | None":
+        """The check a ``compress.json`` recorded, or ``None`` when there is none or it is of another shape."""
+        from dataclasses import fields
+
+        names = [f.name for f in fields(cls)]
+        if not isinstance(record, dict) or not all(name in record for name in names):
+            return None
+        return cls(**{name: record[name] for name in names})
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         for key in ("accuracy", "majority_rate", "chance_rate"):
