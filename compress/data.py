@@ -116,7 +116,7 @@ def load_task_data(
 
         named = hub.dataset_spec(spec) if spec.startswith("hf:") or not path.exists() else None
         if named is not None:
-            task = hub.load_hub_task(spec, *named, text_column, text_pair_column, label_column, seed)
+            task = _hub_task(*named, text_column, text_pair_column, label_column, seed)
         elif not path.exists():
             raise CompressError(
                 f"data {spec!r} is neither a built-in dataset ({', '.join(BUILTIN_DATASETS)}) nor an existing "
@@ -300,6 +300,55 @@ def _frames_to_task(frames, origin: Path, text_column: str, text_pair_column: st
 
     dd = DatasetDict({split: Dataset.from_dict(rows[split]) for split in ("train", "validation", "test") if split in rows})
     return TaskData(dd, label_names, str(origin), text_pair_column is not None, _fingerprint(dd))
+
+
+def _hub_task(name: str, config: str | None, text_column: str, text_pair_column: str | None, label_column: str,
+              seed: int) -> TaskData:
+    """A Hugging Face dataset (:func:`compress.hub.load_hub_dataset`) as a validated task.
+
+    Splits are matched by name as in a folder (train; validation, valid, val, dev; test); others
+    (such as ``unsupervised``) are left out, with a note. A split whose labels are all missing
+    (``-1`` in a ``ClassLabel`` column, as in GLUE's test sets) is left out too. The rest goes
+    through the same checks as a local file, and what is missing is carved out of train
+    (80/10/10, seeded). Class names come from a ``ClassLabel`` feature when there is one.
+    """
+    from compress.hub import load_hub_dataset
+
+    loaded = load_hub_dataset(name, config)
+    origin = f"hf:{name}" + (f":{config}" if config else "")
+    available = {s.lower(): s for s in loaded.keys()}
+    frames: dict[str, Any] = {}
+    notes: list[str] = []
+    class_names: list[str] | None = None
+    used: set[str] = set()
+    for split, aliases in SPLIT_ALIASES.items():
+        found = next((available[a] for a in aliases if a in available), None)
+        if found is None:
+            continue
+        used.add(found)
+        ds = loaded[found]
+        feature = ds.features.get(label_column)
+        if getattr(feature, "names", None):
+            class_names = list(feature.names)
+            if len(ds) and all(v == -1 for v in ds[label_column][:]):
+                notes.append(f"split '{found}' left out: it has no labels (all -1)")
+                continue
+        frame = ds.to_pandas()
+        frame.attrs["path"] = f"{origin}[{found}]"
+        frames[split] = frame
+    if "train" not in frames:
+        raise CompressError(f"{origin}: no labelled train split (splits: {', '.join(loaded.keys())}). A task needs a "
+                            "split named train.")
+    unused = sorted(set(loaded.keys()) - used)
+    if unused:
+        notes.append(f"splits not used: {', '.join(unused)}")
+    task = _frames_to_task(frames, origin, text_column, text_pair_column, label_column, seed)
+    if class_names and len(class_names) >= task.num_labels and task.label_names == [str(i) for i in range(task.num_labels)]:
+        task.label_names = class_names
+    task.notes.extend(notes)
+    for note in notes:
+        print(f"note: {origin}: {note}")
+    return task
 
 
 def _split_rows(rows: dict[str, dict[str, list]], seed: int) -> dict[str, dict[str, list]]:

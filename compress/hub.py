@@ -44,6 +44,8 @@ MODEL_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "
                "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt", "vocab.json",
                "merges.txt", "*.model"]
 PICKLE_FILES = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*.bin"]
+#: Weight files that count as safe (the names of compress.artifact.SAFE_WEIGHTS).
+SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 #: Weight files of other frameworks and sub-folders (ONNX exports, sentence-transformers modules) are skipped.
 IGNORED = ["*/*"]
 DATA_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet", ".txt")
@@ -119,13 +121,14 @@ def model_snapshot(repo_id: str, revision: str | None = None, allow_pickle: bool
     """The local snapshot folder of hub model ``repo_id``, downloaded into the cache when needed.
 
     Only config, tokenizer and safetensors files are fetched (pickle weights too with
-    ``allow_pickle``); the folder is then checked like any local model folder.
+    ``allow_pickle``). The folder is then an ordinary model folder: ``load_classifier`` checks it
+    with :func:`compress.artifact.check_model_folder` like any other, and its messages name the
+    hub id (:func:`describe_folder`). This module imports nothing of bert-compress but its errors,
+    so every layer may use it.
     """
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, IncompleteSnapshotError,
                                         LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError)
-
-    from compress.artifact import PICKLE_WEIGHTS, SAFE_WEIGHTS, check_model_folder
 
     cache = hub_cache_dir()
     label = _label(repo_id, revision)
@@ -154,17 +157,13 @@ def model_snapshot(repo_id: str, revision: str | None = None, allow_pickle: bool
         ) from exc
     except HfHubHTTPError as exc:
         raise CompressError(f"{label}: the Hugging Face Hub answered {str(exc).splitlines()[0]}") from exc
-    names = {p.name for p in folder.iterdir()}
-    if not allow_pickle and not names & set(SAFE_WEIGHTS) and not no_network and _repo_has_pickle(repo_id, folder.name):
+    has_safe = any((folder / name).exists() for name in SAFE_WEIGHTS)
+    if not allow_pickle and not has_safe and not no_network and _repo_has_pickle(repo_id, folder.name):
         raise CompressError(
             f"{label} holds only pickle weights (pytorch_model.bin), which can run code when loaded, so they were not "
             "downloaded. Pass --allow-pickle to fetch them and load them with torch.load(weights_only=True), or use a "
             "revision with model.safetensors."
         )
-    try:
-        check_model_folder(folder, allow_pickle=allow_pickle)
-    except CompressError as exc:
-        raise CompressError(f"{label} (snapshot {folder}): {exc}") from exc
     return folder
 
 
@@ -173,7 +172,7 @@ def _repo_has_pickle(repo_id: str, commit: str) -> bool:
     try:
         from huggingface_hub import HfApi
 
-        return any(name in PICKLE_WEIGHTS or name.endswith(".bin") for name in
+        return any(name.startswith("pytorch_model") and ".bin" in name for name in
                    HfApi().list_repo_files(repo_id, revision=commit))
     except Exception:  # the listing is a courtesy for a better message; check_model_folder still decides
         return False
@@ -186,6 +185,12 @@ def snapshot_origin(folder: str | os.PathLike) -> dict[str, str] | None:
         return None
     repo_id = path.parent.parent.name[len("models--"):].replace("--", "/")
     return {"repo_id": repo_id, "commit": path.name}
+
+
+def describe_folder(folder: str | os.PathLike) -> str | None:
+    """``model 'org/name' (commit abc…)`` for a hub snapshot folder, for messages; ``None`` for other folders."""
+    origin = snapshot_origin(folder)
+    return None if origin is None else f"model '{origin['repo_id']}' (commit {origin['commit'][:12]})"
 
 
 # ----------------------------------------------------------------------------- datasets
@@ -241,53 +246,3 @@ def load_hub_dataset(name: str, config: str | None = None):
     if not isinstance(loaded, datasets.DatasetDict):
         loaded = datasets.DatasetDict({"train": loaded})
     return loaded
-
-
-def load_hub_task(spec: str, name: str, config: str | None, text_column: str, text_pair_column: str | None,
-                  label_column: str, seed: int):
-    """A hub dataset as a validated :class:`compress.data.TaskData`.
-
-    Splits are matched by name (train; validation, valid, val, dev; test); the others (such as
-    ``unsupervised``) are left out. A split whose labels are all missing (``-1`` in a ``ClassLabel``
-    column, as in GLUE's test sets) is left out too. The rest goes through the same checks as a
-    local file, and what is missing is carved out of train (80/10/10, seeded). Class names come
-    from a ``ClassLabel`` feature when the dataset declares one.
-    """
-    from compress.data import SPLIT_ALIASES, _frames_to_task
-
-    loaded = load_hub_dataset(name, config)
-    origin = f"hf:{name}" + (f":{config}" if config else "")
-    available = {s.lower(): s for s in loaded.keys()}
-    frames: dict[str, Any] = {}
-    notes: list[str] = []
-    class_names: list[str] | None = None
-    used: set[str] = set()
-    for split, aliases in SPLIT_ALIASES.items():
-        found = next((available[a] for a in aliases if a in available), None)
-        if found is None:
-            continue
-        ds = loaded[found]
-        feature = ds.features.get(label_column)
-        if getattr(feature, "names", None):
-            class_names = list(feature.names)
-            if len(ds) and all(v == -1 for v in ds[label_column][:]):
-                used.add(found)
-                notes.append(f"split '{found}' left out: it has no labels (all -1)")
-                continue
-        used.add(found)
-        frame = ds.to_pandas()
-        frame.attrs["path"] = f"{origin}[{found}]"
-        frames[split] = frame
-    unused = sorted(set(loaded.keys()) - used)
-    if "train" not in frames:
-        raise CompressError(f"{origin}: no labelled train split (splits: {', '.join(loaded.keys())}). A task needs a "
-                            "split named train.")
-    if unused:
-        notes.append(f"splits not used: {', '.join(unused)}")
-    task = _frames_to_task(frames, origin, text_column, text_pair_column, label_column, seed)
-    if class_names and len(class_names) >= task.num_labels and task.label_names == [str(i) for i in range(task.num_labels)]:
-        task.label_names = class_names
-    task.notes.extend(notes)
-    for note in notes:
-        print(f"note: {origin}: {note}")
-    return task

@@ -48,7 +48,14 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     path = Path(folder)
-    raw = check_model_folder(path, allow_pickle=allow_pickle)
+    try:
+        raw = check_model_folder(path, allow_pickle=allow_pickle)
+    except CompressError as exc:  # a hub snapshot: name the id the user typed, not only the cache path
+        from compress.hub import describe_folder
+
+        if describe_folder(path) is None:
+            raise
+        raise CompressError(f"{describe_folder(path)}: {exc}") from exc
     has_head = any(a.endswith("ForSequenceClassification") for a in raw.get("architectures") or [])
     kwargs: dict[str, Any] = {"trust_remote_code": False}
     if num_labels is not None:
