@@ -149,8 +149,8 @@ def refuse_untrained_teacher(check: HeadCheck, teacher: str, allowed: bool) -> N
     if not check.untrained:
         return
     if allowed:
-        print(f"warning: --teacher {teacher} is no better than chance ({check.summary()}); distilling from it "
-              "anyway because of --allow-untrained-teacher.")
+        print(f"warning: the teacher {teacher} is no better than chance ({check.summary()}); distilling from it "
+              "anyway.")
         return
     raise CompressError(
         f"--teacher {teacher} is no better than chance on this task ({check.summary()}): its head was never trained "

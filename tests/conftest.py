@@ -45,6 +45,32 @@ def make_bert(path: Path, layers: int = 4, hidden: int = 32, heads: int = 4, ffn
     return path
 
 
+def train_briefly(folder: Path, steps: int = 30, seed: int = 5) -> Path:
+    """A few AdamW steps on sentiment rows for a ``make_bert(..., head=True)`` folder, saved in place:
+    a classifier clearly better than chance (the teacher and distill stages test for that)."""
+    import json
+
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_pretrained(folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    rows = sentiment_rows(320, seed=seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for step in range(steps):
+        batch = [rows[(step * 32 + i) % len(rows)] for i in range(32)]
+        enc = tok([r["text"] for r in batch], padding=True, return_tensors="pt")
+        model(**enc, labels=torch.tensor([r["label"] for r in batch])).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.save_pretrained(folder, safe_serialization=True)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["BertForSequenceClassification"]}))
+    return folder
+
+
 def sentiment_rows(n: int, seed: int = 0) -> list[dict]:
     """Sentences whose label follows from one sentiment word among filler: learnable in seconds."""
     rng = random.Random(seed)

@@ -17,37 +17,15 @@ import torch
 
 from compress.data import DataOptions, load_task_data, tokenize_split
 from compress.modeling import load_classifier, predict_logits
-from tests.conftest import make_bert, sentiment_rows, write_csv
+from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
 from tests.device_guard import DEVICE, DeviceMismatch, OtherDevice
-
-
-def _train_briefly(folder, steps: int = 30):
-    """A few AdamW steps on sentiment rows: a classifier clearly better than chance."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    torch.manual_seed(0)
-    model = AutoModelForSequenceClassification.from_pretrained(folder)
-    tok = AutoTokenizer.from_pretrained(folder)
-    rows = sentiment_rows(320, seed=5)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for step in range(steps):
-        batch = [rows[(step * 32 + i) % len(rows)] for i in range(32)]
-        enc = tok([r["text"] for r in batch], padding=True, return_tensors="pt")
-        model(**enc, labels=torch.tensor([r["label"] for r in batch])).loss.backward()
-        opt.step()
-        opt.zero_grad()
-    model.save_pretrained(folder, safe_serialization=True)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["BertForSequenceClassification"]}))
-    return folder
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("device-guard")
     data = write_csv(root / "data.csv", sentiment_rows(240))
-    teacher = _train_briefly(make_bert(root / "teacher", layers=2, head=True))
+    teacher = train_briefly(make_bert(root / "teacher", layers=2, head=True))
     return root, data, teacher
 
 

@@ -112,7 +112,7 @@ def test_distill_refuses_a_teacher_at_chance_unless_allowed(case, tmp_path, caps
     assert not (tmp_path / "s").exists()
     assert main(["distill", "--teacher", str(model), *common, "--allow-untrained-teacher",
                  "--out", str(tmp_path / "s")]) == 0
-    assert "distilling from it anyway because of --allow-untrained-teacher" in capsys.readouterr().out
+    assert "is no better than chance" in capsys.readouterr().out  # a warning, and the run goes on
 
     # recorded: a teacher artifact packaged at chance (--epochs 0) is refused before any soft label
     assert main(["teacher", "--model", str(model), "--data", str(data), "--epochs", "0",

@@ -12,7 +12,7 @@ import pytest
 
 from compress.errors import CompressError
 from compress.pipeline import load_recipe, plan, run_recipe
-from tests.conftest import make_bert, sentiment_rows, write_csv
+from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +82,8 @@ def _tiny_recipe(tmp_path, extra: str = "", epochs: int = 2) -> Path:
 out: {tmp_path / 'run'}
 data: {{data: {data}}}
 teacher: {{model: {encoder}, epochs: 3, lr: 0.002, batch_size: 16}}
-distill: {{student: 2x32, init: teacher-layers, epochs: {epochs}, lr: 0.002, batch_size: 16, save_steps: 2}}
+distill: {{student: 2x32, init: teacher-layers, epochs: {epochs}, lr: 0.002, batch_size: 16, save_steps: 2,
+           allow_untrained_teacher: true}}
 {extra}""")
 
 
@@ -156,7 +157,7 @@ gate:
 
 def _classifier_recipe(tmp_path, data) -> Path:
     """A teacher that is only evaluated (a classifier already), exported and quantized: no training."""
-    model = make_bert(tmp_path / "classifier", head=True, seed=2)
+    model = train_briefly(make_bert(tmp_path / "classifier", head=True, seed=2))  # a head at chance is refused
     return _recipe(tmp_path, f"""\
 out: {tmp_path / 'run'}
 data: {data}
@@ -201,7 +202,7 @@ def test_a_stage_error_keeps_its_message_and_debug_shows_the_traceback(tmp_path,
 
 def test_bench_runs_in_its_own_process_from_a_config_file_and_its_errors_come_back(tmp_path):
     data = write_csv(tmp_path / "data.csv", sentiment_rows(120, seed=1))
-    model = make_bert(tmp_path / "classifier", head=True, seed=2)
+    model = train_briefly(make_bert(tmp_path / "classifier", head=True, seed=2))  # a head at chance is refused
     recipe = f"""\
 out: {tmp_path / 'run'}
 data: {data}

@@ -233,7 +233,8 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
         student=StudentSpec(f"{config.num_hidden_layers}x{config.hidden_size}", f"pretrained:{pruned_dir}"),
         train=replace(cfg.train, epochs=float(cfg.recover_epochs)), temperature=cfg.temperature,
         kd_loss="soft_ce", alpha_kd=cfg.alpha_kd, alpha_hard=cfg.alpha_hard, intermediate=cfg.intermediate,
-        max_length=cfg.max_length, allow_pickle=cfg.allow_pickle, resume=cfg.resume)
+        max_length=cfg.max_length, allow_pickle=cfg.allow_pickle, resume=cfg.resume,
+        allow_untrained_teacher=True)  # recovery follows the model being pruned, whatever its accuracy
     recovered_dir = distill(dcfg, work / "recovered")
     recovered, _, _ = load_classifier(recovered_dir)
     meta = read_meta(recovered_dir) or {}
