@@ -1,5 +1,5 @@
 """The catalogue of bad inputs, through the command line as a user meets them: each gives a
-non-zero exit, one message naming the file or option and the fix, and no traceback (README's
+non-zero exit, one message naming the file or option and the fix, and no traceback (docs/guide.md's
 "Bad input" table lists these messages)."""
 
 import json
