@@ -33,7 +33,9 @@ KD_LOSSES = ("soft_ce", "kl")
 SCHEDULES = ("joint", "two-stage")
 IMPORTANCES = ("magnitude", "taylor")
 SCOPES = ("uniform", "global")
-QUANTIZE_METHODS = ("ort-dynamic", "torch-dynamic")
+QUANTIZE_METHODS = ("ort-dynamic", "torch-dynamic", "ort-static", "torch-bf16")
+#: The fp32 ONNX graph the ONNX Runtime methods quantize (``None``: the method's default).
+QUANTIZE_GRAPHS = ("fused", "unfused")
 INIT_CHOICES = ("random", "teacher-layers", "minilm", "pretrained:PATH")
 #: Augmentation operations, in the order ``--augment-ops`` lists them by default.
 AUGMENT_OPS = ("replace", "mask", "delete", "swap")
@@ -671,7 +673,7 @@ class ExportConfig(ConfigBase):
 
 @dataclass
 class QuantizeConfig(ConfigBase):
-    """Settings of the quantize stage (``bert-compress quantize``): dynamic INT8 checked against fp32."""
+    """Settings of the quantize stage (``bert-compress quantize``): INT8 or bf16 checked against fp32."""
 
     model: str = ""
     method: str = field(default="ort-dynamic", metadata=_choices(*QUANTIZE_METHODS))
@@ -680,11 +682,27 @@ class QuantizeConfig(ConfigBase):
     max_accuracy_drop: float = 0.01
     per_channel: bool = False
     reduce_range: bool = False
+    #: ONNX graph quantized by ort-dynamic / ort-static: fused or unfused (``None``: fused for ort-dynamic,
+    #: unfused for ort-static, or the graph an onnx-fp32 --model holds).
+    graph: str | None = None
+    #: Comma-separated ONNX operator types to quantize (``None``: the method's default).
+    op_types: str | None = None
+    #: Training texts that calibrate ort-static.
+    calibration_size: int = 256
 
     def problems(self) -> list[Problem]:
         problems = []
         if not self.model:
             problems.append(_problem("model", "--model is required"))
+        if self.graph is not None and self.graph not in QUANTIZE_GRAPHS:
+            problems.append(_problem("graph", f"--graph {self.graph!r} is unknown; use {' or '.join(QUANTIZE_GRAPHS)}."))
+        if self.calibration_size < 1:
+            problems.append(_problem("calibration_size", f"--calibration-size must be at least 1, got "
+                                                         f"{self.calibration_size}."))
+        if self.method in ("torch-dynamic", "torch-bf16") and (self.graph is not None or self.op_types):
+            problems.append(_problem("graph" if self.graph is not None else "op_types",
+                                     f"--graph and --op-types choose an ONNX graph and its quantized operators; "
+                                     f"--method {self.method} runs PyTorch. Drop them, or use ort-dynamic or ort-static."))
         if self.method not in QUANTIZE_METHODS:
             problems.append(_problem("method", f"--method {self.method!r} is unknown; use one of "
                                                f"{', '.join(QUANTIZE_METHODS)}."))
@@ -692,10 +710,10 @@ class QuantizeConfig(ConfigBase):
         if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not math.isfinite(drop):
             problems.append(_problem("max_accuracy_drop", f"--max-accuracy-drop must be a finite number (0.01 = one "
                                                           f"point), got {drop!r}."))
-        if self.method == "torch-dynamic" and self.reduce_range:
-            problems.append(_problem("reduce_range", "--reduce-range applies to --method ort-dynamic only: PyTorch's "
-                                                     "dynamic INT8 kernels already reduce the activation range. Drop "
-                                                     "the flag."))
+        if self.method in ("torch-dynamic", "torch-bf16") and self.reduce_range:
+            problems.append(_problem("reduce_range", "--reduce-range applies to the ONNX Runtime methods only: "
+                                                     "PyTorch's dynamic INT8 kernels already reduce the activation "
+                                                     "range. Drop the flag."))
         return problems
 
 
