@@ -797,8 +797,73 @@ class GateConfig(ConfigBase):
         return problems
 
 
+#: The runtimes ``bert-compress optimize`` can build, in the order it builds them.
+OPTIMIZE_CANDIDATES = ("onnx-fp32", "onnx-int8-fused", "onnx-int8-unfused", "onnx-static-unfused", "onnx-static-fused",
+                       "torch-bf16", "torch-int8")
+
+
+@dataclass
+class OptimizeConfig(ConfigBase):
+    """Settings of ``bert-compress optimize``: build the runtimes of one model, measure them, keep the fastest."""
+
+    model: str = ""
+    #: Validation split: the accuracy budget; train split: ort-static calibration. Required.
+    data: DataOptions | None = None
+    #: Comma-separated names from OPTIMIZE_CANDIDATES (``None``: all of them).
+    candidates: str | None = None
+    #: Choose among these existing artifacts of ``model`` instead of building candidates.
+    artifacts: list[str] | None = None
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 32])
+    seq_len: int = 128
+    threads: int | None = None
+    warmup: int = 10
+    runs: int = 60
+    max_accuracy_drop: float = 0.01
+    min_agreement: float | None = None
+    calibration_size: int = 256
+
+    def candidate_names(self) -> list[str]:
+        if self.candidates is None:
+            return list(OPTIMIZE_CANDIDATES)
+        return [c.strip() for c in self.candidates.split(",") if c.strip()]
+
+    def problems(self) -> list[Problem]:
+        problems = []
+        if not self.model:
+            problems.append(_problem("model", "--model is required"))
+        if self.data is None:
+            problems.append(_problem("data", "--data is required: candidates are kept only within the accuracy budget, "
+                                             "measured on the validation split"))
+        if not self.batch_sizes or any(not _is_int(b) or b < 1 for b in self.batch_sizes):
+            problems.append(_problem("batch_sizes", f"--batch-sizes must be positive integers such as 1,32; got "
+                                                    f"{list(self.batch_sizes)}."))
+        if self.seq_len < 2:
+            problems.append(_problem("seq_len", f"--seq-len must be at least 2 (a [CLS] and a [SEP] token), got "
+                                                f"{self.seq_len}."))
+        for key, low in (("threads", 1), ("runs", 1), ("warmup", 0), ("calibration_size", 1)):
+            value = getattr(self, key)
+            if value is not None and value < low:
+                problems.append(_problem(key, f"--{key.replace('_', '-')} must be "
+                                              f"{'at least 1' if low else '0 or more'}, got {value}."))
+        if not math.isfinite(self.max_accuracy_drop):
+            problems.append(_problem("max_accuracy_drop", f"--max-accuracy-drop must be a finite number (0.01 = one "
+                                                          f"point), got {self.max_accuracy_drop!r}."))
+        if self.min_agreement is not None and not 0 <= self.min_agreement <= 1:
+            problems.append(_problem("min_agreement", f"--min-agreement must be a share in [0, 1] (0.98 = 98%), got "
+                                                      f"{self.min_agreement}."))
+        names = self.candidate_names()
+        unknown = [c for c in names if c not in OPTIMIZE_CANDIDATES]
+        if unknown:
+            problems.append(_problem("candidates", f"--candidates {','.join(unknown)}: unknown; choose among "
+                                                   f"{', '.join(OPTIMIZE_CANDIDATES)}."))
+        if not names and not self.artifacts:
+            problems.append(_problem("candidates", "--candidates is empty: name at least one runtime to compare with "
+                                                   "the fp32 model."))
+        return problems
+
+
 #: Stage name -> its config class, in the order a recipe runs the stages.
 STAGE_CONFIGS: dict[str, type[ConfigBase]] = {
     "teacher": TeacherConfig, "distill": DistillConfig, "prune": PruneConfig, "export": ExportConfig,
-    "quantize": QuantizeConfig, "bench": BenchConfig, "gate": GateConfig,
+    "quantize": QuantizeConfig, "optimize": OptimizeConfig, "bench": BenchConfig, "gate": GateConfig,
 }

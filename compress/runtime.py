@@ -182,8 +182,6 @@ class Predictor:
             raise CompressError(f"--threads must be at least 1, got {threads}.")
         kind = artifact_kind(path)
         if kind == "choice":
-            from compress.formats.choice import ChoicePredictor
-
             return ChoicePredictor._open(path, threads, max_length, allow_pickle, spinning)
         if kind in ("onnx-fp32", "onnx-int8"):
             return OnnxPredictor._open(path, kind, threads, max_length, spinning)
@@ -345,6 +343,12 @@ class ChoicePredictor(Predictor):
         self.kind = "choice"
         self.by_batch_size = {b: opened[sub] for b, sub in table.items()}
         self.size_bytes = sum(p.size_bytes for p in opened.values())
+        self.cpu_mismatch = _cpu_mismatch((meta.get("optimize") or {}).get("decided_on") or {})
+        if self.cpu_mismatch:
+            import sys
+
+            print(f"warning: {path} was chosen on another CPU ({self.cpu_mismatch}); the fastest runtime here may "
+                  "differ. Run bert-compress optimize on this machine.", file=sys.stderr)
         return self
 
     def for_batch_size(self, batch_size: int) -> Predictor:
@@ -359,3 +363,19 @@ class ChoicePredictor(Predictor):
         if not chosen.need_token_types:
             arrays = {k: v for k, v in arrays.items() if k != "token_type_ids"}
         return chosen._run(arrays)
+
+
+def _cpu_mismatch(decided_on: dict[str, Any]) -> str | None:
+    """How this CPU differs from the one a choice was measured on (model name, decisive flags), or None."""
+    from benchmarks.machine import machine_info
+
+    if not decided_on:
+        return None
+    here = machine_info()
+    flags_then = decided_on.get("cpu_flags") or {}
+    flags_now = here.get("cpu_flags") or {}
+    changed = [f"{f} {'now on' if flags_now.get(f) else 'now off'}" for f, on in flags_then.items()
+               if f in flags_now and bool(flags_now.get(f)) != bool(on)]
+    if decided_on.get("cpu_model") and here.get("cpu_model") and decided_on["cpu_model"] != here["cpu_model"]:
+        changed.insert(0, f"measured on {decided_on['cpu_model']}, running on {here['cpu_model']}")
+    return "; ".join(changed) or None
