@@ -176,7 +176,12 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
 
     quality = evaluate_quality(predictors, reference, texts, labels, progress=config.progress)
     latency = measure_latency(predictors, reference, texts, config.batch_sizes, config.seq_lens, config.warmup,
-                              config.runs, progress=config.progress)
+                              config.runs, progress=config.progress, keep_samples=True)
+    from benchmarks.traffic import measure_traffic_and_load
+
+    realistic, realistic_settings = measure_traffic_and_load(
+        predictors, reference, task, config.traffic, config.traffic_limit, config.batch_sizes, config.load_clients,
+        config.load_requests, config.split, progress=config.progress)
     memory: dict[str, Any] = {}
     mem_batch, mem_seq = max(config.batch_sizes), max(config.seq_lens)
     if config.memory:
@@ -191,7 +196,11 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         record["quality"] = quality[entry["name"]]
         record["memory"] = memory.get(entry["name"])
         record["latency"] = latency[entry["name"]]
+        record.update(realistic[entry["name"]])
         artifacts.append(record)
+    from benchmarks.teacher_runtimes import add_teacher_best
+
+    teacher_runtimes = add_teacher_best(artifacts, reference)
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -210,10 +219,12 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
             "timer": "time.perf_counter_ns",
             "order": "interleaved, starting variant rotating each round",
             "memory": {"measured": config.memory, "batch_size": mem_batch, "seq_len": mem_seq},
+            **realistic_settings,
         },
         "data": {**task.describe(), "split": config.split, "n": int(len(labels)), "options": asdict(config.data)},
         "reference": reference,
         "artifacts": artifacts,
+        "teacher_runtimes": teacher_runtimes,
         "wall_s": round(time.perf_counter() - started, 2),
     }
 

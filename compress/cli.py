@@ -327,6 +327,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="smoke run: warmup 3, runs 10, batch 1, seq 32, 64 examples (unless given explicitly)")
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
                    help="measure peak memory of each artifact in a separate process (default on)")
+    p.add_argument("--traffic", default=None, metavar="SPLIT",
+                   help="also replay the texts of SPLIT (e.g. test) at their real lengths: batch-1 latency per request "
+                        "(no padding) and throughput with the Predictor's length-sorted batching")
+    p.add_argument("--traffic-limit", type=int, default=None, help="replay only the first N texts of --traffic")
+    p.add_argument("--load-clients", type=_int_list, default=None, metavar="N,N",
+                   help="load mode: N client threads calling one Predictor at once, per N (e.g. 1,2,4); every answer "
+                        "checked against the single-threaded one")
+    p.add_argument("--load-requests", type=int, default=200, help="requests per client count in load mode (default 200)")
     _add_data_flags(p)
     p.set_defaults(func=cmd_bench)
 

@@ -733,6 +733,14 @@ class BenchConfig(ConfigBase):
     quick: bool = False
     memory: bool = True
     progress: bool = True
+    #: ``--traffic SPLIT``: replay that split's texts at their real lengths (batch 1 per request, and batched).
+    traffic: str | None = None
+    #: ``--traffic-limit N``: replay only the first N texts of the split.
+    traffic_limit: int | None = None
+    #: ``--load-clients 1,2,4``: client-thread counts of the load mode (``None``: no load mode).
+    load_clients: list[int] | None = None
+    #: ``--load-requests N``: requests per client-thread count.
+    load_requests: int = 200
 
     def resolved(self) -> "BenchConfig":
         """Fill unset settings from the quick or full preset and validate them all."""
@@ -769,6 +777,14 @@ class BenchConfig(ConfigBase):
             if value is not None and value < low:
                 more = "at least 1" if low else "0 or more"
                 problems.append(_problem(key, f"--{key} must be {more}, got {value}."))
+        for key in ("traffic_limit", "load_requests"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                problems.append(_problem(key, f"--{key.replace('_', '-')} must be at least 1, got {value}."))
+        if self.load_clients is not None and (not self.load_clients or any(not _is_int(v) or v < 1
+                                                                           for v in self.load_clients)):
+            problems.append(_problem("load_clients", f"--load-clients must be positive integers such as 1,2,4; got "
+                                                     f"{list(self.load_clients)}."))
         return problems
 
 

@@ -152,6 +152,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
     """
     started = time.perf_counter()
     source = Path(model_dir)
+    requested = {"graph": graph, "op_types": ",".join(op_types) if op_types else None}  # compress.json's config
     if method not in METHODS:
         raise CompressError(f"--method {method!r} is unknown; use one of {', '.join(METHODS)}.")
     if not isinstance(max_accuracy_drop, (int, float)) or not math.isfinite(max_accuracy_drop):
@@ -290,8 +291,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             "parent_meta": {k: parent_meta.get(k) for k in ("stage", "kind", "data", "metrics", "config", "parent",
                                                             "onnx", "parity") if k in parent_meta},
             "config": QuantizeConfig(model=str(model_dir), method=method, data=data, max_accuracy_drop=max_accuracy_drop,
-                                     per_channel=per_channel, reduce_range=reduce_range, graph=graph,
-                                     op_types=",".join(op_types) if op_types else None,
+                                     per_channel=per_channel, reduce_range=reduce_range, **requested,
                                      calibration_size=calibration_size).to_dict(),
             "data": evaluation.task.describe() if evaluation else parent_meta.get("data"),
             "quantization": quantization,
