@@ -95,5 +95,5 @@ def _one_level(predictor, work: list[Any], expected: np.ndarray, n_texts: int, c
         "mean_ms": float(np.mean(ms)),
         "wall_s": wall_ns / 1e9,
         "throughput_req_per_s": len(answered) / (wall_ns / 1e9) if wall_ns else None,
-        "ok": not errors and label_mismatch == 0 and len(answered) == len(work),
+        "ok": not errors and label_mismatch == 0 and not any(d > atol for d in diffs) and len(answered) == len(work),
     }
