@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from compress.pipeline import load_recipe, plan, run_recipe
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
@@ -31,6 +33,7 @@ def test_shipped_prune_recipe_wires_the_pruned_student_through_int8_to_the_gate(
     assert calls["gate"].config.results == str(out / "bench" / "results.json")
 
 
+@pytest.mark.slow  # seven stages with three trainings: ~4 minutes on a busy 2-core machine
 def test_tiny_prune_chain_end_to_end(tmp_path):
     data = write_csv(tmp_path / "sentiment.csv", sentiment_rows(160))
     encoder = make_bert(tmp_path / "encoder")
