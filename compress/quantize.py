@@ -410,12 +410,13 @@ def _fp32_graph(source: Path, kind: str, parent_meta: dict[str, Any], graph: str
         have = "fused" if meta_onnx.get("optimized", True) else "unfused"
         if wanted in (None, have):
             return source, None, have
-        origin = Path((parent_meta.get("parent") or {}).get("path") or "")
-        if not (origin.is_dir() and (origin / "config.json").exists()):
+        recorded = (parent_meta.get("parent") or {}).get("path")
+        origin = Path(recorded) if recorded else None
+        if origin is None or not (origin / "config.json").is_file():
+            how = "bert-compress export" if wanted == "fused" else "bert-compress export --no-optimize"
             raise CompressError(f"--graph {wanted}: {source} holds the {have} graph, and its PyTorch parent "
-                                f"({origin or 'not recorded'}) is not on disk to export again. Give the PyTorch fp32 "
-                                f"folder as --model, or export it with{'out' if wanted == 'fused' else ''} "
-                                "--no-optimize first.")
+                                f"({recorded or 'not recorded'}) is not on disk to export again. Give the PyTorch fp32 "
+                                f"folder as --model, or export it with {how} first.")
         notes.append(f"{source} holds the {have} graph; its parent {origin} was exported again {wanted}")
         source = origin
     wanted = wanted or "fused"
@@ -425,7 +426,7 @@ def _fp32_graph(source: Path, kind: str, parent_meta: dict[str, Any], graph: str
     exported = read_meta(fp32_dir)
     got = "fused" if (exported.get("onnx") or {}).get("optimized") else "unfused"
     if got != wanted:
-        notes.append(f"the export could not fuse this model's graph; the unfused graph was quantized")
+        notes.append("the export could not fuse this model's graph; the unfused graph was quantized")
     return fp32_dir, exported, got
 
 

@@ -63,6 +63,13 @@ def student_onnx(student, work) -> Path:
 
 
 @pytest.fixture(scope="module")
+def student_bf16(student, work) -> Path:
+    from compress.quantize import quantize
+
+    return quantize(student, work / "student-bf16", method="torch-bf16")
+
+
+@pytest.fixture(scope="module")
 def data_csv(work) -> Path:
     return write_csv(work / "sentiment.csv", sentiment_rows(200, seed=3))
 
@@ -157,12 +164,13 @@ def test_speedup_against_the_teachers_best_runtime_is_paired_per_round():
     assert "speedup_vs_teacher_best" not in arts[1]["latency"][0]
 
 
-def test_bench_with_traffic_load_and_teacher_runtimes(teacher, teacher_onnx, teacher_int8, student_onnx, data_csv, work,
-                                                      capsys):
+def test_bench_with_traffic_load_and_teacher_runtimes(teacher, teacher_onnx, teacher_int8, student_onnx, student_bf16,
+                                                      data_csv, work, capsys):
     from compress.cli import main
 
     out = work / "bench"
-    code = main(["bench", str(teacher_onnx), str(teacher_int8), str(student_onnx), "--reference", str(teacher),
+    code = main(["bench", str(teacher_onnx), str(teacher_int8), str(student_onnx), str(student_bf16), "--reference",
+                 str(teacher),
                  "--data", str(data_csv), "--out", str(out), "--batch-sizes", "1,4", "--seq-lens", "16",
                  "--threads", "1", "--warmup", "1", "--runs", "5", "--no-memory", "--traffic", "test",
                  "--traffic-limit", "12", "--load-clients", "1,2", "--load-requests", "8"])
@@ -171,11 +179,13 @@ def test_bench_with_traffic_load_and_teacher_runtimes(teacher, teacher_onnx, tea
     info = results["teacher_runtimes"]
     assert set(info["artifacts"]) == {"teacher", "teacher-onnx", "teacher-int8"}
     assert set(info["best"]) == {"1x16", "4x16"}
-    student = next(a for a in results["artifacts"] if a["name"] == "student-onnx")
-    for entry in student["latency"]:
-        best = entry["speedup_vs_teacher_best"]
-        assert best["against"] == info["best"][f"{entry['batch_size']}x16"]
-        assert best["method"] == "median of per-round ratios" and best["n"] == 5
+    assert {a["name"]: a["kind"] for a in results["artifacts"]}["student-bf16"] == "torch-bf16"
+    for name in ("student-onnx", "student-bf16"):
+        student = next(a for a in results["artifacts"] if a["name"] == name)
+        for entry in student["latency"]:
+            best = entry["speedup_vs_teacher_best"]
+            assert best["against"] == info["best"][f"{entry['batch_size']}x16"]
+            assert best["method"] == "median of per-round ratios" and best["n"] == 5
     teacher_entry = next(a for a in results["artifacts"] if a["name"] == "teacher-onnx")
     assert "speedup_vs_teacher_best" not in teacher_entry["latency"][0]
     assert results["settings"]["traffic"]["requests"] == 12
