@@ -31,7 +31,8 @@ def teacher_best_section(results: dict[str, Any]) -> list[str]:
            f"The teacher was measured in {len(info['artifacts'])} runtimes ({', '.join(f'`{n}`' for n in info['artifacts'])}). "
            "Beside the speedup against the reference (what a user compares with), each other artifact's speedup "
            "against the fastest of those in the same configuration and the same rounds: what the smaller model itself "
-           "buys when both run the same way.", ""]
+           "buys when both run the same way. 'Same kind': against the teacher in the artifact's own runtime, when "
+           "it was measured (ONNX INT8 against ONNX INT8).", ""]
     rows = []
     for a in arts:
         if a["name"] in info["artifacts"]:
@@ -40,11 +41,13 @@ def teacher_best_section(results: dict[str, Any]) -> list[str]:
             best = e.get("speedup_vs_teacher_best")
             if not best:
                 continue
+            same = e.get("speedup_vs_teacher_same_kind")
             rows.append([f"`{a['name']}`", a["kind"], str(e["batch_size"]), str(e["seq_len"]),
                          _fmt(e["speedup"]["median"], suffix="x"), f"`{best['against']}` ({best.get('against_kind')})",
-                         f"**{best['median']:.2f}x**"])
+                         f"**{best['median']:.2f}x**",
+                         f"{same['median']:.2f}x (`{same['against']}`)" if same else "-"])
     out += _table(["artifact", "kind", "batch", "sequence", f"vs {results['reference']}", "teacher's best runtime",
-                   "vs the teacher's best runtime"], rows, text_columns=4)
+                   "vs the teacher's best runtime", "vs the teacher, same kind"], rows, text_columns=4)
     return out
 
 

@@ -5,7 +5,9 @@ faster runtime (ONNX Runtime, INT8, bf16). The teacher can take the second gain 
 benchmark holds the teacher in several runtimes (its ONNX export, its INT8 or bf16 form, as well as
 the PyTorch fp32 reference), each student's speedup is also reported against the fastest of
 those *in the same configuration and the same rounds*: ``teacher_best_i / student_i`` per round,
-median over rounds, exactly like the speedup against the reference.
+median over rounds, exactly like the speedup against the reference; and, where the teacher was
+measured in the student's own kind (both ONNX INT8, both bf16), against that one too: the same
+runtime on both sides, so the ratio is the smaller model alone.
 
 Which artifacts are "the teacher in another runtime" is read from the lineage in ``compress.json``:
 an artifact made by a format-only stage (export, quantize, optimize) carries the weights of its
@@ -67,8 +69,19 @@ def _entry(latency: Sequence[dict[str, Any]], b: int, s: int) -> dict[str, Any] 
     return next((e for e in latency if e["batch_size"] == b and e["seq_len"] == s), None)
 
 
+def _paired(teacher_entry: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """Speedup of ``entry`` over ``teacher_entry``: per-round ratios when both kept their rounds."""
+    theirs, own = _samples(teacher_entry), _samples(entry)
+    if theirs and own and len(own) == len(theirs):
+        return {**paired_speedup(theirs, own), "method": "median of per-round ratios"}
+    # Samples not kept: the ratio of the two paired speedups against the reference (same rounds).
+    return {"median": entry["speedup"]["median"] / teacher_entry["speedup"]["median"],
+            "method": "ratio of the speedups against the reference"}
+
+
 def add_teacher_best(artifacts: list[dict[str, Any]], reference: str) -> dict[str, Any] | None:
-    """Add ``speedup_vs_teacher_best`` to the latency entries of every non-teacher artifact (in place).
+    """Add ``speedup_vs_teacher_best`` (and ``speedup_vs_teacher_same_kind``) to every non-teacher artifact's
+    latency entries (in place).
 
     ``artifacts`` are results records (``name``, ``path``, ``latency`` with per-round samples when
     measured with them). Returns the summary for ``results.json`` (``teacher_runtimes``), or
@@ -91,18 +104,20 @@ def add_teacher_best(artifacts: list[dict[str, Any]], reference: str) -> dict[st
             continue
         fastest, fastest_entry = max(measured, key=lambda pair: pair[1]["speedup"]["median"])
         best[f"{b}x{s}"] = fastest["name"]
-        teacher_samples = _samples(fastest_entry)
+        same_kind = {}
+        for a, e in measured:  # the fastest teacher artifact of each kind
+            if a.get("kind") not in same_kind or e["speedup"]["median"] > same_kind[a["kind"]][1]["speedup"]["median"]:
+                same_kind[a.get("kind")] = (a, e)
         for art in artifacts:
             if art in teacher:
                 continue
             entry = _entry(art.get("latency") or [], b, s)
             if entry is None:
                 continue
-            own = _samples(entry)
-            if teacher_samples and own and len(own) == len(teacher_samples):
-                value = {**paired_speedup(teacher_samples, own), "method": "median of per-round ratios"}
-            else:  # samples not kept: the ratio of the two paired speedups (same rounds, medians of ratios)
-                value = {"median": entry["speedup"]["median"] / fastest_entry["speedup"]["median"],
-                         "method": "ratio of the speedups against the reference"}
-            entry["speedup_vs_teacher_best"] = {**value, "against": fastest["name"], "against_kind": fastest.get("kind")}
+            entry["speedup_vs_teacher_best"] = {**_paired(fastest_entry, entry), "against": fastest["name"],
+                                                "against_kind": fastest.get("kind")}
+            if art.get("kind") in same_kind:
+                twin, twin_entry = same_kind[art["kind"]]
+                entry["speedup_vs_teacher_same_kind"] = {**_paired(twin_entry, entry), "against": twin["name"],
+                                                         "against_kind": twin.get("kind")}
     return {"root": root, "artifacts": [a["name"] for a in teacher], "best": best}

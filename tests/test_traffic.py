@@ -186,6 +186,8 @@ def test_bench_with_traffic_load_and_teacher_runtimes(teacher, teacher_onnx, tea
             best = entry["speedup_vs_teacher_best"]
             assert best["against"] == info["best"][f"{entry['batch_size']}x16"]
             assert best["method"] == "median of per-round ratios" and best["n"] == 5
+            same = entry.get("speedup_vs_teacher_same_kind")
+            assert (same["against"] == "teacher-onnx") if name == "student-onnx" else same is None
     teacher_entry = next(a for a in results["artifacts"] if a["name"] == "teacher-onnx")
     assert "speedup_vs_teacher_best" not in teacher_entry["latency"][0]
     assert results["settings"]["traffic"]["requests"] == 12
