@@ -281,8 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="PyTorch fp32 artifact (distill, prune or teacher output)")
     p.add_argument("--out", required=True, help="choice artifact folder to write (Predictor.load opens it)")
     p.add_argument("--candidates", default=None,
-                   help="comma-separated runtimes to build (default all): onnx-fp32, onnx-int8-fused, onnx-int8-unfused, "
-                        "onnx-static-unfused, onnx-static-fused, torch-bf16, torch-int8")
+                   help="comma-separated runtimes to build (default all): onnx-fp32, onnx-int8-fused, "
+                        "onnx-int8-fp32-embeddings, onnx-int8-unfused, onnx-static-unfused, onnx-static-fused, "
+                        "torch-bf16, torch-int8")
     p.add_argument("--artifacts", nargs="+", default=None, metavar="DIR",
                    help="choose among these existing artifacts of --model instead of building candidates")
     p.add_argument("--batch-sizes", type=_int_list, default=[1, 32], help="batch sizes to choose for (default 1,32)")

@@ -814,8 +814,8 @@ class GateConfig(ConfigBase):
 
 
 #: The runtimes ``bert-compress optimize`` can build, in the order it builds them.
-OPTIMIZE_CANDIDATES = ("onnx-fp32", "onnx-int8-fused", "onnx-int8-unfused", "onnx-static-unfused", "onnx-static-fused",
-                       "torch-bf16", "torch-int8")
+OPTIMIZE_CANDIDATES = ("onnx-fp32", "onnx-int8-fused", "onnx-int8-fp32-embeddings", "onnx-int8-unfused",
+                       "onnx-static-unfused", "onnx-static-fused", "torch-bf16", "torch-int8")
 
 
 @dataclass

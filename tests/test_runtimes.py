@@ -334,3 +334,19 @@ def test_optimize_config_errors():
         OptimizeConfig(model="m").validate()
     with pytest.raises(CompressError, match="--min-agreement"):
         OptimizeConfig(model="m", data=DataOptions("d.csv"), min_agreement=98).validate()
+
+
+@pytest.mark.slow  # builds eight runtimes and times them: minutes on a busy 2-core machine
+def test_optimize_builds_every_candidate_and_each_agrees_with_fp32(trained, data, work, fp32_logits):
+    from compress.optimize import CANDIDATES, optimize
+
+    out = optimize(OptimizeConfig(model=str(trained), data=data, batch_sizes=[1, 4], seq_len=16, threads=1, warmup=1,
+                                  runs=3, calibration_size=32), work / "optimized-all", progress=False)
+    meta = json.loads((out / "compress.json").read_text())
+    rows = {r["name"]: r for r in meta["optimize"]["table"]}
+    assert set(rows) == {"pytorch", *CANDIDATES} and not any(r.get("error") for r in rows.values())
+    assert {rows[n]["kind"] for n in CANDIDATES} == {"onnx-fp32", "onnx-int8", "torch-bf16", "torch-int8"}
+    for name in CANDIDATES:
+        logits = Predictor.load(out / "candidates" / name, threads=1).logits(TEXTS)
+        assert np.max(np.abs(logits - fp32_logits)) <= INT8_ATOL, name
+        assert rows[name]["agreement"] >= 0.95
