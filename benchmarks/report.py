@@ -207,6 +207,9 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG,
         out += _table(["artifact", "kind", "attention ops", "layers", "every layer fused", "EmbedLayerNorm",
                        "SkipLayerNorm", "Gelu"], rows)
 
+    from benchmarks.runtime_sections import sections
+
+    out += sections(results)
     if plots:
         out += ["", "## Plots", ""]
         out += [f"![{p}]({p})" for p in plots]

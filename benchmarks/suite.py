@@ -193,9 +193,14 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
     quality = evaluate_quality(predictors, reference, texts, labels, progress=config.progress)
     # Seeds of one recipe share one shape, hence one speed: only the first member of a group is timed.
     timed = [e for e in entries if not e["seed_index"]]
-    latency = measure_latency({e["name"]: predictors[e["name"]] for e in timed}, reference, texts,
-                              config.batch_sizes, config.seq_lens, config.warmup, config.runs,
-                              progress=config.progress)
+    timed_predictors = {e["name"]: predictors[e["name"]] for e in timed}
+    latency = measure_latency(timed_predictors, reference, texts, config.batch_sizes, config.seq_lens, config.warmup,
+                              config.runs, progress=config.progress, keep_samples=True)
+    from benchmarks.traffic import measure_traffic_and_load
+
+    realistic, realistic_settings = measure_traffic_and_load(
+        timed_predictors, reference, task, config.traffic, config.traffic_limit, config.batch_sizes,
+        config.load_clients, config.load_requests, config.split, progress=config.progress)
     memory: dict[str, Any] = {}
     mem_batch, mem_seq = max(config.batch_sizes), max(config.seq_lens)
     if config.memory:
@@ -210,9 +215,13 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         record["quality"] = quality[entry["name"]]
         record["memory"] = memory.get(entry["name"])
         record["latency"] = latency.get(entry["name"], [])
+        record.update(realistic.get(entry["name"], {}))
         artifacts.append(record)
     groups = [{"name": group, "members": [e["name"] for e in sorted(
         (e for e in entries if e["group"] == group), key=lambda e: e["seed_index"])]} for group in config.seeds]
+    from benchmarks.teacher_runtimes import add_teacher_best
+
+    teacher_runtimes = add_teacher_best(artifacts, reference)
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -232,12 +241,14 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
             "timer": "time.perf_counter_ns",
             "order": "interleaved, starting variant rotating each round",
             "memory": {"measured": config.memory, "batch_size": mem_batch, "seq_len": mem_seq},
+            **realistic_settings,
         },
         "data": {**task.describe(), "split": config.split, "n": int(len(labels)), "options": asdict(config.data),
                  "labels": [int(v) for v in labels]},
         "reference": reference,
         "artifacts": artifacts,
         "groups": groups,
+        "teacher_runtimes": teacher_runtimes,
         "wall_s": round(time.perf_counter() - started, 2),
     }
 

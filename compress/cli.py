@@ -119,6 +119,13 @@ def cmd_quantize(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_optimize(a: argparse.Namespace) -> int:
+    from compress.optimize import optimize
+
+    optimize(stage_config("optimize", a), a.out)
+    return 0
+
+
 def cmd_predict(a: argparse.Namespace) -> int:
     from compress.runtime import Predictor
 
@@ -306,17 +313,49 @@ def build_parser() -> argparse.ArgumentParser:
                    help="apply ONNX Runtime's transformer fusions (default on)")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("quantize", help="dynamic INT8 (ONNX Runtime or PyTorch), checked against fp32 accuracy")
-    p.add_argument("--model", required=True, help="PyTorch fp32 folder, or an onnx-fp32 artifact (ort-dynamic)")
+    p = sub.add_parser("quantize", help="INT8 (ONNX Runtime or PyTorch) or bf16, checked against fp32 accuracy")
+    p.add_argument("--model", required=True, help="PyTorch fp32 folder, or an onnx-fp32 artifact (ort-dynamic, ort-static)")
     p.add_argument("--out", required=True, help="artifact folder to write")
-    p.add_argument("--method", choices=("ort-dynamic", "torch-dynamic"), default="ort-dynamic",
-                   help="ort-dynamic: ONNX Runtime INT8 (exports first if needed); torch-dynamic: PyTorch INT8 Linear")
+    p.add_argument("--method", choices=("ort-dynamic", "torch-dynamic", "ort-static", "torch-bf16"), default="ort-dynamic",
+                   help="ort-dynamic: ONNX Runtime dynamic INT8 (exports first if needed); torch-dynamic: PyTorch INT8 "
+                        "Linear; ort-static: ONNX Runtime static INT8 (QDQ, per-channel) calibrated on training texts "
+                        "of --data; torch-bf16: PyTorch with bfloat16 weights (fast on AMX / AVX-512 BF16 CPUs, GPUs)")
     p.add_argument("--max-accuracy-drop", type=float, default=0.01,
                    help="largest validation-accuracy drop accepted before fallbacks are tried (default 0.01)")
     p.add_argument("--per-channel", action="store_true", help="per-channel weight scales from the start")
-    p.add_argument("--reduce-range", action="store_true", help="7-bit weights (CPUs without VNNI; ort-dynamic only)")
+    p.add_argument("--reduce-range", action="store_true", help="7-bit weights (CPUs without VNNI; ONNX Runtime only)")
+    p.add_argument("--graph", choices=("fused", "unfused"), default=None,
+                   help="ONNX graph quantized: fused (ORT transformer fusions; ort-dynamic default) or unfused "
+                        "(plain MatMuls; ort-static default). Measure both: see bert-compress optimize")
+    p.add_argument("--op-types", default=None,
+                   help="comma-separated ONNX operator types to quantize (ort-dynamic default: "
+                        "MatMul,Attention,Gather,EmbedLayerNormalization; ort-static: MatMul)")
+    p.add_argument("--calibration-size", type=int, default=256,
+                   help="training texts that calibrate ort-static (default 256)")
     _add_data_flags(p, required=False)
     p.set_defaults(func=cmd_quantize, data=None)
+
+    p = sub.add_parser("optimize", help="build every runtime of a model, measure them here, keep the fastest per batch size")
+    p.add_argument("--model", required=True, help="PyTorch fp32 artifact (distill, prune or teacher output)")
+    p.add_argument("--out", required=True, help="choice artifact folder to write (Predictor.load opens it)")
+    p.add_argument("--candidates", default=None,
+                   help="comma-separated runtimes to build (default all): onnx-fp32, onnx-int8-fused, "
+                        "onnx-int8-fp32-embeddings, onnx-int8-unfused, onnx-static-unfused, onnx-static-fused, "
+                        "torch-bf16, torch-int8")
+    p.add_argument("--artifacts", nargs="+", default=None, metavar="DIR",
+                   help="choose among these existing artifacts of --model instead of building candidates")
+    p.add_argument("--batch-sizes", type=_int_list, default=[1, 32], help="batch sizes to choose for (default 1,32)")
+    p.add_argument("--seq-len", type=int, default=128, help="sequence length of the timed inputs (default 128)")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads for every runtime (default: all CPUs)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed runs per candidate and batch size (default 10)")
+    p.add_argument("--runs", type=int, default=60, help="timed interleaved rounds per batch size (default 60)")
+    p.add_argument("--max-accuracy-drop", type=float, default=0.01,
+                   help="validation-accuracy drop against the fp32 model beyond which a candidate is out (default 0.01)")
+    p.add_argument("--min-agreement", type=float, default=None,
+                   help="also drop candidates whose answers agree with the fp32 model on less than this share (e.g. 0.98)")
+    p.add_argument("--calibration-size", type=int, default=256, help="training texts that calibrate ort-static (default 256)")
+    _add_data_flags(p)
+    p.set_defaults(func=cmd_optimize)
 
     p = sub.add_parser("predict", help="label texts with any artifact (PyTorch or ONNX, fp32 or INT8)")
     p.add_argument("--model", required=True, help="artifact folder")
@@ -351,6 +390,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="append this run's summary (speedups, accuracy, agreement, machine) as one line to this file")
     p.add_argument("--seeds", type=_seed_group, action="append", default=None, metavar="NAME=DIR,DIR,...",
                    help="students of one recipe trained with different seeds: gated as NAME on their mean (repeatable)")
+    p.add_argument("--traffic", default=None, metavar="SPLIT",
+                   help="also replay the texts of SPLIT (e.g. test) at their real lengths: batch-1 latency per request "
+                        "(no padding) and throughput with the Predictor's length-sorted batching")
+    p.add_argument("--traffic-limit", type=int, default=None, help="replay only the first N texts of --traffic")
+    p.add_argument("--load-clients", type=_int_list, default=None, metavar="N,N",
+                   help="load mode: N client threads calling one Predictor at once, per N (e.g. 1,2,4); every answer "
+                        "checked against the single-threaded one")
+    p.add_argument("--load-requests", type=int, default=200, help="requests per client count in load mode (default 200)")
     _add_data_flags(p)
     p.set_defaults(func=cmd_bench)
 
@@ -420,7 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # HF_HUB_OFFLINE is the user's: a hub id (--model org/name, --data hf:NAME) downloads when the hub
     # is reachable; nothing else contacts it. Tests and `make demo` set it to 1 (compress/hub.py says why).
-    if args.command == "bench":
+    if args.command in ("bench", "optimize"):
         # Before torch loads OpenMP: idle threads sleep instead of spinning, so interleaved runtimes do
         # not steal each other's cores (measured: p90 latency several times p50 without it).
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

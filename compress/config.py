@@ -34,7 +34,9 @@ SAMPLINGS = ("group_by_length", "random", "sequential")
 SCHEDULES = ("joint", "two-stage")
 IMPORTANCES = ("magnitude", "taylor")
 SCOPES = ("uniform", "global")
-QUANTIZE_METHODS = ("ort-dynamic", "torch-dynamic")
+QUANTIZE_METHODS = ("ort-dynamic", "torch-dynamic", "ort-static", "torch-bf16")
+#: The fp32 ONNX graph the ONNX Runtime methods quantize (``None``: the method's default).
+QUANTIZE_GRAPHS = ("fused", "unfused")
 INIT_CHOICES = ("random", "teacher-layers", "minilm", "pretrained:PATH")
 #: Augmentation operations, in the order ``--augment-ops`` lists them by default.
 AUGMENT_OPS = ("replace", "mask", "delete", "swap")
@@ -795,7 +797,7 @@ class ExportConfig(ConfigBase):
 
 @dataclass
 class QuantizeConfig(ConfigBase):
-    """Settings of the quantize stage (``bert-compress quantize``): dynamic INT8 checked against fp32."""
+    """Settings of the quantize stage (``bert-compress quantize``): INT8 or bf16 checked against fp32."""
 
     model: str = ""
     method: str = field(default="ort-dynamic", metadata=_choices(*QUANTIZE_METHODS))
@@ -804,11 +806,27 @@ class QuantizeConfig(ConfigBase):
     max_accuracy_drop: float = 0.01
     per_channel: bool = False
     reduce_range: bool = False
+    #: ONNX graph quantized by ort-dynamic / ort-static: fused or unfused (``None``: fused for ort-dynamic,
+    #: unfused for ort-static, or the graph an onnx-fp32 --model holds).
+    graph: str | None = None
+    #: Comma-separated ONNX operator types to quantize (``None``: the method's default).
+    op_types: str | None = None
+    #: Training texts that calibrate ort-static.
+    calibration_size: int = 256
 
     def problems(self) -> list[Problem]:
         problems = []
         if not self.model:
             problems.append(_problem("model", "--model is required"))
+        if self.graph is not None and self.graph not in QUANTIZE_GRAPHS:
+            problems.append(_problem("graph", f"--graph {self.graph!r} is unknown; use {' or '.join(QUANTIZE_GRAPHS)}."))
+        if self.calibration_size < 1:
+            problems.append(_problem("calibration_size", f"--calibration-size must be at least 1, got "
+                                                         f"{self.calibration_size}."))
+        if self.method in ("torch-dynamic", "torch-bf16") and (self.graph is not None or self.op_types):
+            problems.append(_problem("graph" if self.graph is not None else "op_types",
+                                     f"--graph and --op-types choose an ONNX graph and its quantized operators; "
+                                     f"--method {self.method} runs PyTorch. Drop them, or use ort-dynamic or ort-static."))
         if self.method not in QUANTIZE_METHODS:
             problems.append(_problem("method", f"--method {self.method!r} is unknown; use one of "
                                                f"{', '.join(QUANTIZE_METHODS)}."))
@@ -816,10 +834,10 @@ class QuantizeConfig(ConfigBase):
         if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not math.isfinite(drop):
             problems.append(_problem("max_accuracy_drop", f"--max-accuracy-drop must be a finite number (0.01 = one "
                                                           f"point), got {drop!r}."))
-        if self.method == "torch-dynamic" and self.reduce_range:
-            problems.append(_problem("reduce_range", "--reduce-range applies to --method ort-dynamic only: PyTorch's "
-                                                     "dynamic INT8 kernels already reduce the activation range. Drop "
-                                                     "the flag."))
+        if self.method in ("torch-dynamic", "torch-bf16") and self.reduce_range:
+            problems.append(_problem("reduce_range", "--reduce-range applies to the ONNX Runtime methods only: "
+                                                     "PyTorch's dynamic INT8 kernels already reduce the activation "
+                                                     "range. Drop the flag."))
         return problems
 
 
@@ -873,6 +891,14 @@ class BenchConfig(ConfigBase):
     #: ``bench --seeds NAME=DIR,DIR,...``: students of one recipe trained with different seeds, gated on their
     #: mean. Every member's quality is measured; latency only for the first (same shape, same speed).
     seeds: dict = field(default_factory=dict, metadata={"parse": _seed_groups})
+    #: ``--traffic SPLIT``: replay that split's texts at their real lengths (batch 1 per request, and batched).
+    traffic: str | None = None
+    #: ``--traffic-limit N``: replay only the first N texts of the split.
+    traffic_limit: int | None = None
+    #: ``--load-clients 1,2,4``: client-thread counts of the load mode (``None``: no load mode).
+    load_clients: list[int] | None = None
+    #: ``--load-requests N``: requests per client-thread count.
+    load_requests: int = 200
 
     def resolved(self) -> "BenchConfig":
         """Fill unset settings from the quick or full preset and validate them all."""
@@ -914,6 +940,14 @@ class BenchConfig(ConfigBase):
                 problems.append(_problem("seeds", f"--seeds {name}=...: a seed group needs at least two artifact "
                                                   f"folders (got {len(members)}); give them comma-separated, e.g. "
                                                   f"{name}=runs/s0,runs/s1."))
+        for key in ("traffic_limit", "load_requests"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                problems.append(_problem(key, f"--{key.replace('_', '-')} must be at least 1, got {value}."))
+        if self.load_clients is not None and (not self.load_clients or any(not _is_int(v) or v < 1
+                                                                           for v in self.load_clients)):
+            problems.append(_problem("load_clients", f"--load-clients must be positive integers such as 1,2,4; got "
+                                                     f"{list(self.load_clients)}."))
         return problems
 
 
@@ -952,9 +986,74 @@ class GateConfig(ConfigBase):
         return problems
 
 
+#: The runtimes ``bert-compress optimize`` can build, in the order it builds them.
+OPTIMIZE_CANDIDATES = ("onnx-fp32", "onnx-int8-fused", "onnx-int8-fp32-embeddings", "onnx-int8-unfused",
+                       "onnx-static-unfused", "onnx-static-fused", "torch-bf16", "torch-int8")
+
+
+@dataclass
+class OptimizeConfig(ConfigBase):
+    """Settings of ``bert-compress optimize``: build the runtimes of one model, measure them, keep the fastest."""
+
+    model: str = ""
+    #: Validation split: the accuracy budget; train split: ort-static calibration. Required.
+    data: DataOptions | None = None
+    #: Comma-separated names from OPTIMIZE_CANDIDATES (``None``: all of them).
+    candidates: str | None = None
+    #: Choose among these existing artifacts of ``model`` instead of building candidates.
+    artifacts: list[str] | None = None
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 32])
+    seq_len: int = 128
+    threads: int | None = None
+    warmup: int = 10
+    runs: int = 60
+    max_accuracy_drop: float = 0.01
+    min_agreement: float | None = None
+    calibration_size: int = 256
+
+    def candidate_names(self) -> list[str]:
+        if self.candidates is None:
+            return list(OPTIMIZE_CANDIDATES)
+        return [c.strip() for c in self.candidates.split(",") if c.strip()]
+
+    def problems(self) -> list[Problem]:
+        problems = []
+        if not self.model:
+            problems.append(_problem("model", "--model is required"))
+        if self.data is None:
+            problems.append(_problem("data", "--data is required: candidates are kept only within the accuracy budget, "
+                                             "measured on the validation split"))
+        if not self.batch_sizes or any(not _is_int(b) or b < 1 for b in self.batch_sizes):
+            problems.append(_problem("batch_sizes", f"--batch-sizes must be positive integers such as 1,32; got "
+                                                    f"{list(self.batch_sizes)}."))
+        if self.seq_len < 2:
+            problems.append(_problem("seq_len", f"--seq-len must be at least 2 (a [CLS] and a [SEP] token), got "
+                                                f"{self.seq_len}."))
+        for key, low in (("threads", 1), ("runs", 1), ("warmup", 0), ("calibration_size", 1)):
+            value = getattr(self, key)
+            if value is not None and value < low:
+                problems.append(_problem(key, f"--{key.replace('_', '-')} must be "
+                                              f"{'at least 1' if low else '0 or more'}, got {value}."))
+        if not math.isfinite(self.max_accuracy_drop):
+            problems.append(_problem("max_accuracy_drop", f"--max-accuracy-drop must be a finite number (0.01 = one "
+                                                          f"point), got {self.max_accuracy_drop!r}."))
+        if self.min_agreement is not None and not 0 <= self.min_agreement <= 1:
+            problems.append(_problem("min_agreement", f"--min-agreement must be a share in [0, 1] (0.98 = 98%), got "
+                                                      f"{self.min_agreement}."))
+        names = self.candidate_names()
+        unknown = [c for c in names if c not in OPTIMIZE_CANDIDATES]
+        if unknown:
+            problems.append(_problem("candidates", f"--candidates {','.join(unknown)}: unknown; choose among "
+                                                   f"{', '.join(OPTIMIZE_CANDIDATES)}."))
+        if not names and not self.artifacts:
+            problems.append(_problem("candidates", "--candidates is empty: name at least one runtime to compare with "
+                                                   "the fp32 model."))
+        return problems
+
+
 #: Stage name -> its config class, in the order a recipe runs the stages.
 STAGE_CONFIGS: dict[str, type[ConfigBase]] = {
     "teacher": TeacherConfig, "pretrain": PretrainConfig, "distill": DistillConfig, "prune": PruneConfig,
-    "export": ExportConfig,
-    "quantize": QuantizeConfig, "bench": BenchConfig, "gate": GateConfig,
+    "export": ExportConfig, "quantize": QuantizeConfig, "optimize": OptimizeConfig, "bench": BenchConfig,
+    "gate": GateConfig,
 }

@@ -1,6 +1,6 @@
-"""Dynamic INT8 quantization, checked against the fp32 model, with fallbacks and no silent losses.
+"""INT8 and bf16 quantization, checked against the fp32 model, with fallbacks and no silent losses.
 
-Two methods:
+Four methods:
 
 - ``ort-dynamic``: ONNX Runtime ``quantize_dynamic`` on the exported (fused) fp32 graph. A PyTorch
   folder is exported first (into a temporary folder). It quantizes the word-embedding table too
@@ -9,6 +9,14 @@ Two methods:
   PyTorch-quantized models cannot be exported to ONNX (pytorch #123555). It is saved without
   pickle, as int8 tensors + scales in ``model_int8.safetensors``, and reloaded by rebuilding the
   fp32 model from ``config.json``, quantizing it the same way and loading the tensors back.
+- ``ort-static``: ONNX Runtime static INT8 (QDQ, per-channel weights) calibrated on a few hundred
+  training texts of ``data`` (:mod:`compress.ort_static`); by default on the unfused graph, where
+  every weight MatMul (Q/K/V included) can be quantized.
+- ``torch-bf16``: the PyTorch model with its weights in bfloat16 (:mod:`compress.formats.bf16`),
+  run in bf16: the fast path on CPUs with AMX or AVX-512 BF16, and on GPUs.
+
+``graph`` (fused/unfused) and ``op_types`` choose the ONNX graph and the operator types quantized;
+:mod:`compress.optimize` builds several such variants and keeps the fastest on the machine.
 
 With ``data``, the validation accuracy of fp32 and INT8 are measured. When the drop exceeds
 ``max_accuracy_drop``, fallbacks are tried in order (per-channel scales, reduced range, the
@@ -32,20 +40,31 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from compress.artifact import folder_size_bytes, read_meta, weights_sha256, write_artifact
-from compress.config import QUANTIZE_METHODS, DataOptions, QuantizeConfig
+from compress.config import QUANTIZE_GRAPHS, QUANTIZE_METHODS, DataOptions, QuantizeConfig
 from compress.errors import CompressError
 from compress.export import PARITY_TEXTS, check_out_is_not_input, count_fused_ops, export_onnx
 from compress.formats.onnx import INT8_OPS, ONNX_FILE
 from compress.formats.torch_int8 import save_torch_int8
+from compress.ort_static import DEFAULT_CALIBRATION_SIZE
 from compress.quiet import quiet_torch_ao
 from compress.runtime import Predictor, artifact_kind
 
 METHODS = QUANTIZE_METHODS
+#: The artifact kind each method writes.
+METHOD_KINDS = {"ort-dynamic": "onnx-int8", "ort-static": "onnx-int8", "torch-dynamic": "torch-int8",
+                "torch-bf16": "torch-bf16"}
+ONNX_METHODS = ("ort-dynamic", "ort-static")
+GRAPHS = QUANTIZE_GRAPHS
+#: Static INT8 quantizes the MatMuls with constant weights (see compress.ort_static).
+ORT_STATIC_OP_TYPES = ["MatMul"]
+#: Operator types each ORT method can quantize here (its registry, narrowed to what BERT graphs hold).
+_ORT_QUANTIZABLE = {"ort-dynamic": {"MatMul", "Attention", "Gather", "EmbedLayerNormalization"},
+                    "ort-static": {"MatMul", "Gather", "Gemm"}}
 #: ORT operator types quantized. Gather / EmbedLayerNormalization carry the word-embedding table,
 #: the largest single tensor of a small model; Gemm nodes are rewritten to MatMul by ORT first.
 ORT_OP_TYPES = ["MatMul", "Attention", "Gather", "EmbedLayerNormalization"]
@@ -61,10 +80,16 @@ class CandidateSpec:
     per_channel: bool
     reduce_range: bool
     exclude_sensitive: bool
+    calibration: str | None = None  # ort-static: minmax or percentile
+    precision: str = "int8"  # int8, or bf16 (torch-bf16: nothing else to choose)
 
     @property
     def name(self) -> str:
+        if self.precision != "int8":
+            return self.precision + ("+sensitive-fp32" if self.exclude_sensitive else "")
         parts = ["per-channel" if self.per_channel else "per-tensor"]
+        if self.calibration:
+            parts.append(f"static-{self.calibration}")
         if self.reduce_range:
             parts.append("reduce-range")
         if self.exclude_sensitive:
@@ -83,6 +108,13 @@ def candidate_plan(method: str, per_channel: bool = False, reduce_range: bool = 
     if method == "ort-dynamic":
         plan = [CandidateSpec(per_channel, reduce_range, False), CandidateSpec(True, reduce_range, False),
                 CandidateSpec(True, True, False), CandidateSpec(True, reduce_range, True)]
+    elif method == "ort-static":
+        # Per-channel weights always (the point of static INT8 here); then a calibration that ignores
+        # outliers; then the layers nearest the logits kept in fp32.
+        plan = [CandidateSpec(True, reduce_range, False, "minmax"), CandidateSpec(True, reduce_range, False, "percentile"),
+                CandidateSpec(True, reduce_range, True, "percentile")]
+    elif method == "torch-bf16":
+        plan = [CandidateSpec(False, False, False, precision="bf16")]
     else:
         plan = [CandidateSpec(per_channel, False, False), CandidateSpec(True, False, False),
                 CandidateSpec(True, False, True)]
@@ -96,22 +128,31 @@ def candidate_plan(method: str, per_channel: bool = False, reduce_range: bool = 
 def quantize_stage(cfg: QuantizeConfig, out: str | os.PathLike) -> Path:
     """The quantize stage as the pipeline and the command line run it: a validated config in, an artifact out."""
     cfg.validate()
+    op_types = [x.strip() for x in cfg.op_types.split(",") if x.strip()] if cfg.op_types else None
     return quantize(cfg.model, out, method=cfg.method, data=cfg.data, max_accuracy_drop=cfg.max_accuracy_drop,
-                    per_channel=cfg.per_channel, reduce_range=cfg.reduce_range)
+                    per_channel=cfg.per_channel, reduce_range=cfg.reduce_range, graph=cfg.graph, op_types=op_types,
+                    calibration_size=cfg.calibration_size)
 
 
 def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str = "ort-dynamic",
              data: DataOptions | None = None,
-             max_accuracy_drop: float = 0.01, per_channel: bool = False, reduce_range: bool = False) -> Path:
-    """Quantize an fp32 artifact to dynamic INT8 and write it at ``out``.
+             max_accuracy_drop: float = 0.01, per_channel: bool = False, reduce_range: bool = False,
+             graph: str | None = None, op_types: Sequence[str] | None = None,
+             calibration_size: int = DEFAULT_CALIBRATION_SIZE) -> Path:
+    """Quantize an fp32 artifact to INT8 (or bf16) and write it at ``out``.
 
-    ``model_dir`` is a PyTorch fp32 folder (either method) or an ``onnx-fp32`` artifact
-    (``ort-dynamic``). ``data`` (a :class:`compress.config.DataOptions`) enables the accuracy check
+    ``model_dir`` is a PyTorch fp32 folder (any method) or an ``onnx-fp32`` artifact
+    (``ort-dynamic``, ``ort-static``). ``data`` (a :class:`compress.config.DataOptions`) enables the accuracy check
     on its validation split and the fallbacks; ``max_accuracy_drop`` is in accuracy points
     (0.01 = one percentage point; a negative budget forces every fallback to be tried).
+    ``graph`` picks the fp32 ONNX graph quantized by the ORT methods (``fused``: ORT's transformer
+    fusions, the ort-dynamic default; ``unfused``: plain MatMuls, the ort-static default);
+    ``op_types`` the ONNX operator types quantized; ``calibration_size`` how many training texts
+    of ``data`` calibrate ``ort-static``.
     """
     started = time.perf_counter()
     source = Path(model_dir)
+    requested = {"graph": graph, "op_types": ",".join(op_types) if op_types else None}  # compress.json's config
     if method not in METHODS:
         raise CompressError(f"--method {method!r} is unknown; use one of {', '.join(METHODS)}.")
     if not isinstance(max_accuracy_drop, (int, float)) or not math.isfinite(max_accuracy_drop):
@@ -128,12 +169,33 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             f"--model {source} is already quantized (kind {kind}); quantizing INT8 weights again only loses accuracy. "
             f"Quantize its fp32 parent instead{f' ({grand})' if grand else ''}."
         )
-    if method == "torch-dynamic" and kind != "pytorch":
-        raise CompressError(f"--method torch-dynamic needs the PyTorch fp32 folder, but {source} is {kind}. Give the "
+    if kind in ("torch-bf16", "choice"):
+        grand = (parent_meta.get("parent") or {}).get("path")
+        raise CompressError(f"--model {source} is a {kind} artifact, not an fp32 model; quantizing it again only loses "
+                            f"accuracy. Quantize its fp32 parent instead{f' ({grand})' if grand else ''}.")
+    if method in ("torch-dynamic", "torch-bf16") and kind != "pytorch":
+        raise CompressError(f"--method {method} needs the PyTorch fp32 folder, but {source} is {kind}. Give the "
                             "folder it was exported from, or use --method ort-dynamic on this one.")
-    if method == "torch-dynamic" and reduce_range:
-        raise CompressError("--reduce-range applies to --method ort-dynamic only: PyTorch's dynamic INT8 kernels "
-                            "already reduce the activation range. Drop the flag.")
+    if method in ("torch-dynamic", "torch-bf16") and reduce_range:
+        raise CompressError(f"--reduce-range applies to the ONNX Runtime methods only, not --method {method} (PyTorch's "
+                            "dynamic INT8 kernels already reduce the activation range). Drop the flag.")
+    if method not in ONNX_METHODS and (graph is not None or op_types):
+        raise CompressError(f"--graph and --op-types choose an ONNX graph and its quantized operators; --method {method} "
+                            "runs PyTorch. Drop them, or use --method ort-dynamic or ort-static.")
+    if graph is not None and graph not in GRAPHS:
+        raise CompressError(f"--graph {graph!r} is unknown; use {' or '.join(GRAPHS)}.")
+    if method == "ort-static" and data is None:
+        raise CompressError("--method ort-static calibrates on training texts of the task: pass --data (and the column "
+                            "flags of your data).")
+    if method == "ort-static" and (not isinstance(calibration_size, int) or calibration_size < 1):
+        raise CompressError(f"--calibration-size must be a whole number of at least 1, got {calibration_size!r}.")
+    if method in ONNX_METHODS:
+        op_types = list(op_types) if op_types else list(ORT_OP_TYPES if method == "ort-dynamic" else ORT_STATIC_OP_TYPES)
+        known = _ORT_QUANTIZABLE[method]
+        unknown = [op for op in op_types if op not in known]
+        if unknown:
+            raise CompressError(f"--op-types {','.join(unknown)}: {method} cannot quantize these; choose among "
+                                f"{', '.join(sorted(known))}.")
 
     out_path = Path(out).expanduser().resolve()
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,21 +204,22 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
     notes: list[str] = []
     try:
         exported: dict[str, Any] | None = None
-        if method == "ort-dynamic":
-            if kind == "pytorch":
-                t0 = time.perf_counter()
-                fp32_dir = export_onnx(source, work / "fp32")
-                exported = read_meta(fp32_dir)
-                timings["export_s"] = round(time.perf_counter() - t0, 2)
-            else:
-                fp32_dir = source
-            builder: _Builder = _OrtBuilder(fp32_dir)
+        if method in ONNX_METHODS:
+            fp32_dir, exported, graph = _fp32_graph(source, kind, parent_meta, graph, method, work, timings, notes)
+            builder: _Builder | None = _OrtBuilder(fp32_dir, op_types) if method == "ort-dynamic" else None
+        elif method == "torch-bf16":
+            fp32_dir = source
+            builder = _Bf16Builder(source)
         else:
             fp32_dir = source
             builder = _TorchBuilder(source)
 
         fp32 = Predictor.load(fp32_dir)
         evaluation = _Evaluation(data, fp32) if data is not None else None
+        if method == "ort-static":
+            from compress.ort_static import calibration_texts
+
+            builder = _OrtStaticBuilder(fp32_dir, op_types, fp32, calibration_texts(evaluation.task, calibration_size))
         if evaluation is None:
             print("warning: no --data given: INT8 accuracy is not measured and no fallback is tried; pass --data to "
                   "check the accuracy change against fp32", file=sys.stderr)
@@ -207,7 +270,8 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
 
         fp32_size = folder_size_bytes(fp32_dir)
         quantization: dict[str, Any] = {
-            "method": method, "weight_type": "QInt8", "candidates": candidates, "chosen": chosen["name"],
+            "method": method, "weight_type": "BF16" if method == "torch-bf16" else "QInt8", "candidates": candidates,
+            "chosen": chosen["name"],
             "max_accuracy_drop": max_accuracy_drop, "within_budget": within,
             "accuracy_fp32": evaluation.accuracy_fp32 if evaluation else None,
             "accuracy_int8": chosen.get("accuracy"), "accuracy_drop": chosen.get("accuracy_drop"),
@@ -218,7 +282,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
         timings["total_s"] = round(time.perf_counter() - started, 2)
         meta: dict[str, Any] = {
             "stage": "quantize",
-            "kind": "onnx-int8" if method == "ort-dynamic" else "torch-int8",
+            "kind": METHOD_KINDS[method],
             "model_type": getattr(fp32.config, "model_type", None),
             "parameters": fp32.num_parameters,
             "max_length": fp32.max_length,
@@ -227,7 +291,8 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             "parent_meta": {k: parent_meta.get(k) for k in ("stage", "kind", "data", "metrics", "config", "parent",
                                                             "onnx", "parity") if k in parent_meta},
             "config": QuantizeConfig(model=str(model_dir), method=method, data=data, max_accuracy_drop=max_accuracy_drop,
-                                     per_channel=per_channel, reduce_range=reduce_range).to_dict(),
+                                     per_channel=per_channel, reduce_range=reduce_range, **requested,
+                                     calibration_size=calibration_size).to_dict(),
             "data": evaluation.task.describe() if evaluation else parent_meta.get("data"),
             "quantization": quantization,
             "timings": timings,
@@ -238,9 +303,14 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                                               "fp32_accuracy": evaluation.accuracy_fp32, "n": evaluation.n}}
         if exported is not None:
             meta["export"] = {k: exported.get(k) for k in ("onnx", "parity", "config")}
-        if method == "ort-dynamic":
+        if method in ONNX_METHODS:
             meta["onnx"] = {"file": ONNX_FILE, "fused_ops_fp32": count_fused_ops(fp32_dir / ONNX_FILE),
-                            "int8_ops": _int8_op_counts(chosen_dir / ONNX_FILE)}
+                            "int8_ops": _int8_op_counts(chosen_dir / ONNX_FILE), "graph": graph, "op_types": op_types,
+                            "optimized": graph == "fused"}
+        if evaluation is not None:
+            # What a user sees as churn: how many answers the deployed artifact changes against its parent.
+            meta["agreement_with_parent"] = {"split": "validation", "agreement": chosen.get("agreement"),
+                                             "n": evaluation.n}
 
         def fill(tmp: Path) -> None:
             for item in chosen_dir.iterdir():
@@ -270,8 +340,8 @@ def _report(path: Path, q: dict[str, Any]) -> None:
     if q["accuracy_fp32"] is None:
         print(f"quantize: {path} ({q['chosen']}; {size}; accuracy not measured)")
     else:
-        print(f"quantize: {path} ({q['chosen']}; {size}; validation accuracy fp32 {q['accuracy_fp32']:.4f} -> int8 "
-              f"{q['accuracy_int8']:.4f}, drop {q['accuracy_drop']:.4f}, "
+        print(f"quantize: {path} ({q['chosen']}; {size}; validation accuracy fp32 {q['accuracy_fp32']:.4f} -> "
+              f"{'bf16' if q.get('weight_type') == 'BF16' else 'int8'} {q['accuracy_int8']:.4f}, drop {q['accuracy_drop']:.4f}, "
               f"{'within' if q['within_budget'] else 'OVER'} budget {q['max_accuracy_drop']:g})")
 
 
@@ -326,8 +396,43 @@ def _copy_side_files(src: Path, dst: Path) -> None:
             shutil.copyfile(item, dst / item.name)
 
 
+def _fp32_graph(source: Path, kind: str, parent_meta: dict[str, Any], graph: str | None, method: str, work: Path,
+                timings: dict[str, float], notes: list[str]) -> tuple[Path, dict[str, Any] | None, str]:
+    """The fp32 ONNX graph to quantize: ``(folder, export metadata when exported here, graph actually used)``.
+
+    A PyTorch folder is exported (fused or unfused as asked). An ONNX artifact is used as it is when
+    its graph is the one asked for; otherwise its PyTorch parent, when still on disk, is exported
+    again the other way (a fused graph cannot be unfused).
+    """
+    wanted = graph or ("unfused" if method == "ort-static" else None)
+    if kind == "onnx-fp32":
+        meta_onnx = parent_meta.get("onnx") or {}
+        have = "fused" if meta_onnx.get("optimized", True) else "unfused"
+        if wanted in (None, have):
+            return source, None, have
+        recorded = (parent_meta.get("parent") or {}).get("path")
+        origin = Path(recorded) if recorded else None
+        if origin is None or not (origin / "config.json").is_file():
+            how = "bert-compress export" if wanted == "fused" else "bert-compress export --no-optimize"
+            raise CompressError(f"--graph {wanted}: {source} holds the {have} graph, and its PyTorch parent "
+                                f"({recorded or 'not recorded'}) is not on disk to export again. Give the PyTorch fp32 "
+                                f"folder as --model, or export it with {how} first.")
+        notes.append(f"{source} holds the {have} graph; its parent {origin} was exported again {wanted}")
+        source = origin
+    wanted = wanted or "fused"
+    t0 = time.perf_counter()
+    fp32_dir = export_onnx(source, work / "fp32", optimize=wanted == "fused")
+    timings["export_s"] = round(time.perf_counter() - t0, 2)
+    exported = read_meta(fp32_dir)
+    got = "fused" if (exported.get("onnx") or {}).get("optimized") else "unfused"
+    if got != wanted:
+        notes.append("the export could not fuse this model's graph; the unfused graph was quantized")
+    return fp32_dir, exported, got
+
+
 class _OrtBuilder(_Builder):
-    def __init__(self, fp32_dir: Path):
+    def __init__(self, fp32_dir: Path, op_types: Sequence[str] | None = None):
+        self.op_types = list(op_types or ORT_OP_TYPES)
         self.fp32_dir = Path(fp32_dir)
         self.graph = self.fp32_dir / ONNX_FILE
         if not self.graph.exists():
@@ -345,11 +450,56 @@ class _OrtBuilder(_Builder):
         with _quiet_quantizer():
             quantize_dynamic(
                 str(self.graph), str(folder / ONNX_FILE), weight_type=QuantType.QInt8, per_channel=spec.per_channel,
-                reduce_range=spec.reduce_range, op_types_to_quantize=ORT_OP_TYPES, nodes_to_exclude=exclude,
+                reduce_range=spec.reduce_range, op_types_to_quantize=self.op_types, nodes_to_exclude=exclude,
                 # Without it, quantizing the fused graph fails: "Unable to find data type for weight_name".
                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
             )
         return exclude
+
+
+class _OrtStaticBuilder(_OrtBuilder):
+    """QDQ static INT8 calibrated on task texts (:mod:`compress.ort_static`)."""
+
+    def __init__(self, fp32_dir: Path, op_types: Sequence[str] | None, fp32: Predictor, texts: list[Any]):
+        from compress.ort_static import TextCalibrationReader, check_calibration_inputs, graph_inputs
+
+        super().__init__(fp32_dir, op_types or ORT_STATIC_OP_TYPES)
+        check_calibration_inputs(self.graph)
+        self.reader = TextCalibrationReader(fp32, texts, graph_inputs(self.graph))
+        self.texts = len(texts)
+
+    def build(self, spec: CandidateSpec, folder: Path) -> list[str]:
+        from compress.ort_static import quantize_static_graph
+
+        _copy_side_files(self.fp32_dir, folder)
+        exclude = sensitive_onnx_nodes(self.graph, self.layers) if spec.exclude_sensitive else []
+        with _quiet_quantizer():
+            quantize_static_graph(self.graph, folder / ONNX_FILE, self.reader, calibration=spec.calibration or "minmax",
+                                  per_channel=spec.per_channel, reduce_range=spec.reduce_range, op_types=self.op_types,
+                                  exclude=exclude)
+        return exclude
+
+
+class _Bf16Builder(_Builder):
+    """The fp32 PyTorch model with its weights cast to bfloat16 (:mod:`compress.formats.bf16`)."""
+
+    def __init__(self, source: Path):
+        from compress.modeling import load_classifier
+
+        self.source = Path(source)
+        self.model, self.tokenizer, has_head = load_classifier(self.source)
+        if not has_head:
+            raise CompressError(f"--model {source}: the model has no trained classification head; converting it is "
+                                "pointless. Fine-tune it first with bert-compress teacher.")
+        self.model.eval()
+
+    def build(self, spec: CandidateSpec, folder: Path) -> list[str]:
+        from compress.formats.bf16 import save_bf16
+
+        folder.mkdir(parents=True, exist_ok=True)
+        save_bf16(copy.deepcopy(self.model), folder)
+        self.tokenizer.save_pretrained(str(folder))
+        return []
 
 
 class _TorchBuilder(_Builder):

@@ -40,11 +40,15 @@ def _runner(stage: str) -> Callable[[Any, Path], Any]:
         from compress.quantize import quantize_stage
 
         return quantize_stage
+    if stage == "optimize":
+        from compress.optimize import optimize
+
+        return optimize
     if stage == "bench":
         from benchmarks.suite import bench
 
         return bench
-    raise CompressError(f"no stage called {stage!r}; stages: teacher, distill, prune, export, quantize, bench")
+    raise CompressError(f"no stage called {stage!r}; stages: teacher, distill, prune, export, quantize, optimize, bench")
 
 
 def run_stage(stage: str, config: Any, out: str | os.PathLike) -> Path:

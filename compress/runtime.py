@@ -12,6 +12,9 @@ Artifact kinds (``compress.json`` ``"kind"``, or detected from the files when th
 - ``torch-int8`` ``model_int8.safetensors`` written by :mod:`compress.quantize` (rebuilt, no pickle)
 - ``onnx-fp32``  ``model.onnx`` written by :mod:`compress.export`
 - ``onnx-int8``  ``model.onnx`` with integer operators, written by :mod:`compress.quantize`
+- ``torch-bf16`` ``model.safetensors`` in bfloat16 (:mod:`compress.formats.bf16`), run in bf16
+- ``choice``     a folder pointing at the fastest artifact per batch size (:mod:`compress.formats.choice`),
+  written by ``bert-compress optimize``
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from compress.errors import CompressError
 from compress.formats.onnx import ONNX_FILE, is_int8_graph
 from compress.formats.torch_int8 import TORCH_INT8_FILE
 
-KINDS = ("pytorch", "torch-int8", "onnx-fp32", "onnx-int8")
+KINDS = ("pytorch", "torch-int8", "onnx-fp32", "onnx-int8", "torch-bf16", "choice")
 
 Text = Union[str, tuple[str, str]]
 
@@ -42,6 +45,10 @@ def artifact_kind(folder: str | os.PathLike) -> str:
         return "onnx-int8" if is_int8_graph(path / ONNX_FILE) else "onnx-fp32"
     if (path / TORCH_INT8_FILE).exists():
         return "torch-int8"
+    from compress.formats.bf16 import is_bf16_weights
+
+    if is_bf16_weights(path):
+        return "torch-bf16"
     return "pytorch"
 
 
@@ -174,6 +181,8 @@ class Predictor:
         if threads is not None and threads < 1:
             raise CompressError(f"--threads must be at least 1, got {threads}.")
         kind = artifact_kind(path)
+        if kind == "choice":
+            return ChoicePredictor._open(path, threads, max_length, allow_pickle, spinning)
         if kind in ("onnx-fp32", "onnx-int8"):
             return OnnxPredictor._open(path, kind, threads, max_length, spinning)
         return TorchPredictor._open(path, kind, threads, max_length, allow_pickle)
@@ -231,6 +240,11 @@ class TorchPredictor(Predictor):
             model = load_torch_int8(path)
             tokenizer = load_tokenizer(path, model.config.vocab_size)
             params = (meta or {}).get("parameters")
+        elif kind == "torch-bf16":
+            from compress.formats.bf16 import load_bf16
+
+            model, tokenizer = load_bf16(path, allow_pickle=allow_pickle)
+            params = count_parameters(model)
         else:
             model, tokenizer, has_head = load_classifier(path, allow_pickle=allow_pickle)
             if not has_head:
@@ -302,3 +316,69 @@ class OnnxPredictor(Predictor):
     def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
         feed = {name: arrays[name] for name in self.input_names}
         return np.asarray(self.session.run(["logits"], feed)[0], dtype=np.float32)
+
+
+class ChoicePredictor(Predictor):
+    """A ``choice`` folder (:mod:`compress.formats.choice`): each batch goes to the artifact chosen for its size.
+
+    The sub-artifacts are opened once each (a runtime chosen for several batch sizes is shared).
+    Tokenization and truncation are the first sub-artifact's: every candidate of one model carries
+    the same tokenizer and ``max_length``, which :func:`compress.optimize` checks before it writes.
+    """
+
+    @classmethod
+    def _open(cls, path: Path, threads: int | None, max_length: int | None, allow_pickle: bool,
+              spinning: bool) -> "ChoicePredictor":
+        from compress.formats.choice import read_choice
+
+        meta = read_meta(path) or {}
+        table = read_choice(path, meta)
+        opened: dict[Path, Predictor] = {}
+        for sub in table.values():
+            if sub not in opened:
+                if artifact_kind(sub) == "choice":
+                    raise CompressError(f"{sub}: a choice may not point at another choice; point at the artifact.")
+                opened[sub] = Predictor.load(sub, threads=threads, max_length=max_length, allow_pickle=allow_pickle,
+                                             spinning=spinning)
+        first = opened[next(iter(table.values()))]
+        self = cls(path, first.tokenizer, first.config, meta, first.max_length, first.need_token_types,
+                   first.num_parameters)
+        self.kind = "choice"
+        self.by_batch_size = {b: opened[sub] for b, sub in table.items()}
+        self.size_bytes = sum(p.size_bytes for p in opened.values())
+        self.cpu_mismatch = _cpu_mismatch((meta.get("optimize") or {}).get("decided_on") or {})
+        if self.cpu_mismatch:
+            import sys
+
+            print(f"warning: {path} was chosen on another CPU ({self.cpu_mismatch}); the fastest runtime here may "
+                  "differ. Run bert-compress optimize on this machine.", file=sys.stderr)
+        return self
+
+    def for_batch_size(self, batch_size: int) -> Predictor:
+        """The artifact that serves batches of ``batch_size`` rows."""
+        from compress.formats.choice import pick
+
+        return self.by_batch_size[pick(list(self.by_batch_size), batch_size)]
+
+    def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        # By the rows actually in the batch: the last batch of a call, or a call with few texts, is smaller.
+        chosen = self.for_batch_size(len(arrays["input_ids"]))
+        if not chosen.need_token_types:
+            arrays = {k: v for k, v in arrays.items() if k != "token_type_ids"}
+        return chosen._run(arrays)
+
+
+def _cpu_mismatch(decided_on: dict[str, Any]) -> str | None:
+    """How this CPU differs from the one a choice was measured on (model name, decisive flags), or None."""
+    from benchmarks.machine import machine_info
+
+    if not decided_on:
+        return None
+    here = machine_info()
+    flags_then = decided_on.get("cpu_flags") or {}
+    flags_now = here.get("cpu_flags") or {}
+    changed = [f"{f} {'now on' if flags_now.get(f) else 'now off'}" for f, on in flags_then.items()
+               if f in flags_now and bool(flags_now.get(f)) != bool(on)]
+    if decided_on.get("cpu_model") and here.get("cpu_model") and decided_on["cpu_model"] != here["cpu_model"]:
+        changed.insert(0, f"measured on {decided_on['cpu_model']}, running on {here['cpu_model']}")
+    return "; ".join(changed) or None

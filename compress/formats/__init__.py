@@ -4,7 +4,9 @@
 - :mod:`compress.formats.pruned`: per-layer pruned shapes in ``config.json`` and the loader that
   rebuilds such a model (plain torch, no torch-pruning);
 - :mod:`compress.formats.torch_int8`: PyTorch dynamic-INT8 weights in safetensors, without pickle;
-- :mod:`compress.formats.onnx`: the ONNX file name and the operators that mark an INT8 graph.
+- :mod:`compress.formats.onnx`: the ONNX file name and the operators that mark an INT8 graph;
+- :mod:`compress.formats.bf16`: PyTorch weights in bfloat16 safetensors (``torch-bf16``);
+- :mod:`compress.formats.choice`: a folder that points at the fastest artifact per batch size.
 
 Nothing here imports a stage: serving a model needs these, never the code that made it.
 """

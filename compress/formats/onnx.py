@@ -9,7 +9,8 @@ from pathlib import Path
 ONNX_FILE = "model.onnx"
 #: Operators that only appear in a graph after ONNX Runtime quantization.
 INT8_OPS = frozenset({"MatMulInteger", "QAttention", "DynamicQuantizeLinear", "QEmbedLayerNormalization", "QGemm",
-                      "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QLinearMatMul"})
+                      "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QLinearMatMul", "QuantizeLinear",
+                      "DequantizeLinear"})
 
 
 def is_int8_graph(onnx_file: str | os.PathLike) -> bool:

@@ -1,0 +1,190 @@
+"""Real traffic: the texts of a split replayed with their real lengths, one request at a time and batched.
+
+The fixed-shape benchmark (:mod:`benchmarks.latency`) pads or truncates every input to exactly
+``seq_len`` tokens, which isolates the model but is not what a server sees: real requests are
+mostly short (movie-review sentences average ~25 tokens) and vary in length, and dynamic shapes
+are where some runtimes lose (shape-specialised kernels, re-planning per shape) or win (no padding
+to compute). Here:
+
+- **Batch 1, per request**: every text of the split, in the split's order, tokenized to its own
+  length (no padding at all), is one request. Each request is run once by every artifact, the
+  order of the artifacts rotating per request (the interleaving of :func:`run_interleaved`), so
+  the machine's drift lands on all of them alike; per-request speedups are paired like the
+  fixed-shape ones. p50/p90/p99 are over requests. Tokenization is timed separately per request
+  and reported beside (a server pays both).
+- **Batched throughput**: the whole split through the Predictor's own batching
+  (:func:`compress.runtime.encode_batches`: sorted by length, each batch padded to its own longest
+  row), every batch interleaved across the artifacts; throughput is texts over the summed forward
+  time, and the padding overhead (padded tokens / real tokens) is reported.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from benchmarks.latency import NS_PER_MS, paired_speedup, percentile
+from compress.errors import CompressError
+
+DEFAULT_WARMUP = 10
+
+
+def traffic_requests(predictor, texts: Sequence[Any]) -> list[dict[str, np.ndarray]]:
+    """One batch-1 request per text, in the order of ``texts``, each tokenized to its real length (no padding)."""
+    from compress.runtime import encode_batches
+
+    n, batches = encode_batches(predictor.tokenizer, list(texts), predictor.max_length, 1, predictor.need_token_types)
+    requests: list[dict[str, np.ndarray] | None] = [None] * n
+    for idx, arrays in batches:
+        requests[int(idx[0])] = arrays
+    return requests  # type: ignore[return-value]
+
+
+def _percentiles(ms: Sequence[float]) -> dict[str, float]:
+    return {"p50_ms": percentile(ms, 50), "p90_ms": percentile(ms, 90), "p99_ms": percentile(ms, 99),
+            "mean_ms": float(np.mean(ms)), "max_ms": max(ms)}
+
+
+def _tokenize_ms(predictor, texts: Sequence[Any]) -> list[float]:
+    from compress.runtime import encode_batches
+
+    out = []
+    clock = time.perf_counter_ns
+    for text in texts:
+        start = clock()
+        encode_batches(predictor.tokenizer, [text], predictor.max_length, 1, predictor.need_token_types)
+        out.append((clock() - start) / NS_PER_MS)
+    return out
+
+
+def replay_batch1(predictors: Mapping[str, Any], reference: str, texts: Sequence[Any], warmup: int = DEFAULT_WARMUP,
+                  progress: bool = True) -> dict[str, dict[str, Any]]:
+    """Per-request latency of every predictor on every text, interleaved request by request."""
+    from tqdm.auto import tqdm
+
+    if not texts:
+        raise CompressError("--traffic: the split has no texts to replay.")
+    names = list(predictors)
+    requests = {name: traffic_requests(predictors[name], texts) for name in names}
+    for name in names:  # untimed: lazy initialisation and first-shape planning happen off the clock
+        for i in range(min(warmup, len(texts))):
+            predictors[name].forward(requests[name][i])
+    timings: dict[str, list[int]] = {name: [] for name in names}
+    k = len(names)
+    clock = time.perf_counter_ns
+    for i in tqdm(range(len(texts)), desc="traffic batch 1", unit="req", disable=not progress, file=sys.stderr,
+                  leave=False):
+        for j in range(k):
+            name = names[(i + j) % k]
+            run, arrays = predictors[name].forward, requests[name][i]
+            start = clock()
+            run(arrays)
+            timings[name].append(clock() - start)
+    out = {}
+    for name in names:
+        lengths = [int(r["input_ids"].shape[1]) for r in requests[name]]
+        forward_ms = [t / NS_PER_MS for t in timings[name]]
+        tokenize_ms = _tokenize_ms(predictors[name], texts)
+        out[name] = {
+            "requests": len(texts),
+            "warmup": min(warmup, len(texts)),
+            "tokens": {"mean": float(np.mean(lengths)), "p50": percentile(lengths, 50), "p99": percentile(lengths, 99),
+                       "max": max(lengths)},
+            **_percentiles(forward_ms),
+            "throughput_req_per_s": 1000.0 * len(forward_ms) / sum(forward_ms),
+            "with_tokenization": _percentiles([a + b for a, b in zip(forward_ms, tokenize_ms)]),
+            "tokenize_p50_ms": percentile(tokenize_ms, 50),
+            "speedup": paired_speedup(timings[reference], timings[name]),
+        }
+    return out
+
+
+def replay_batched(predictors: Mapping[str, Any], reference: str, texts: Sequence[Any], batch_sizes: Sequence[int],
+                   warmup: int = 2, progress: bool = True) -> dict[str, list[dict[str, Any]]]:
+    """Throughput over the whole split with the Predictor's length-sorted batching, per batch size."""
+    from tqdm.auto import tqdm
+
+    from compress.runtime import encode_batches
+
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in predictors}
+    names = list(predictors)
+    k = len(names)
+    clock = time.perf_counter_ns
+    for b in batch_sizes:
+        batches = {}
+        for name in names:
+            p = predictors[name]
+            _, batches[name] = encode_batches(p.tokenizer, list(texts), p.max_length, b, p.need_token_types)
+        count = len(batches[names[0]])
+        for name in names:
+            for _, arrays in batches[name][:warmup]:
+                predictors[name].forward(arrays)
+        timings: dict[str, list[int]] = {name: [] for name in names}
+        for i in tqdm(range(count), desc=f"traffic batch {b}", unit="batch", disable=not progress, file=sys.stderr,
+                      leave=False):
+            for j in range(k):
+                name = names[(i + j) % k]
+                run, arrays = predictors[name].forward, batches[name][i][1]
+                start = clock()
+                run(arrays)
+                timings[name].append(clock() - start)
+        for name in names:
+            real = sum(int(a["attention_mask"].sum()) for _, a in batches[name])
+            padded = sum(int(a["attention_mask"].size) for _, a in batches[name])
+            total_s = sum(timings[name]) / 1e9
+            ref_s = sum(timings[reference]) / 1e9
+            out[name].append({
+                "batch_size": b, "batches": count, "texts": len(texts),
+                "throughput_seq_per_s": len(texts) / total_s if total_s > 0 else float("inf"),
+                "total_s": total_s,
+                "padding_overhead": padded / real if real else None,
+                **_percentiles([t / NS_PER_MS for t in timings[name]]),
+                "speedup_total": ref_s / total_s if total_s > 0 else None,
+                "speedup": paired_speedup(timings[reference], timings[name]),
+            })
+    return out
+
+
+def replay(predictors: Mapping[str, Any], reference: str, texts: Sequence[Any], batch_sizes: Sequence[int],
+           warmup: int = DEFAULT_WARMUP, progress: bool = True) -> dict[str, dict[str, Any]]:
+    """``{name: {"batch1": ..., "batched": [...]}}``: both replays for every predictor."""
+    one = replay_batch1(predictors, reference, texts, warmup, progress)
+    many = replay_batched(predictors, reference, texts, [b for b in batch_sizes if b > 1], progress=progress)
+    return {name: {"batch1": one[name], "batched": many[name]} for name in predictors}
+
+
+def measure_traffic_and_load(predictors: Mapping[str, Any], reference: str, task, traffic_split: str | None,
+                             traffic_limit: int | None, batch_sizes: Sequence[int], load_clients: Sequence[int] | None,
+                             load_requests: int, default_split: str, progress: bool = True
+                             ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """What ``bench --traffic`` and ``--load-clients`` add: ``({name: {"traffic", "load"}}, settings)``."""
+    from benchmarks.accuracy import split_texts_and_labels
+    from benchmarks.load import run_load
+
+    per: dict[str, dict[str, Any]] = {name: {} for name in predictors}
+    settings: dict[str, Any] = {}
+    if traffic_split:
+        texts, _ = split_texts_and_labels(task, traffic_split)
+        if traffic_limit is not None:
+            if traffic_limit < 1:
+                raise CompressError(f"--traffic-limit must be at least 1, got {traffic_limit}.")
+            texts = texts[:traffic_limit]
+        replayed = replay(predictors, reference, texts, batch_sizes, progress=progress)
+        for name in predictors:
+            per[name]["traffic"] = replayed[name]
+        settings["traffic"] = {"split": traffic_split, "requests": len(texts), "warmup": DEFAULT_WARMUP,
+                               "batch_sizes": [b for b in batch_sizes if b > 1],
+                               "order": "split order; artifacts interleaved per request, starting one rotating"}
+    if load_clients:
+        split = traffic_split or default_split
+        texts, _ = split_texts_and_labels(task, split)
+        for name, predictor in predictors.items():
+            if progress:
+                print(f"load: {name} with {', '.join(map(str, load_clients))} client thread(s)", file=sys.stderr)
+            per[name]["load"] = run_load(predictor, texts, load_clients, load_requests)
+        settings["load"] = {"split": split, "clients": list(load_clients), "requests": load_requests,
+                            "request": "one text per call through Predictor.logits (tokenization included)"}
+    return per, settings

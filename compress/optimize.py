@@ -1,0 +1,336 @@
+"""``bert-compress optimize``: build every runtime of a model, measure them here, keep the fastest per batch size.
+
+Which runtime is fastest depends on the CPU (DESIGN.md, "Measuring"): on an AMD EPYC without AMX
+ONNX Runtime INT8 won at batch 1 and batch 32; on an Intel Xeon with AMX a bf16 PyTorch student
+ran batch 32 about 4x faster than ONNX INT8. So the choice is made by measurement, on the machine
+that will serve, and recorded with the CPU it was made on:
+
+1. **Build** the candidates from one PyTorch fp32 artifact (:data:`CANDIDATES`): ONNX fp32, ORT
+   dynamic INT8 on the fused graph (with and without the embedding table quantized) and on the
+   unfused graph, ORT static INT8 (QDQ, calibrated) on both
+   graphs, PyTorch bf16 and PyTorch dynamic INT8; the fp32 model itself is always a candidate and
+   the reference. Each quantized one goes through ``quantize`` with its accuracy check and
+   fallbacks. A candidate that fails to build is recorded with its error; the others go on.
+   ``artifacts=`` chooses among existing folders instead.
+2. **Score** every candidate on the validation split: accuracy, drop against the fp32 parent,
+   agreement with the parent (how many answers it changes). Those over ``max_accuracy_drop``
+   (or under ``min_agreement``) are out, whatever their speed.
+3. **Time** them interleaved (:func:`benchmarks.latency.run_interleaved`: one round runs each
+   once, the order rotating) at every batch size, and rank by the median of per-round speedups
+   against the parent: a shared machine's drift cancels in a ratio taken within one round.
+4. **Write** a ``choice`` artifact (:mod:`compress.formats.choice`): every candidate under
+   ``candidates/``, ``compress.json`` naming the winner per batch size with the reason, the whole
+   measured table and the CPU (model name, AVX-512 VNNI/BF16, AMX flags). ``Predictor.load(OUT)``
+   serves it like any artifact; ``bench OUT/candidates/*`` measures them all again side by side.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from compress.artifact import read_meta, weights_sha256, write_artifact
+from compress.config import OPTIMIZE_CANDIDATES, OptimizeConfig
+from compress.errors import CompressError
+
+CANDIDATES = OPTIMIZE_CANDIDATES
+REFERENCE = "pytorch"
+#: CPU flags that decide between the runtimes (recorded with the decision).
+DECISIVE_FLAGS = ("avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def _builders(parent: Path, cfg: OptimizeConfig) -> dict[str, Callable[[Path, dict[str, Path]], Path]]:
+    """How each candidate is made, from the parent or from a candidate built before it."""
+    from compress.export import export_onnx
+    from compress.quantize import quantize
+
+    common = {"data": cfg.data, "max_accuracy_drop": cfg.max_accuracy_drop}
+
+    def onnx_fp32(out: Path, built: dict[str, Path]) -> Path:
+        return export_onnx(parent, out)
+
+    def ort_dynamic_fused(out: Path, built: dict[str, Path]) -> Path:
+        # From the fp32 export when there is one (same graph as the onnx-fp32 candidate), else exported on the fly.
+        return quantize(built.get("onnx-fp32", parent), out, method="ort-dynamic", graph="fused", **common)
+
+    def ort_dynamic_fp32_embeddings(out: Path, built: dict[str, Path]) -> Path:
+        # Which operators are quantized: the embedding table kept in fp32 (bigger file, fewer changed answers?).
+        return quantize(built.get("onnx-fp32", parent), out, method="ort-dynamic", graph="fused",
+                        op_types=["MatMul", "Attention"], **common)
+
+    def ort_dynamic_unfused(out: Path, built: dict[str, Path]) -> Path:
+        return quantize(parent, out, method="ort-dynamic", graph="unfused", **common)
+
+    def ort_static(graph: str):
+        def build(out: Path, built: dict[str, Path]) -> Path:
+            return quantize(parent, out, method="ort-static", graph=graph, calibration_size=cfg.calibration_size,
+                            **common)
+        return build
+
+    def torch_bf16(out: Path, built: dict[str, Path]) -> Path:
+        return quantize(parent, out, method="torch-bf16", **common)
+
+    def torch_int8(out: Path, built: dict[str, Path]) -> Path:
+        return quantize(parent, out, method="torch-dynamic", **common)
+
+    return {"onnx-fp32": onnx_fp32, "onnx-int8-fused": ort_dynamic_fused,
+            "onnx-int8-fp32-embeddings": ort_dynamic_fp32_embeddings, "onnx-int8-unfused": ort_dynamic_unfused,
+            "onnx-static-unfused": ort_static("unfused"), "onnx-static-fused": ort_static("fused"),
+            "torch-bf16": torch_bf16, "torch-int8": torch_int8}
+
+
+def build_candidates(parent: Path, cfg: OptimizeConfig, work: Path) -> tuple[dict[str, Path], dict[str, str]]:
+    """Build the requested candidates under ``work``; returns ``(built folders, errors by name)``."""
+    builders = _builders(parent, cfg)
+    built: dict[str, Path] = {}
+    errors: dict[str, str] = {}
+    for name in cfg.candidate_names():
+        print(f"optimize: building {name}", file=sys.stderr, flush=True)
+        try:
+            built[name] = builders[name](work / name, built)
+        except Exception as exc:  # one runtime failing (a quantizer bug, an unfusable graph) must not lose the others
+            errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            print(f"warning: candidate {name} could not be built: {errors[name]}", file=sys.stderr)
+    return built, errors
+
+
+# ----------------------------------------------------------------------------- scoring and timing
+
+
+def _unique_names(paths: Sequence[Path]) -> list[str]:
+    names: list[str] = []
+    for path in paths:
+        name, i = path.name, 2
+        while name in names or name == REFERENCE:
+            name, i = f"{path.name}-{i}", i + 1
+        names.append(name)
+    return names
+
+
+def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], data, batch_sizes: Sequence[int] = (1, 32),
+           seq_len: int = 128, threads: int | None = None, warmup: int = 10, runs: int = 60,
+           max_accuracy_drop: float = 0.01, min_agreement: float | None = None,
+           progress: bool = True) -> dict[str, Any]:
+    """Score and time ``candidates`` against their fp32 ``parent``; return the decision and the table.
+
+    The parent is candidate ``pytorch`` (the reference of every speedup). Nothing is written.
+    """
+    from benchmarks.latency import fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved, summarize
+    from benchmarks.machine import machine_info
+    from compress.data import check_labels_fit
+    from benchmarks.machine import available_cpus
+    from compress.runtime import Predictor
+
+    threads = threads if threads is not None else available_cpus()  # fixed: a timing means nothing without it
+    parent_path = Path(parent).expanduser().resolve()
+    paths = {REFERENCE: parent_path, **{n: Path(p).expanduser().resolve() for n, p in candidates.items()}}
+    predictors = {n: Predictor.load(p, threads=threads, spinning=False) for n, p in paths.items()}
+    ref = predictors[REFERENCE]
+    if ref.kind != "pytorch":
+        raise CompressError(f"--model {parent_path} is {ref.kind}; optimize starts from the PyTorch fp32 model, the "
+                            "reference every candidate is compared with.")
+    for name, p in predictors.items():
+        if p.num_labels != ref.num_labels:
+            raise CompressError(f"{paths[name]} predicts {p.num_labels} labels but {parent_path} predicts "
+                                f"{ref.num_labels}: not the same model. Give artifacts derived from --model.")
+        if p.max_length != ref.max_length:
+            raise CompressError(f"{paths[name]} truncates at {p.max_length} tokens but {parent_path} at "
+                                f"{ref.max_length}: its answers would differ for long texts. Rebuild it from --model.")
+    task = data.load(num_labels=ref.num_labels)
+    check_labels_fit(task, ref.num_labels, who=f"the model in {parent_path}")
+    texts = task.texts("validation")
+    labels = np.asarray(task.splits["validation"]["label"])
+    if len(labels) == 0:
+        raise CompressError(f"{task.source}: the validation split is empty; optimize checks accuracy there.")
+
+    rows: dict[str, dict[str, Any]] = {}
+    ref_pred = None
+    for name, predictor in predictors.items():
+        pred = predictor.logits(texts).argmax(-1)
+        if name == REFERENCE:
+            ref_pred = pred
+        accuracy = float((pred == labels).mean())
+        rows[name] = {"name": name, "kind": predictor.kind, "path": str(paths[name]), "accuracy": accuracy,
+                      "size_bytes": predictor.size_bytes, "_pred": pred}
+    ref_acc = rows[REFERENCE]["accuracy"]
+    for row in rows.values():
+        row["accuracy_drop"] = round(ref_acc - row["accuracy"], 6)
+        row["agreement"] = float((row.pop("_pred") == ref_pred).mean())
+        reasons = []
+        if row["accuracy_drop"] > max_accuracy_drop:
+            reasons.append(f"accuracy drop {row['accuracy_drop']:.4f} > budget {max_accuracy_drop:g}")
+        if min_agreement is not None and row["agreement"] < min_agreement:
+            reasons.append(f"agreement {row['agreement']:.4f} < {min_agreement:g}")
+        row["eligible"] = not reasons
+        row["excluded_because"] = "; ".join(reasons) or None
+        row["latency"] = []
+
+    from tqdm.auto import tqdm
+
+    names = list(predictors)
+    timings_by_batch: dict[int, dict[str, list[int]]] = {}
+    with tqdm(total=len(batch_sizes) * len(names) * (warmup + runs), desc="optimize timing", unit="call",
+              disable=not progress, file=sys.stderr) as bar:
+        for b in batch_sizes:
+            runners = {n: forward_runner(predictors[n], fixed_shape_inputs(predictors[n], texts, b, seq_len))
+                       for n in names}
+            timings = run_interleaved(runners, warmup, runs, tick=bar.update)
+            timings_by_batch[b] = timings
+            for n in names:
+                rows[n]["latency"].append({"batch_size": b, "seq_len": seq_len, **summarize(timings[n], b),
+                                           "speedup": paired_speedup(timings[REFERENCE], timings[n])})
+
+    by_batch: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+    for b in batch_sizes:
+        ranked = sorted((r for r in rows.values() if r["eligible"]),
+                        key=lambda r: (-_at(r, b)["speedup"]["median"], r["size_bytes"]))
+        best = ranked[0]  # the reference is always eligible (drop 0, agreement 1)
+        by_batch[str(b)] = best["name"]
+        runner_up = ranked[1] if len(ranked) > 1 else None
+        reasons[str(b)] = (f"fastest within the accuracy budget at batch {b}, sequence {seq_len}: "
+                           f"{_at(best, b)['speedup']['median']:.2f}x the PyTorch fp32 model "
+                           f"(p50 {_at(best, b)['p50_ms']:.2f} ms)"
+                           + (f"; next {runner_up['name']} {_at(runner_up, b)['speedup']['median']:.2f}x"
+                              if runner_up else ""))
+    machine = machine_info()
+    return {
+        "by_batch_size": by_batch,
+        "reasons": reasons,
+        "table": [rows[n] for n in names],
+        "reference": REFERENCE,
+        "settings": {"batch_sizes": list(batch_sizes), "seq_len": seq_len, "threads": threads, "warmup": warmup,
+                     "runs": runs, "max_accuracy_drop": max_accuracy_drop, "min_agreement": min_agreement,
+                     "split": "validation", "n": int(len(labels)),
+                     "order": "interleaved, starting variant rotating each round; speedup = median of per-round "
+                              "ratios against the PyTorch fp32 parent"},
+        "decided_on": {"cpu_model": machine.get("cpu_model"),
+                       "cpu_flags": {f: bool((machine.get("cpu_flags") or {}).get(f)) for f in DECISIVE_FLAGS},
+                       "available_cpus": machine.get("available_cpus"), "threads": threads},
+        "machine": machine,
+    }
+
+
+def _at(row: dict[str, Any], batch_size: int) -> dict[str, Any]:
+    return next(e for e in row["latency"] if e["batch_size"] == batch_size)
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+def optimize(cfg: OptimizeConfig, out: str | os.PathLike, progress: bool = True) -> Path:
+    """Build (or take) the candidates, choose per batch size, and write the ``choice`` artifact at ``out``."""
+    from benchmarks.latency import position_limit  # noqa: F401  (fail early if the benchmark package is missing)
+    from compress.artifact import package_versions
+    from compress.export import check_out_is_not_input
+    from compress.runtime import artifact_kind
+
+    cfg.validate()
+    started = time.perf_counter()
+    parent = Path(cfg.model).expanduser().resolve()
+    if not parent.is_dir():
+        raise CompressError(f"--model {parent} does not exist or is not a folder. Give the PyTorch fp32 artifact "
+                            "(distill, prune or teacher output).")
+    check_out_is_not_input(parent, out)
+    kind = artifact_kind(parent)
+    if kind != "pytorch":
+        raise CompressError(f"--model {parent} is {kind}; optimize starts from the PyTorch fp32 model (the folder that "
+                            "distill, prune or teacher wrote).")
+    out_path = Path(out).expanduser().resolve()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.optimize-", dir=out_path.parent))
+    try:
+        errors: dict[str, str] = {}
+        if cfg.artifacts:
+            given = [Path(a).expanduser().resolve() for a in cfg.artifacts]
+            for path in given:
+                if not path.is_dir():
+                    raise CompressError(f"--artifacts {path} does not exist or is not a folder.")
+                if path == parent:
+                    raise CompressError(f"--artifacts {path} is --model itself, which is always the reference candidate "
+                                        f"'{REFERENCE}'; leave it out.")
+            built = dict(zip(_unique_names(given), given))
+        else:
+            built, errors = build_candidates(parent, cfg, work)
+        t0 = time.perf_counter()
+        decision = choose(parent, built, cfg.data, cfg.batch_sizes, cfg.seq_len, cfg.threads, cfg.warmup, cfg.runs,
+                          cfg.max_accuracy_drop, cfg.min_agreement, progress)
+        measure_s = round(time.perf_counter() - t0, 2)
+        for name, error in errors.items():
+            decision["table"].append({"name": name, "error": error, "eligible": False,
+                                      "excluded_because": "could not be built"})
+        chosen = sorted(set(decision["by_batch_size"].values()))
+        folders = {name: (parent if name == REFERENCE else built[name]) for name in chosen}
+        # Everything measured travels with the choice (bench can measure it again); the choice points at its winners.
+        keep = {REFERENCE: parent, **built}
+        parent_meta = read_meta(parent) or {}
+        meta: dict[str, Any] = {
+            "stage": "optimize",
+            "kind": "choice",
+            "model_type": parent_meta.get("model_type"),
+            "parameters": parent_meta.get("parameters"),
+            "max_length": parent_meta.get("max_length") or (parent_meta.get("config") or {}).get("max_length"),
+            "parent": {"path": str(parent), "kind": "pytorch", "stage": parent_meta.get("stage"),
+                       "weights_sha256": parent_meta.get("weights_sha256") or weights_sha256(parent)},
+            "parent_meta": {k: parent_meta.get(k) for k in ("stage", "kind", "data", "metrics", "config", "parent")
+                            if k in parent_meta},
+            "config": cfg.to_dict(),
+            "data": parent_meta.get("data"),
+            "choice": {"by_batch_size": {b: f"candidates/{n}" for b, n in decision["by_batch_size"].items()},
+                       "names": decision["by_batch_size"], "reasons": decision["reasons"],
+                       "rule": "each batch goes to the artifact chosen for the nearest measured batch size (log scale)"},
+            "optimize": {k: decision[k] for k in ("table", "reference", "settings", "decided_on", "machine")},
+            "timings": {"measure_s": measure_s, "total_s": None},
+            "software": package_versions(),
+        }
+
+        def fill(tmp: Path) -> None:
+            (tmp / "candidates").mkdir()
+            for name, folder in keep.items():
+                target = tmp / "candidates" / name
+                if folder.is_relative_to(work):
+                    shutil.move(str(folder), target)
+                else:
+                    shutil.copytree(folder, target, ignore=shutil.ignore_patterns("*.checkpoints", "checkpoint-*"))
+            meta["timings"]["total_s"] = round(time.perf_counter() - started, 2)
+            meta["weights_sha256"] = None  # the weights are the sub-artifacts'; each records its own
+
+        path = write_artifact(out_path, fill, meta)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(format_decision(meta))
+    print(f"optimize: {path} (chosen: {', '.join(f'batch {b}: {n}' for b, n in decision['by_batch_size'].items())}; "
+          f"serving folders: {', '.join(str(path / 'candidates' / n) for n in folders)})")
+    return path
+
+
+def format_decision(meta: dict[str, Any]) -> str:
+    """The measured table and the decision, for the terminal and the docs."""
+    opt, choice = meta["optimize"], meta["choice"]
+    batches = opt["settings"]["batch_sizes"]
+    flags = ", ".join(f for f, on in opt["decided_on"]["cpu_flags"].items() if on) or "none"
+    head = f"{'candidate':<22}{'kind':<12}{'accuracy':>9}{'drop':>8}{'agree':>8}" + "".join(
+        f"{f'b{b} p50 ms':>12}{f'b{b} x':>8}" for b in batches) + "  status"
+    lines = [f"CPU: {opt['decided_on']['cpu_model']} (flags: {flags}); threads {opt['settings']['threads']}; "
+             f"sequence {opt['settings']['seq_len']}; speedups against the PyTorch fp32 model", head]
+    for row in opt["table"]:
+        if row.get("error"):
+            lines.append(f"{row['name']:<22}{'-':<12}{'':>9}{'':>8}{'':>8}" + "".join(f"{'-':>12}{'-':>8}" for _ in batches)
+                         + f"  not built: {row['error'][:80]}")
+            continue
+        cells = "".join(f"{_at(row, b)['p50_ms']:>12.2f}{_at(row, b)['speedup']['median']:>7.2f}x" for b in batches)
+        won = [b for b, n in choice["names"].items() if n == row["name"]]
+        status = f"chosen for batch {', '.join(won)}" if won else (row["excluded_because"] or "slower")
+        lines.append(f"{row['name']:<22}{row['kind']:<12}{100 * row['accuracy']:>8.1f}%{100 * row['accuracy_drop']:>7.1f}"
+                     f"{100 * row['agreement']:>7.1f}%{cells}  {status}")
+    return "\n".join(lines)
