@@ -1,4 +1,4 @@
-"""The CPU-side guard against device mix-ups (issue 14, item 4).
+"""The CPU-side guard: a device mix-up fails on CPU-only machines, not only on GPUs.
 
 Each stage that runs a model is run with that model on a second device (``tests/device_guard.py``:
 values kept, devices checked as CUDA checks them). Code that leaves a batch on the CPU while the
