@@ -76,15 +76,20 @@ def training_device(spec: str = "auto"):
     """:func:`resolve_device` for a Trainer-based stage, which places the model itself.
 
     The Trainer (accelerate) runs on the *current* CUDA device, so ``cuda:N`` makes GPU N current.
-    Under ``torchrun`` each rank takes its own GPU, so one fixed index there is refused.
+    Under ``torchrun`` each rank takes its own GPU (``cuda:LOCAL_RANK``, as accelerate assigns it), so
+    work before the Trainer (soft labels) runs there too; one fixed index there is refused.
     """
     device = resolve_device(spec)
-    if device.type == "cuda" and device.index is not None:
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if device.type != "cuda":
+        return device
+    import torch
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if device.index is not None:
             raise CompressError(f"--device {spec} picks one GPU, but this is a distributed run where each process "
                                 "takes its own GPU (LOCAL_RANK). Use --device cuda or auto.")
-        import torch
-
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # the GPU accelerate gives this rank
+    if device.index is not None:
         torch.cuda.set_device(device)
     return device
 

@@ -334,7 +334,7 @@ class OnnxPredictor(Predictor):
         except Exception as exc:
             raise CompressError(f"{path / ONNX_FILE}: ONNX Runtime could not open it ({exc}). Export it again.") from exc
         used = session.get_providers()[0]
-        if providers[0] != "CPUExecutionProvider" and used == "CPUExecutionProvider":
+        if providers[0] != "CPUExecutionProvider" and used == "CPUExecutionProvider" and device != "auto":
             import sys
 
             print(f"warning: {path}: ONNX Runtime could not start CUDAExecutionProvider (no usable GPU or CUDA "
