@@ -288,6 +288,19 @@ def _require(obj: dict, key: str, types: tuple, where: str, path: Path, nullable
     return value
 
 
+def results_device(doc: dict[str, Any]) -> str:
+    """The device a results.json was measured on; results older than the ``device`` setting ran on the CPU."""
+    return str((doc.get("settings") or {}).get("device") or "cpu")
+
+
+def device_mismatch(doc: dict[str, Any], base: dict[str, Any]) -> str | None:
+    """How the devices of two results differ (``cuda:0`` and ``cuda:1`` count as the same kind), or ``None``."""
+    now, then = results_device(doc), results_device(base)
+    if now.split(":")[0] == then.split(":")[0]:
+        return None
+    return f"the baseline was measured on {then} and these results on {now}"
+
+
 def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, Any]:
     """Read and validate a ``results.json`` (schema ``bert-compress-bench`` v1 or v2) for gating."""
     path = Path(path)
@@ -967,13 +980,15 @@ def run_gate(results: str | os.PathLike, rules: str | os.PathLike, baseline: str
              junit: str | os.PathLike | None = None, step_summary: str | None = None,
              out: TextIO | None = None, on_inconclusive: str | None = None,
              history: str | os.PathLike | None = None, window: int | None = None,
-             history_threshold: float | None = None, history_test: str | None = None) -> int:
+             history_threshold: float | None = None, history_test: str | None = None,
+             allow_device_mismatch: bool = False) -> int:
     """Check ``results`` against ``rules``; print the table, write JUnit and the step summary; return the exit code.
 
     ``step_summary`` defaults to ``$GITHUB_STEP_SUMMARY``. Malformed input returns 3 after printing
     the problem (and recording it in the JUnit file and the step summary, so CI shows it). With
     ``history``, every non-reference artifact also gets a ``history`` check against the last
-    ``window`` comparable runs of that file.
+    ``window`` comparable runs of that file. A ``baseline`` measured on another device (GPU against
+    CPU) is refused (exit 3) unless ``allow_device_mismatch``.
     """
     from benchmarks.history import DEFAULT_TEST, DEFAULT_THRESHOLD, DEFAULT_WINDOW
 
@@ -991,6 +1006,14 @@ def run_gate(results: str | os.PathLike, rules: str | os.PathLike, baseline: str
         parsed_rules = load_rules(rules)
         doc = load_results(results)
         base = load_results(baseline, option="--baseline") if baseline else None
+        if base is not None:
+            mismatch = device_mismatch(doc, base)
+            if mismatch and not allow_device_mismatch:
+                raise GateInputError(f"--baseline {baseline}: {mismatch}, so its speeds are not comparable with these. "
+                                     "Bench the baseline on the same --device, or pass --allow-device-mismatch to "
+                                     "compare anyway.")
+            if mismatch:
+                print(f"warning: {mismatch} (--allow-device-mismatch)", file=sys.stderr)
         checks = evaluate(doc, parsed_rules, base)
         if history is not None:
             checks += history_checks(doc, history, window, threshold, test)

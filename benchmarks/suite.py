@@ -17,7 +17,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -100,7 +100,7 @@ def _load_predictors(config: BenchConfig) -> tuple[list[dict[str, Any]], dict[st
     entries = []
     predictors = {}
     for path, name in zip(paths, artifact_names(paths)):
-        predictor = Predictor.load(path, threads=config.threads, spinning=False)
+        predictor = Predictor.load(path, threads=config.threads, spinning=False, device=config.device)
         predictors[name] = predictor
         group, index = group_of.get(path, (None, None))
         entries.append({"name": name, "path": str(path), "is_reference": path == ref_path, "predictor": predictor,
@@ -131,6 +131,8 @@ def _config_facts(entry: dict[str, Any]) -> dict[str, Any]:
         "num_hidden_layers": layers if isinstance(layers, int) else None,
         "max_length": predictor.max_length,
         "onnx": onnx_facts(Path(entry["path"]), meta) if predictor.kind.startswith("onnx") else None,
+        "device": predictor.device,
+        "provider": predictor.provider,
         "group": entry.get("group"),
     }
     return facts
@@ -181,8 +183,12 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
 
     from benchmarks.memory import measure_memory
 
+    from compress.device import device_name, resolve_device
+
     config = config.resolved()
     started = time.perf_counter()
+    # One device for every artifact; results.json records it and the gate compares like with like.
+    config = replace(config, device=device_name(resolve_device(config.device)))
     entries, predictors = _load_predictors(config)
     reference = entries[0]["name"]
     ref_predictor = predictors[reference]
@@ -231,6 +237,7 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         "versions": package_versions(),
         "machine": machine_info(),
         "settings": {
+            "device": config.device,
             "threads": config.threads,
             "warmup": config.warmup,
             "runs": config.runs,

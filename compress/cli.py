@@ -47,6 +47,12 @@ def _add_train_flags(p: argparse.ArgumentParser, epochs: float, lr: float) -> No
                    help="accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
 
 
+def _add_device_flag(p: argparse.ArgumentParser, what: str = "the model") -> None:
+    p.add_argument("--device", default="auto",
+                   help=f"where {what} runs: auto (a CUDA GPU when torch sees one, else the CPU), cpu, cuda or cuda:N "
+                        "(default auto)")
+
+
 def _data_options(a: argparse.Namespace):
     """The ``--data`` family of flags as a :class:`compress.config.DataOptions` (``None`` without ``--data``)."""
     from compress.config import DATA_KEYS, DataOptions
@@ -129,7 +135,9 @@ def cmd_optimize(a: argparse.Namespace) -> int:
 def cmd_predict(a: argparse.Namespace) -> int:
     from compress.runtime import Predictor
 
-    predictor = Predictor.load(a.model, threads=a.threads, max_length=a.max_length)
+    from compress.device import check_device_spec
+
+    predictor = Predictor.load(a.model, threads=a.threads, max_length=a.max_length, device=check_device_spec(a.device))
     labels, probs = predictor.predict(a.texts, batch_size=a.batch_size)
     for text, label, row in zip(a.texts, labels, probs):
         scores = " ".join(f"{name}={p:.4f}" for name, p in zip(predictor.label_names, row))
@@ -207,7 +215,8 @@ def cmd_gate(a: argparse.Namespace) -> int:
     cfg = stage_config("gate", a)
     return run_gate(cfg.results, cfg.rules, baseline=cfg.baseline, junit=cfg.junit,
                     on_inconclusive=cfg.on_inconclusive, history=cfg.history, window=cfg.window,
-                    history_threshold=cfg.history_threshold, history_test=cfg.history_test)
+                    history_threshold=cfg.history_threshold, history_test=cfg.history_test,
+                    allow_device_mismatch=cfg.allow_device_mismatch)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -226,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: fine-tune unless the model has a classifier head that beats chance on validation")
     _add_data_flags(p)
     _add_train_flags(p, epochs=2.0, lr=2e-5)
+    _add_device_flag(p, "training")
     p.set_defaults(func=cmd_teacher)
 
     p = sub.add_parser("distill", help="distil a student from a teacher artifact")
@@ -280,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma list of augmentation operations: replace, mask, delete, swap (default all)")
     _add_data_flags(p)
     _add_train_flags(p, epochs=3.0, lr=5e-5)
+    _add_device_flag(p, "training (student and teacher)")
     p.set_defaults(func=cmd_distill)
 
     p = sub.add_parser("pretrain", help="continue masked-LM training of an encoder on unlabelled in-domain text")
@@ -299,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus-limit", type=int, default=None, help="a seeded sample of at most this many corpus texts")
     _add_data_flags(p, required=False)
     _add_train_flags(p, epochs=1.0, lr=5e-5)
+    _add_device_flag(p, "training")
     p.set_defaults(func=cmd_pretrain, data=None)
 
     p = sub.add_parser("students", help="list the student presets with their shapes and parameter counts")
@@ -333,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibration-size", type=int, default=256,
                    help="training texts that calibrate ort-static (default 256)")
     _add_data_flags(p, required=False)
+    _add_device_flag(p, "the accuracy check")
     p.set_defaults(func=cmd_quantize, data=None)
 
     p = sub.add_parser("optimize", help="build every runtime of a model, measure them here, keep the fastest per batch size")
@@ -355,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also drop candidates whose answers agree with the fp32 model on less than this share (e.g. 0.98)")
     p.add_argument("--calibration-size", type=int, default=256, help="training texts that calibrate ort-static (default 256)")
     _add_data_flags(p)
+    _add_device_flag(p, "every candidate")
     p.set_defaults(func=cmd_optimize)
 
     p = sub.add_parser("predict", help="label texts with any artifact (PyTorch or ONNX, fp32 or INT8)")
@@ -363,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: the runtime's choice)")
     p.add_argument("--batch-size", type=int, default=32, help="texts per batch (default 32)")
     p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: the artifact's)")
+    _add_device_flag(p, "the artifact (ONNX: CUDAExecutionProvider when onnxruntime-gpu is installed)")
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("run", help="run the stages a recipe (YAML) names, skipping finished ones")
@@ -399,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "checked against the single-threaded one")
     p.add_argument("--load-requests", type=int, default=200, help="requests per client count in load mode (default 200)")
     _add_data_flags(p)
+    _add_device_flag(p, "every artifact")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("gate", help="check benchmark results against thresholds: exit 1 on a failed rule (CI)")
@@ -416,6 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="flag a value this many standard deviations below the window's mean (default 3)")
     p.add_argument("--history-test", choices=("z", "t"), default=None,
                    help="z: z-score; t: the same false-alarm rate under Student's t for the window size (default t)")
+    p.add_argument("--allow-device-mismatch", action="store_true",
+                   help="compare with a --baseline measured on another device (refused by default)")
     p.set_defaults(func=cmd_gate)
 
     p = sub.add_parser("prune", help="remove attention heads and FFN neurons (torch-pruning), recover by distillation")
@@ -453,6 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--allow-pickle", action="store_true",
                    help="accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
     _add_data_flags(p)
+    _add_device_flag(p, "scoring, evaluation and recovery")
     p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser("summary", help="print a side-by-side table of artifacts from their compress.json")

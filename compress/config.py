@@ -27,6 +27,7 @@ from typing import Any, Callable, ClassVar, Collection, Mapping, Sequence, Union
 
 from compress.losses import check_terms
 from compress.losses import names as loss_names
+from compress.device import device_problem
 from compress.errors import CompressError
 from students.presets import DEFAULT_PRESET, parse_shape
 
@@ -390,6 +391,12 @@ def _problem(key: str, message: str) -> Problem:
     return Problem((key,), message)
 
 
+def _device_problems(cfg: Any) -> list[Problem]:
+    """``--device`` must be auto, cpu, cuda or cuda:N (whether that GPU exists is checked when the stage runs)."""
+    problem = device_problem(cfg.device)
+    return [_problem("device", problem)] if problem else []
+
+
 # ----------------------------------------------------------------------------- shared parts
 
 
@@ -561,9 +568,11 @@ class TeacherConfig(ConfigBase):
     resume: bool = False
     #: Branch, tag or commit of ``model`` when it is a Hugging Face Hub id (compress.hub).
     revision: str | None = None
+    #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
+    device: str = "auto"
 
     def problems(self) -> list[Problem]:
-        return self._nested_problems("train")
+        return self._nested_problems("train") + _device_problems(self)
 
 
 @dataclass
@@ -614,9 +623,11 @@ class DistillConfig(ConfigBase):
     revision: str | None = None
     #: Distil even from a teacher no better than chance on validation (compress.head_check).
     allow_untrained_teacher: bool = False
+    #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
+    device: str = "auto"
 
     def problems(self) -> list[Problem]:
-        problems = self._nested_problems("train") + self._nested_problems("student")
+        problems = self._nested_problems("train") + self._nested_problems("student") + _device_problems(self)
         if self.temperature <= 0:
             problems.append(_problem("temperature", f"--temperature must be > 0, got {self.temperature}"))
         for name in ("alpha_kd", "alpha_hard", "alpha_embedding", "alpha_hidden", "alpha_attention"):
@@ -691,9 +702,11 @@ class PretrainConfig(ConfigBase):
     corpus_limit: int | None = None
     allow_pickle: bool = False
     resume: bool = False
+    #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
+    device: str = "auto"
 
     def problems(self) -> list[Problem]:
-        problems = self._nested_problems("train")
+        problems = self._nested_problems("train") + _device_problems(self)
         if not 0 < self.mlm_probability < 1:
             problems.append(_problem("mlm_probability",
                                      f"--mlm-probability must lie in (0, 1), got {self.mlm_probability}"))
@@ -734,6 +747,8 @@ class PruneConfig(ConfigBase):
     allow_pickle: bool = False
     #: Continue an interrupted recovery from its last checkpoint (beside the output, like distill's).
     resume: bool = False
+    #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
+    device: str = "auto"
 
     def _after_from_dict(self, given: Mapping[str, Any]) -> None:
         # The command line trains recovery for --recover-epochs: the flat form says so once.
@@ -770,7 +785,7 @@ class PruneConfig(ConfigBase):
         for name in ("alpha_kd", "alpha_hard"):
             if getattr(self, name) < 0:
                 problems.append(_problem(name, f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"))
-        return problems + self._nested_problems("train")
+        return problems + self._nested_problems("train") + _device_problems(self)
 
 
 @dataclass
@@ -813,9 +828,11 @@ class QuantizeConfig(ConfigBase):
     op_types: str | None = None
     #: Training texts that calibrate ort-static.
     calibration_size: int = 256
+    #: ``--device`` of the accuracy check (the fp32 model and PyTorch candidates; ONNX Runtime's provider).
+    device: str = "auto"
 
     def problems(self) -> list[Problem]:
-        problems = []
+        problems = _device_problems(self)
         if not self.model:
             problems.append(_problem("model", "--model is required"))
         if self.graph is not None and self.graph not in QUANTIZE_GRAPHS:
@@ -899,6 +916,8 @@ class BenchConfig(ConfigBase):
     load_clients: list[int] | None = None
     #: ``--load-requests N``: requests per client-thread count.
     load_requests: int = 200
+    #: ``--device``: where every artifact runs (one device per bench run; results.json records it).
+    device: str = "auto"
 
     def resolved(self) -> "BenchConfig":
         """Fill unset settings from the quick or full preset and validate them all."""
@@ -920,7 +939,7 @@ class BenchConfig(ConfigBase):
         return out
 
     def problems(self) -> list[Problem]:
-        problems = []
+        problems = _device_problems(self)
         if not self.artifacts:
             problems.append(_problem("artifacts", "bench: give at least one artifact folder to measure."))
         for key, name in (("batch_sizes", "--batch-sizes"), ("seq_lens", "--seq-lens")):
@@ -976,6 +995,8 @@ class GateConfig(ConfigBase):
     window: int | None = None
     history_threshold: float | None = None
     history_test: str | None = field(default=None, metadata=_optional_choice("z", "t"))
+    #: Compare with a ``baseline`` measured on another device (refused by default: the numbers differ in kind).
+    allow_device_mismatch: bool = False
 
     def problems(self) -> list[Problem]:
         problems = []
@@ -1010,6 +1031,8 @@ class OptimizeConfig(ConfigBase):
     max_accuracy_drop: float = 0.01
     min_agreement: float | None = None
     calibration_size: int = 256
+    #: ``--device``: where the candidates are measured (PyTorch ones on it; ONNX ones on its provider).
+    device: str = "auto"
 
     def candidate_names(self) -> list[str]:
         if self.candidates is None:
@@ -1040,6 +1063,7 @@ class OptimizeConfig(ConfigBase):
         if self.min_agreement is not None and not 0 <= self.min_agreement <= 1:
             problems.append(_problem("min_agreement", f"--min-agreement must be a share in [0, 1] (0.98 = 98%), got "
                                                       f"{self.min_agreement}."))
+        problems += _device_problems(self)
         names = self.candidate_names()
         unknown = [c for c in names if c not in OPTIMIZE_CANDIDATES]
         if unknown:

@@ -17,8 +17,9 @@ from typing import Any
 from compress.config import (BenchConfig, ConfigBase, DataOptions, DistillConfig, ExportConfig, PruneConfig,
                              QuantizeConfig, TeacherConfig, canonical_sha256)
 
-#: Settings that change how a run proceeds, not what it computes.
-NOT_IDENTITY = ("resume", "keep_checkpoints", "progress")
+#: Settings that change how a run proceeds, not what it computes. ``device`` is one: ``auto`` means
+#: another device on another machine anyway, and the artifact records the device it actually used.
+NOT_IDENTITY = ("resume", "keep_checkpoints", "progress", "device")
 
 
 def file_sha256(path: str | os.PathLike) -> str:

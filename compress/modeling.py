@@ -89,6 +89,8 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
 def autocast(enabled: bool, device=None):
     """bf16 autocast on the CPU (AVX-512 BF16 / AMX) or GPU when ``enabled``; a no-op otherwise.
 
+    On a GPU without bf16 (``torch.cuda.is_bf16_supported()`` False) it autocasts to fp16 instead.
+
     ``device`` (a ``torch.device`` or name) is where the computation runs; without it, the GPU
     when there is one. A device type without autocast support runs unchanged.
     """
@@ -102,7 +104,12 @@ def autocast(enabled: bool, device=None):
         kind = torch.device(device).type
     if not torch.amp.is_autocast_available(kind):
         return contextlib.nullcontext()
-    return torch.autocast(device_type=kind, dtype=torch.bfloat16)
+    dtype = torch.bfloat16
+    if kind == "cuda":
+        from compress.device import half_dtype
+
+        dtype = half_dtype(device if device is not None else "cuda")  # fp16 on GPUs without bf16
+    return torch.autocast(device_type=kind, dtype=dtype)
 
 
 def model_device(model):

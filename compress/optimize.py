@@ -54,7 +54,7 @@ def _builders(parent: Path, cfg: OptimizeConfig) -> dict[str, Callable[[Path, di
     from compress.export import export_onnx
     from compress.quantize import quantize
 
-    common = {"data": cfg.data, "max_accuracy_drop": cfg.max_accuracy_drop}
+    common = {"data": cfg.data, "max_accuracy_drop": cfg.max_accuracy_drop, "device": cfg.device}
 
     def onnx_fp32(out: Path, built: dict[str, Path]) -> Path:
         return export_onnx(parent, out)
@@ -120,11 +120,14 @@ def _unique_names(paths: Sequence[Path]) -> list[str]:
 def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], data, batch_sizes: Sequence[int] = (1, 32),
            seq_len: int = 128, threads: int | None = None, warmup: int = 10, runs: int = 60,
            max_accuracy_drop: float = 0.01, min_agreement: float | None = None,
-           progress: bool = True) -> dict[str, Any]:
+           progress: bool = True, device: str = "auto") -> dict[str, Any]:
     """Score and time ``candidates`` against their fp32 ``parent``; return the decision and the table.
 
     The parent is candidate ``pytorch`` (the reference of every speedup). Nothing is written.
+    ``device`` (``--device``): where every candidate runs (:meth:`Predictor.load`).
     """
+    from compress.device import device_name, resolve_device
+
     from benchmarks.latency import fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved, summarize
     from benchmarks.machine import machine_info
     from compress.data import check_labels_fit
@@ -134,7 +137,8 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
     threads = threads if threads is not None else available_cpus()  # fixed: a timing means nothing without it
     parent_path = Path(parent).expanduser().resolve()
     paths = {REFERENCE: parent_path, **{n: Path(p).expanduser().resolve() for n, p in candidates.items()}}
-    predictors = {n: Predictor.load(p, threads=threads, spinning=False) for n, p in paths.items()}
+    device = device_name(resolve_device(device))
+    predictors = {n: Predictor.load(p, threads=threads, spinning=False, device=device) for n, p in paths.items()}
     ref = predictors[REFERENCE]
     if ref.kind != "pytorch":
         raise CompressError(f"--model {parent_path} is {ref.kind}; optimize starts from the PyTorch fp32 model, the "
@@ -209,7 +213,8 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
         "reasons": reasons,
         "table": [rows[n] for n in names],
         "reference": REFERENCE,
-        "settings": {"batch_sizes": list(batch_sizes), "seq_len": seq_len, "threads": threads, "warmup": warmup,
+        "settings": {"device": device, "batch_sizes": list(batch_sizes), "seq_len": seq_len, "threads": threads,
+                     "warmup": warmup,
                      "runs": runs, "max_accuracy_drop": max_accuracy_drop, "min_agreement": min_agreement,
                      "split": "validation", "n": int(len(labels)),
                      "order": "interleaved, starting variant rotating each round; speedup = median of per-round "
@@ -264,7 +269,7 @@ def optimize(cfg: OptimizeConfig, out: str | os.PathLike, progress: bool = True)
             built, errors = build_candidates(parent, cfg, work)
         t0 = time.perf_counter()
         decision = choose(parent, built, cfg.data, cfg.batch_sizes, cfg.seq_len, cfg.threads, cfg.warmup, cfg.runs,
-                          cfg.max_accuracy_drop, cfg.min_agreement, progress)
+                          cfg.max_accuracy_drop, cfg.min_agreement, progress, device=cfg.device)
         measure_s = round(time.perf_counter() - t0, 2)
         for name, error in errors.items():
             decision["table"].append({"name": name, "error": error, "eligible": False,
@@ -285,6 +290,7 @@ def optimize(cfg: OptimizeConfig, out: str | os.PathLike, progress: bool = True)
             "parent_meta": {k: parent_meta.get(k) for k in ("stage", "kind", "data", "metrics", "config", "parent")
                             if k in parent_meta},
             "config": cfg.to_dict(),
+            "device": decision["settings"]["device"],
             "data": parent_meta.get("data"),
             "choice": {"by_batch_size": {b: f"candidates/{n}" for b, n in decision["by_batch_size"].items()},
                        "names": decision["by_batch_size"], "reasons": decision["reasons"],

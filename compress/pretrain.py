@@ -137,7 +137,7 @@ def masked_lm_loss(model, dataset, collator: WholeWordMaskCollator, batch_size: 
     model.eval()
     total, count = 0.0, 0
     device = next(model.parameters()).device
-    with torch.inference_mode(), autocast(bf16):
+    with torch.inference_mode(), autocast(bf16, device):
         for start in range(0, len(dataset), batch_size):
             batch = collator([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
             batch = {k: v.to(device) for k, v in batch.items()}
@@ -159,11 +159,13 @@ def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
     """Continue masked-LM training of an encoder on unlabelled text; write the masked LM as an artifact."""
     from transformers import AutoModelForMaskedLM, Trainer
 
+    from compress.device import device_name, training_device
     from compress.modeling import load_tokenizer
     from compress.quiet import quiet_transformers
     from compress.transfer import mlm_head_keys
 
     cfg.validate()
+    device = training_device(cfg.device)
     started = time.perf_counter()
     source = resolve_model(cfg.model)
     raw = check_model_folder(source, allow_pickle=cfg.allow_pickle)
@@ -176,6 +178,7 @@ def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
         raise CompressError(f"{source}: model_type {raw.get('model_type')!r} has no masked-LM class in transformers "
                             f"({exc}); pretrain needs an encoder with one.") from exc
     tokenizer = load_tokenizer(source, model.config.vocab_size)
+    model.to(device)  # the held-out loss before training runs where training does
     if not had_head:
         print(f"note: {source} carries no masked-LM head ({head_note}); a new one is trained from scratch",
               file=sys.stderr)
@@ -204,7 +207,7 @@ def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
             check_finite({"loss": loss}, self.state.global_step, Path(out))
             return result
 
-    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds))
+    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device)
     resume = resume_point(out, cfg.resume)
     stop = interrupt_callback()
     collator = WholeWordMaskCollator(tokenizer, cfg.mlm_probability, cfg.whole_word, seed=cfg.train.seed)
@@ -226,6 +229,7 @@ def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
         "parameters": int(sum(p.numel() for p in model.parameters())),
         "parent": {"model": cfg.model, "path": str(source), "had_mlm_head": had_head},
         "config": cfg.to_dict(),
+        "device": device_name(device),
         "corpus": stats,
         "metrics": {"eval_mlm_loss_before": round(before, 5), "eval_mlm_loss_after": round(after, 5),
                     "eval_perplexity_before": round(math.exp(min(before, 50)), 3),

@@ -131,14 +131,14 @@ def quantize_stage(cfg: QuantizeConfig, out: str | os.PathLike) -> Path:
     op_types = [x.strip() for x in cfg.op_types.split(",") if x.strip()] if cfg.op_types else None
     return quantize(cfg.model, out, method=cfg.method, data=cfg.data, max_accuracy_drop=cfg.max_accuracy_drop,
                     per_channel=cfg.per_channel, reduce_range=cfg.reduce_range, graph=cfg.graph, op_types=op_types,
-                    calibration_size=cfg.calibration_size)
+                    calibration_size=cfg.calibration_size, device=cfg.device)
 
 
 def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str = "ort-dynamic",
              data: DataOptions | None = None,
              max_accuracy_drop: float = 0.01, per_channel: bool = False, reduce_range: bool = False,
              graph: str | None = None, op_types: Sequence[str] | None = None,
-             calibration_size: int = DEFAULT_CALIBRATION_SIZE) -> Path:
+             calibration_size: int = DEFAULT_CALIBRATION_SIZE, device: str = "auto") -> Path:
     """Quantize an fp32 artifact to INT8 (or bf16) and write it at ``out``.
 
     ``model_dir`` is a PyTorch fp32 folder (any method) or an ``onnx-fp32`` artifact
@@ -148,9 +148,13 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
     ``graph`` picks the fp32 ONNX graph quantized by the ORT methods (``fused``: ORT's transformer
     fusions, the ort-dynamic default; ``unfused``: plain MatMuls, the ort-static default);
     ``op_types`` the ONNX operator types quantized; ``calibration_size`` how many training texts
-    of ``data`` calibrate ``ort-static``.
+    of ``data`` calibrate ``ort-static``. ``device`` (``--device``) is where the accuracy check runs the
+    fp32 model and the candidates (ONNX ones on its ONNX Runtime provider; PyTorch INT8 on the CPU).
     """
+    from compress.device import device_name, resolve_device
+
     started = time.perf_counter()
+    run_on = device_name(resolve_device(device))
     source = Path(model_dir)
     requested = {"graph": graph, "op_types": ",".join(op_types) if op_types else None}  # compress.json's config
     if method not in METHODS:
@@ -214,7 +218,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             fp32_dir = source
             builder = _TorchBuilder(source)
 
-        fp32 = Predictor.load(fp32_dir)
+        fp32 = Predictor.load(fp32_dir, device=run_on)
         evaluation = _Evaluation(data, fp32) if data is not None else None
         if method == "ort-static":
             from compress.ort_static import calibration_texts
@@ -235,7 +239,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             try:
                 c0 = time.perf_counter()
                 record["excluded"] = builder.build(spec, folder)
-                candidate = Predictor.load(folder, max_length=fp32.max_length)
+                candidate = Predictor.load(folder, max_length=fp32.max_length, device=run_on)
                 record["size_bytes"] = folder_size_bytes(folder)
                 record["max_abs_logit_diff"] = probe.max_diff(candidate)
                 if evaluation is not None:
@@ -292,7 +296,8 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                                                             "onnx", "parity") if k in parent_meta},
             "config": QuantizeConfig(model=str(model_dir), method=method, data=data, max_accuracy_drop=max_accuracy_drop,
                                      per_channel=per_channel, reduce_range=reduce_range, **requested,
-                                     calibration_size=calibration_size).to_dict(),
+                                     calibration_size=calibration_size, device=device).to_dict(),
+            "device": run_on,
             "data": evaluation.task.describe() if evaluation else parent_meta.get("data"),
             "quantization": quantization,
             "timings": timings,

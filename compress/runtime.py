@@ -150,6 +150,11 @@ class Predictor:
     """
 
     kind: str = ""
+    #: Where the model runs: ``cpu`` or ``cuda:N``.
+    device: str = "cpu"
+    #: ONNX Runtime's execution provider actually used (``CPUExecutionProvider``, ``CUDAExecutionProvider``);
+    #: ``None`` for PyTorch kinds.
+    provider: str | None = None
 
     def __init__(self, path: Path, tokenizer, config: Any, meta: dict[str, Any] | None, max_length: int | None,
                  need_token_types: bool, num_parameters: int | None):
@@ -167,8 +172,14 @@ class Predictor:
 
     @classmethod
     def load(cls, folder: str | os.PathLike, threads: int | None = None, max_length: int | None = None,
-             allow_pickle: bool = False, spinning: bool = True) -> "Predictor":
+             allow_pickle: bool = False, spinning: bool = True, device: str | None = None) -> "Predictor":
         """Open any artifact folder; ``threads`` fixes the intra-op thread count (benchmarks need it fixed).
+
+        ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``; ``None``: the CPU): PyTorch kinds are moved
+        there (PyTorch dynamic INT8 has CPU kernels only and stays on the CPU, with a warning); ONNX
+        kinds ask ONNX Runtime for ``CUDAExecutionProvider`` on a cuda device (or ``auto``) when it is
+        available, else run on ``CPUExecutionProvider`` (a warning names onnxruntime-gpu). ``.device``
+        and ``.provider`` say what was actually used.
 
         ``spinning=False`` makes ONNX Runtime's idle threads sleep instead of busy-waiting for the
         next call: slightly slower for a lone model on a dedicated machine, but it stops one
@@ -180,12 +191,16 @@ class Predictor:
                                 "(from teacher, distill, export or quantize) or a save_pretrained folder.")
         if threads is not None and threads < 1:
             raise CompressError(f"--threads must be at least 1, got {threads}.")
+        if device is not None:
+            from compress.device import check_device_spec
+
+            check_device_spec(device)
         kind = artifact_kind(path)
         if kind == "choice":
-            return ChoicePredictor._open(path, threads, max_length, allow_pickle, spinning)
+            return ChoicePredictor._open(path, threads, max_length, allow_pickle, spinning, device)
         if kind in ("onnx-fp32", "onnx-int8"):
-            return OnnxPredictor._open(path, kind, threads, max_length, spinning)
-        return TorchPredictor._open(path, kind, threads, max_length, allow_pickle)
+            return OnnxPredictor._open(path, kind, threads, max_length, spinning, device)
+        return TorchPredictor._open(path, kind, threads, max_length, allow_pickle, device)
 
     def logits(self, texts: Text | Sequence[Text], batch_size: int = 32) -> np.ndarray:
         """Raw logits, one row per input, in the input order."""
@@ -220,7 +235,7 @@ class TorchPredictor(Predictor):
 
     @classmethod
     def _open(cls, path: Path, kind: str, threads: int | None, max_length: int | None,
-              allow_pickle: bool) -> "TorchPredictor":
+              allow_pickle: bool, device: str | None = None) -> "TorchPredictor":
         try:
             import torch
             import transformers  # noqa: F401  (the loaders below need it; say so before they fail)
@@ -255,6 +270,18 @@ class TorchPredictor(Predictor):
         self = cls(path, tokenizer, model.config, meta, max_length, accepts_token_types(model), params)
         self.kind = kind
         self.model = model
+        if device is not None:
+            from compress.device import device_name, resolve_device
+
+            target = resolve_device(device)
+            if kind == "torch-int8" and target.type != "cpu":
+                import sys
+
+                print(f"warning: {path} is PyTorch dynamic INT8, which has CPU kernels only; it runs on the CPU, not "
+                      f"{target}. Use an onnx-int8 or torch-bf16 artifact on the GPU.", file=sys.stderr)
+            else:
+                model.to(target)
+                self.device = device_name(target)
         return self
 
     def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
@@ -277,7 +304,7 @@ class OnnxPredictor(Predictor):
 
     @classmethod
     def _open(cls, path: Path, kind: str, threads: int | None, max_length: int | None,
-              spinning: bool = True) -> "OnnxPredictor":
+              spinning: bool = True, device: str | None = None) -> "OnnxPredictor":
         import onnxruntime as ort
 
         from compress.tokenization import ArtifactConfig, ArtifactTokenizer
@@ -301,16 +328,26 @@ class OnnxPredictor(Predictor):
         if not spinning:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        providers = onnx_providers(device, path)
         try:
-            session = ort.InferenceSession(str(path / ONNX_FILE), options, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(str(path / ONNX_FILE), options, providers=providers)
         except Exception as exc:
             raise CompressError(f"{path / ONNX_FILE}: ONNX Runtime could not open it ({exc}). Export it again.") from exc
+        used = session.get_providers()[0]
+        if providers[0] != "CPUExecutionProvider" and used == "CPUExecutionProvider" and device != "auto":
+            import sys
+
+            print(f"warning: {path}: ONNX Runtime could not start CUDAExecutionProvider (no usable GPU or CUDA "
+                  "libraries); running on CPUExecutionProvider", file=sys.stderr)
         inputs = [i.name for i in session.get_inputs()]
         meta = read_meta(path)
         self = cls(path, tokenizer, config, meta, max_length, "token_type_ids" in inputs, (meta or {}).get("parameters"))
         self.kind = kind
         self.session = session
         self.input_names = inputs
+        self.provider = used
+        if used == "CUDAExecutionProvider":
+            self.device = f"cuda:{providers[0][1]['device_id']}"
         return self
 
     def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
@@ -328,7 +365,7 @@ class ChoicePredictor(Predictor):
 
     @classmethod
     def _open(cls, path: Path, threads: int | None, max_length: int | None, allow_pickle: bool,
-              spinning: bool) -> "ChoicePredictor":
+              spinning: bool, device: str | None = None) -> "ChoicePredictor":
         from compress.formats.choice import read_choice
 
         meta = read_meta(path) or {}
@@ -339,11 +376,13 @@ class ChoicePredictor(Predictor):
                 if artifact_kind(sub) == "choice":
                     raise CompressError(f"{sub}: a choice may not point at another choice; point at the artifact.")
                 opened[sub] = Predictor.load(sub, threads=threads, max_length=max_length, allow_pickle=allow_pickle,
-                                             spinning=spinning)
+                                             spinning=spinning, device=device)
         first = opened[next(iter(table.values()))]
         self = cls(path, first.tokenizer, first.config, meta, first.max_length, first.need_token_types,
                    first.num_parameters)
         self.kind = "choice"
+        self.device = first.device
+        self.provider = first.provider
         self.by_batch_size = {b: opened[sub] for b, sub in table.items()}
         self.size_bytes = sum(p.size_bytes for p in opened.values())
         self.cpu_mismatch = _cpu_mismatch((meta.get("optimize") or {}).get("decided_on") or {})
@@ -366,6 +405,30 @@ class ChoicePredictor(Predictor):
         if not chosen.need_token_types:
             arrays = {k: v for k, v in arrays.items() if k != "token_type_ids"}
         return chosen._run(arrays)
+
+
+def onnx_providers(device: str | None, path: Path | None = None) -> list:
+    """The execution providers an ONNX session asks for on ``device`` (``None``/``cpu``: the CPU only).
+
+    ``cuda``/``cuda:N``/``auto``: ``CUDAExecutionProvider`` (GPU N) then the CPU (for operators CUDA
+    lacks, such as some INT8 ones) when onnxruntime offers it; else the CPU, with a warning for an
+    explicit cuda request (the plain onnxruntime package has no CUDA provider). Needs no torch.
+    """
+    import onnxruntime as ort
+
+    if device is None or device == "cpu":
+        return ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+    if device != "auto":
+        import sys
+
+        print(f"warning: {path or 'ONNX'}: --device {device} asked for a GPU, but this onnxruntime "
+              f"({ort.__version__}) has no CUDAExecutionProvider (available: {', '.join(ort.get_available_providers())}); "
+              "running on CPUExecutionProvider. Install onnxruntime-gpu in place of onnxruntime to run ONNX "
+              "artifacts on the GPU.", file=sys.stderr)
+    return ["CPUExecutionProvider"]
 
 
 def _cpu_mismatch(decided_on: dict[str, Any]) -> str | None:

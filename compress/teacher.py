@@ -38,11 +38,15 @@ from compress.training import (checkpoint_dir, checkpoint_fingerprint, epoch_see
 
 def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a teacher; write it as an artifact at ``out``."""
+    from compress.device import device_name, training_device
+
     cfg.validate()
+    device = training_device(cfg.device)
     started = time.perf_counter()
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
     task = cfg.data.load()
     model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle)
+    model.to(device)  # the head check and evaluation run where training does
     timings: dict[str, float] = {}
 
     tokenized = {name: tokenize_split(split, tokenizer, cfg.max_length, task.is_pair, with_length=(name == "train"),
@@ -62,7 +66,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     train_log: dict[str, Any] = {}
     if finetune and cfg.train.epochs > 0:
         t0 = time.perf_counter()
-        train_log = _fine_tune(model, tokenizer, tokenized["train"], cfg, out)
+        train_log = _fine_tune(model, tokenizer, tokenized["train"], cfg, out, device)
         timings["fine_tune_s"] = round(time.perf_counter() - t0, 1)
     elif not has_head or untrained_head:
         print("warning: the teacher has no trained classifier head and --epochs is 0: its predictions are random",
@@ -101,6 +105,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
                                                        "decision": "fine-tuned" if fine_tuned else "kept"},
         "chance_check": None if chance is None else chance.to_dict(),
         "config": cfg.to_dict(),
+        "device": device_name(device),
         "data": task.describe(),
         "metrics": metrics,
         "training": train_log,
@@ -120,7 +125,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     return path
 
 
-def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out) -> dict[str, Any]:
+def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out, device=None) -> dict[str, Any]:
     from transformers import Trainer
 
     from compress.training import check_finite
@@ -137,7 +142,7 @@ def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out) -> dict[str,
 
     keep = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label", "length") if c in train_ds.column_names]
     train_ds = train_ds.select_columns(keep)
-    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds))
+    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device)
     resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     stop = interrupt_callback()
     trainer = GuardedTrainer(model=model, args=args, train_dataset=train_ds,

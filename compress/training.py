@@ -159,14 +159,20 @@ def gather_rows(local: "Any", indices: "Any", total: int) -> "Any":
     return out
 
 
-def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: int, **extra: Any):
+def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: int, device: Any = None,
+                       **extra: Any):
     """``TrainingArguments`` for a CPU-or-GPU run with our defaults (no hub, no external loggers).
 
     Warm-up is a share of the optimiser steps, which depend on the effective batch (per-device
     batch x processes x accumulation), so a torchrun job follows the same schedule as one process.
+    ``device`` (from :func:`compress.device.training_device`; ``None``: a GPU when there is one) is
+    where the Trainer puts the model: the CPU sets ``use_cpu``. ``--bf16`` on a GPU without bf16
+    becomes fp16 with the Trainer's grad scaler.
     """
     import torch
     from transformers import TrainingArguments
+
+    from compress.device import mixed_precision
 
     from compress.progress import bars_enabled
 
@@ -175,6 +181,14 @@ def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: 
     if settings.max_steps > 0:
         total = settings.max_steps
     warmup = int(settings.warmup_ratio * total)
+    if device is None:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    bf16, fp16 = settings.bf16, False
+    if bf16 and torch.device(device).type == "cuda" and mixed_precision(device) == "fp16":
+        bf16, fp16 = False, True
+        if is_main_process():
+            print(f"--bf16: {device} has no bf16 support (torch.cuda.is_bf16_supported() is False); training in fp16 "
+                  "with a grad scaler instead")
     if is_main_process():
         processes = effective // (settings.batch_size * settings.grad_accum)
         print(f"effective batch size {effective} ({settings.batch_size} per device x {processes} process(es) x "
@@ -191,8 +205,9 @@ def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: 
         weight_decay=settings.weight_decay,
         seed=settings.seed,
         data_seed=settings.seed,
-        bf16=settings.bf16,
-        use_cpu=not torch.cuda.is_available(),
+        bf16=bf16,
+        fp16=fp16,
+        use_cpu=torch.device(device).type == "cpu",
         save_strategy="steps",
         save_steps=settings.save_steps,
         save_total_limit=1,

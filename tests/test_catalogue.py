@@ -5,6 +5,7 @@ non-zero exit, one message naming the file or option and the fix, and no traceba
 import json
 
 import pytest
+import torch
 
 from compress.cli import main
 from tests.conftest import make_bert, sentiment_rows, write_csv
@@ -78,7 +79,12 @@ CASES = {
     "teacher no better than chance": (lambda r, d, t: _distill(t, r / "balanced.csv", r / "o"), "no better than chance"),
     "results file of another schema version": (lambda r, d, t: ["gate", str(r / "results.json"), "--rules",
                                                                 str(r / "good.toml")], "schema_version"),
+    "--device that is not a device": (lambda r, d, t: _distill(t, d, r / "o", "--device", "gpu"),
+                                      "--device 'gpu' is not a device; use auto, cpu, cuda or cuda:N"),
 }
+if not torch.cuda.is_available():  # with a GPU, --device cuda is simply used
+    CASES["--device cuda where torch sees no GPU"] = (lambda r, d, t: _distill(t, d, r / "o", "--device", "cuda"),
+                                                      "torch sees no CUDA device")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

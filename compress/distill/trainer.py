@@ -184,7 +184,10 @@ def _weights(terms: list[LossTerm]) -> dict[str, float]:
 
 def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     """Distil a student from a teacher artifact on the task data and write the student artifact."""
+    from compress.device import device_name, training_device
+
     cfg.validate()
+    device = training_device(cfg.device)
     started = time.perf_counter()
     timings: dict[str, float] = {}
     task = cfg.data.load()
@@ -199,6 +202,9 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
                                                  cfg.layer_map, cfg.train.seed, eager_attention=want_inter)
     s_shape = teacher_shape(student.config)
     pairs = parse_layer_map(cfg.layer_map, t_shape.layers, s_shape.layers)
+    # The soft labels (and, in training, the intermediate states) come from the teacher on the
+    # training device; the Trainer puts the student there too (``_train`` checks the teacher follows).
+    teacher.model.to(device)
 
     # Each model tokenizes the text its own way; the teacher's ids feed its cached logits.
     tokenized = {}
@@ -267,7 +273,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
 
     module = DistillationModule(student, s_shape.hidden, t_shape.hidden, pairs, want_inter)
     t0 = time.perf_counter()
-    train_log = _train(module, teacher, train_ds, cfg, want_inter, out, s_tok.pad_token_id, store)
+    train_log = _train(module, teacher, train_ds, cfg, want_inter, out, s_tok.pad_token_id, store, device)
     timings["train_s"] = round(time.perf_counter() - t0, 1)
     if store is not None:
         train_log["soft_labels"] = {"filled_during_training": not all(store.loaded.values()),
@@ -311,6 +317,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
             "schedule": cfg.schedule, "soft_labels_reused": reused,
         },
         "config": cfg.to_dict(),
+        "device": device_name(device),
         "data": task.describe(),
         "transfer": transfer.describe() if transfer is not None else None,
         "metrics": metrics,
@@ -350,7 +357,7 @@ def _soft_label_store(teacher, train, transfer, bf16: bool, num_labels: int) -> 
 
 
 def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, want_inter: bool, out,
-           pad_id: int, store: SoftLabelStore | None) -> dict[str, Any]:
+           pad_id: int, store: SoftLabelStore | None, device=None) -> dict[str, Any]:
     from transformers import Trainer, TrainerCallback
 
     teacher_model = teacher.model
@@ -437,7 +444,7 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
                         logs[f"loss_{name}"] = round(float(np.mean(values)), 5)
                 running.clear()
 
-    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds))
+    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device)
     resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     pads = {"s_": pad_id, "t_": teacher.tokenizer.pad_token_id}
     stop = interrupt_callback()

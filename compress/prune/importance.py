@@ -81,11 +81,11 @@ def score_units(model, example_inputs: dict[str, Any], importance: str = "magnit
         check_group(model, group, {parts.query: "out", parts.key: "out", parts.value: "out", parts.attn_out: "in"},
                      f"the heads of {parts.attention}")
         dims = _finite(criterion(group))
-        heads.append(dims.view(-1, d).mean(1).numpy())
+        heads.append(dims.view(-1, d).mean(1).cpu().numpy())
         ffn_in = model.get_submodule(parts.ffn_in)
         group = graph.get_pruning_group(ffn_in, tp.prune_linear_out_channels, list(range(ffn_in.out_features)))
         check_group(model, group, {parts.ffn_in: "out", parts.ffn_out: "in"}, f"the FFN neurons of {parts.ffn_in}")
-        ffn.append(_finite(criterion(group)).numpy())
+        ffn.append(_finite(criterion(group)).cpu().numpy())
     return graph, UnitScores(heads, ffn)
 
 

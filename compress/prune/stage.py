@@ -32,7 +32,10 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
     from compress.runtime import artifact_kind
 
+    from compress.device import device_name, training_device
+
     cfg.validate()
+    device = training_device(cfg.device)
     started = time.perf_counter()
     timings: dict[str, float] = {}
     notes: list[str] = []
@@ -48,6 +51,7 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
         raise CompressError(f"--model {source}: the model has no trained classification head, so there is nothing to "
                             "keep accurate while pruning. Fine-tune it first: bert-compress teacher --model DIR --data DATA --out DIR")
     layer_parts(model)  # refuses unsupported families before any work
+    model.to(device)  # evaluation and importance scoring run there; recovery's Trainer uses the same device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     tokenized = {name: tokenize_split(split, tokenizer, cfg.max_length, task.is_pair, what=name)
                  for name, split in task.splits.items()}
@@ -75,6 +79,7 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     taylor = cfg.importance == "taylor"
     batches = _batches(tokenized["train"], pad_id, cfg.train.batch_size, cfg.importance_batches if taylor else 1,
                        cfg.train.seed)
+    batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
     example = {k: v[:2] for k, v in batches[0].items() if k != "labels"}
     plan = prune_model(model, cfg.heads, cfg.ffn, cfg.importance, cfg.scope, example_inputs=example,
                        gradient_batches=batches if taylor else None)
@@ -151,6 +156,7 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
                        "parameters": params_before},
             "pruning": pruning,
             "config": cfg.to_dict(),
+            "device": device_name(device),
             "data": task.describe(),
             "metrics": final_metrics,
             "timings": timings,
@@ -233,10 +239,13 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
         student=StudentSpec(f"{config.num_hidden_layers}x{config.hidden_size}", f"pretrained:{pruned_dir}"),
         train=replace(cfg.train, epochs=float(cfg.recover_epochs)), temperature=cfg.temperature,
         kd_loss="soft_ce", alpha_kd=cfg.alpha_kd, alpha_hard=cfg.alpha_hard, intermediate=cfg.intermediate,
-        max_length=cfg.max_length, allow_pickle=cfg.allow_pickle, resume=cfg.resume,
+        max_length=cfg.max_length, allow_pickle=cfg.allow_pickle, resume=cfg.resume, device=cfg.device,
         allow_untrained_teacher=True)  # recovery follows the model being pruned, whatever its accuracy
     recovered_dir = distill(dcfg, work / "recovered")
+    from compress.modeling import model_device
+
     recovered, _, _ = load_classifier(recovered_dir)
+    recovered.to(model_device(model))  # evaluated where the pruned model was
     meta = read_meta(recovered_dir) or {}
     return recovered, {
         "epochs": cfg.recover_epochs,

@@ -122,3 +122,43 @@ def test_two_rank_nccl_distillation(chain, tmp_path):
     assert meta["metrics"]["test"]["accuracy"] >= 0.85
     # the soft labels were sharded across the ranks and gathered into one cache per split
     assert len(list((tmp_path / "cache" / "soft-labels").glob("*.npy"))) == 3
+
+
+def test_device_flag_on_cuda(chain, tmp_path):
+    """``--device cuda:0`` trains and records the GPU, ``--device cpu`` keeps a GPU machine's run on the CPU,
+    Predictor and bench run where ``--device`` says (ONNX on CUDAExecutionProvider when onnxruntime-gpu is there)."""
+    import onnxruntime as ort
+
+    from compress.runtime import Predictor
+
+    root, data, encoder = chain
+    common = ["--data", str(data), "--batch-size", "16", "--epochs", "1", "--max-steps", "4"]
+    _run(["teacher", "--model", str(encoder), "--out", str(tmp_path / "on-gpu"), "--device", "cuda:0", *common])
+    assert _meta(tmp_path / "on-gpu")["device"] == "cuda:0"
+    assert main(["teacher", "--model", str(encoder), "--out", str(tmp_path / "on-cpu"), "--device", "cpu",
+                 *common]) == 0
+    assert _meta(tmp_path / "on-cpu")["device"] == "cpu"
+    _run(["distill", "--teacher", str(tmp_path / "on-gpu"), "--student", "2x32", "--init", "teacher-layers",
+          "--out", str(tmp_path / "student"), "--device", "cuda", "--allow-untrained-teacher", *common])
+    assert _meta(tmp_path / "student")["device"] == "cuda:0"
+
+    texts = [r["text"] for r in sentiment_rows(20, seed=3)]
+    on_cpu = Predictor.load(tmp_path / "student", device="cpu")
+    on_gpu = Predictor.load(tmp_path / "student", device="cuda:0")
+    assert on_cpu.device == "cpu" and on_gpu.device == "cuda:0"
+    np.testing.assert_allclose(on_gpu.logits(texts), on_cpu.logits(texts), atol=1e-3)
+
+    assert main(["export", "--model", str(tmp_path / "student"), "--out", str(tmp_path / "onnx")]) == 0
+    onnx = Predictor.load(tmp_path / "onnx", device="cuda")
+    expected = "CUDAExecutionProvider" if "CUDAExecutionProvider" in ort.get_available_providers() else \
+        "CPUExecutionProvider"
+    assert onnx.provider == expected
+    np.testing.assert_allclose(onnx.logits(texts), on_cpu.logits(texts), atol=1e-3)
+
+    assert main(["bench", str(tmp_path / "student"), str(tmp_path / "onnx"), "--reference", str(tmp_path / "on-gpu"),
+                 "--data", str(data), "--quick", "--no-memory", "--device", "cuda",
+                 "--out", str(tmp_path / "bench")]) == 0
+    results = json.loads((tmp_path / "bench" / "results.json").read_text())
+    assert results["settings"]["device"] == "cuda:0"
+    by_name = {a["name"]: a for a in results["artifacts"]}
+    assert by_name["student"]["device"] == "cuda:0" and by_name["onnx"]["provider"] == expected
