@@ -16,6 +16,7 @@ import numpy as np
 
 from compress.errors import CompressError
 from compress.modeling import classification_metrics
+from compress.progress import bars_enabled
 
 
 def split_texts_and_labels(task, split: str) -> tuple[list[Any], np.ndarray]:
@@ -40,7 +41,7 @@ def evaluate_quality(predictors: Mapping[str, Any], reference: str, texts: Seque
         raise CompressError(f"the reference {reference!r} is not among the loaded artifacts.")
     logits: dict[str, np.ndarray] = {}
     names = [reference] + [n for n in predictors if n != reference]
-    for name in tqdm(names, desc="quality", unit="artifact", disable=not progress, file=sys.stderr, leave=False):
+    for name in tqdm(names, desc="quality", unit="artifact", disable=not progress or not bars_enabled(), file=sys.stderr, leave=False):
         logits[name] = predictors[name].logits(texts, batch_size=batch_size)
     out = {}
     ref_correct = logits[reference].argmax(-1) == labels

@@ -28,6 +28,7 @@ from compress.artifact import git_commit, now_iso, package_versions, read_meta, 
 from compress.config import FULL, QUICK, BenchConfig  # noqa: F401 (FULL, QUICK: the old import path)
 from compress.data import check_labels_fit
 from compress.errors import CompressError
+from compress.progress import bars_enabled
 
 SCHEMA = "bert-compress-bench"
 #: Version 2 keeps every round's timing and every example's prediction, so the gate can compute intervals;
@@ -159,7 +160,7 @@ def measure_latency(predictors: dict[str, Any], reference: str, texts: Sequence[
     # so counting tokens, not calls, keeps the ETA honest across configurations.
     total = sum(k * (warmup + runs) * b * s for b, s in configs)
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in predictors}
-    with tqdm(total=total, desc="latency", unit="tok", unit_scale=True, disable=not progress, file=sys.stderr,
+    with tqdm(total=total, desc="latency", unit="tok", unit_scale=True, disable=not progress or not bars_enabled(), file=sys.stderr,
               dynamic_ncols=True) as bar:
         for b, s in configs:
             bar.set_postfix_str(f"batch {b} seq {s}")
@@ -210,7 +211,7 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
     memory: dict[str, Any] = {}
     mem_batch, mem_seq = max(config.batch_sizes), max(config.seq_lens)
     if config.memory:
-        for entry in tqdm(timed, desc="memory", unit="artifact", disable=not config.progress, file=sys.stderr,
+        for entry in tqdm(timed, desc="memory", unit="artifact", disable=not config.progress or not bars_enabled(), file=sys.stderr,
                           leave=False):
             memory[entry["name"]] = measure_memory(entry["path"], config.threads, mem_batch, mem_seq,
                                                    texts[:mem_batch])

@@ -28,6 +28,7 @@ import numpy as np
 
 from benchmarks.latency import NS_PER_MS, paired_speedup, percentile
 from compress.errors import CompressError
+from compress.progress import bars_enabled
 
 DEFAULT_WARMUP = 10
 
@@ -75,7 +76,7 @@ def replay_batch1(predictors: Mapping[str, Any], reference: str, texts: Sequence
     timings: dict[str, list[int]] = {name: [] for name in names}
     k = len(names)
     clock = time.perf_counter_ns
-    for i in tqdm(range(len(texts)), desc="traffic batch 1", unit="req", disable=not progress, file=sys.stderr,
+    for i in tqdm(range(len(texts)), desc="traffic batch 1", unit="req", disable=not progress or not bars_enabled(), file=sys.stderr,
                   leave=False):
         for j in range(k):
             name = names[(i + j) % k]
@@ -123,7 +124,7 @@ def replay_batched(predictors: Mapping[str, Any], reference: str, texts: Sequenc
             for _, arrays in batches[name][:warmup]:
                 predictors[name].forward(arrays)
         timings: dict[str, list[int]] = {name: [] for name in names}
-        for i in tqdm(range(count), desc=f"traffic batch {b}", unit="batch", disable=not progress, file=sys.stderr,
+        for i in tqdm(range(count), desc=f"traffic batch {b}", unit="batch", disable=not progress or not bars_enabled(), file=sys.stderr,
                       leave=False):
             for j in range(k):
                 name = names[(i + j) % k]

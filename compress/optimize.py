@@ -39,6 +39,7 @@ import numpy as np
 from compress.artifact import read_meta, weights_sha256, write_artifact
 from compress.config import OPTIMIZE_CANDIDATES, OptimizeConfig
 from compress.errors import CompressError
+from compress.progress import bars_enabled
 
 CANDIDATES = OPTIMIZE_CANDIDATES
 REFERENCE = "pytorch"
@@ -184,7 +185,7 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
     names = list(predictors)
     timings_by_batch: dict[int, dict[str, list[int]]] = {}
     with tqdm(total=len(batch_sizes) * len(names) * (warmup + runs), desc="optimize timing", unit="call",
-              disable=not progress, file=sys.stderr) as bar:
+              disable=not progress or not bars_enabled(), file=sys.stderr) as bar:
         for b in batch_sizes:
             runners = {n: forward_runner(predictors[n], fixed_shape_inputs(predictors[n], texts, b, seq_len))
                        for n in names}
