@@ -326,18 +326,19 @@ def format_decision(meta: dict[str, Any]) -> str:
     opt, choice = meta["optimize"], meta["choice"]
     batches = opt["settings"]["batch_sizes"]
     flags = ", ".join(f for f, on in opt["decided_on"]["cpu_flags"].items() if on) or "none"
-    head = f"{'candidate':<22}{'kind':<12}{'accuracy':>9}{'drop':>8}{'agree':>8}" + "".join(
+    width = max([len("candidate")] + [len(row["name"]) for row in opt["table"]]) + 2
+    head = f"{'candidate':<{width}}{'kind':<12}{'accuracy':>9}{'drop':>8}{'agree':>8}" + "".join(
         f"{f'b{b} p50 ms':>12}{f'b{b} x':>8}" for b in batches) + "  status"
     lines = [f"CPU: {opt['decided_on']['cpu_model']} (flags: {flags}); threads {opt['settings']['threads']}; "
              f"sequence {opt['settings']['seq_len']}; speedups against the PyTorch fp32 model", head]
     for row in opt["table"]:
         if row.get("error"):
-            lines.append(f"{row['name']:<22}{'-':<12}{'':>9}{'':>8}{'':>8}" + "".join(f"{'-':>12}{'-':>8}" for _ in batches)
+            lines.append(f"{row['name']:<{width}}{'-':<12}{'':>9}{'':>8}{'':>8}" + "".join(f"{'-':>12}{'-':>8}" for _ in batches)
                          + f"  not built: {row['error'][:80]}")
             continue
         cells = "".join(f"{_at(row, b)['p50_ms']:>12.2f}{_at(row, b)['speedup']['median']:>7.2f}x" for b in batches)
         won = [b for b, n in choice["names"].items() if n == row["name"]]
         status = f"chosen for batch {', '.join(won)}" if won else (row["excluded_because"] or "slower")
-        lines.append(f"{row['name']:<22}{row['kind']:<12}{100 * row['accuracy']:>8.1f}%{100 * row['accuracy_drop']:>7.1f}"
+        lines.append(f"{row['name']:<{width}}{row['kind']:<12}{100 * row['accuracy']:>8.1f}%{100 * row['accuracy_drop']:>7.1f}"
                      f"{100 * row['agreement']:>7.1f}%{cells}  {status}")
     return "\n".join(lines)
