@@ -117,6 +117,18 @@ def write_artifact(out: str | os.PathLike, fill: Callable[[Path], None], meta: d
     return write_folder_atomically(out, fill_and_describe)
 
 
+def write_model_artifact(out: str | os.PathLike, model: Any, tokenizer: Any, meta: dict[str, Any]) -> Path:
+    """:func:`write_artifact` for the usual case: a ``save_pretrained`` model (safetensors) and its
+    tokenizer, with the weights' sha256 added to ``meta`` (later stages record it as their parent's)."""
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        meta["weights_sha256"] = weights_sha256(tmp)
+
+    return write_artifact(out, fill, meta)
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from compress.artifact import check_model_folder, weights_sha256, write_artifact
+from compress.artifact import check_model_folder, write_model_artifact
 from compress.assets import resolve_model
 from compress.config import PretrainConfig
 from compress.errors import CompressError
@@ -241,12 +241,7 @@ def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
     if not is_main_process():
         return Path(out)
 
-    def fill(tmp: Path) -> None:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        meta["weights_sha256"] = weights_sha256(tmp)
-
-    path = write_artifact(out, fill, meta)
+    path = write_model_artifact(out, model, tokenizer, meta)
     import shutil
 
     shutil.rmtree(checkpoint_dir(out), ignore_errors=True)

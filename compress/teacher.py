@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from compress.artifact import read_meta, weights_sha256, write_artifact
+from compress.artifact import read_meta, weights_sha256, write_model_artifact
 from compress.assets import cache_dir, resolve_model
 from compress.config import TeacherConfig
 from compress.data import DynamicPaddingCollator, TaskData, tokenize_split
@@ -114,12 +114,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     if not is_main_process():
         return Path(out)
 
-    def fill(tmp: Path) -> None:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        meta["weights_sha256"] = weights_sha256(tmp)
-
-    path = write_artifact(out, fill, meta)
+    path = write_model_artifact(out, model, tokenizer, meta)
     _drop_checkpoints(out)
     print_metrics("teacher", metrics, timings)
     return path

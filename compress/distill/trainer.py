@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from compress.artifact import weights_sha256, write_artifact
+from compress.artifact import write_model_artifact
 from compress.config import DistillConfig
 from compress.data import DynamicPaddingCollator, tokenize_split
 from compress.distill.layer_map import format_layer_map, parse_layer_map
@@ -328,12 +328,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     if not is_main_process():
         return Path(out)
 
-    def fill(tmp: Path) -> None:
-        student.save_pretrained(tmp, safe_serialization=True)
-        s_tok.save_pretrained(tmp)
-        meta["weights_sha256"] = weights_sha256(tmp)
-
-    path = write_artifact(out, fill, meta)
+    path = write_model_artifact(out, student, s_tok, meta)
     if not cfg.keep_checkpoints:
         import shutil
 
