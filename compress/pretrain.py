@@ -31,8 +31,8 @@ from compress.artifact import check_model_folder, write_model_artifact
 from compress.assets import resolve_model
 from compress.config import PretrainConfig
 from compress.errors import CompressError
-from compress.training import (check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
-                               is_main_process, resume_point, run_trainer, training_arguments)
+from compress.training import (checkpoint_dir, guarded_trainer, interrupt_callback, is_main_process, resume_point,
+                               run_trainer, training_arguments)
 
 
 class WholeWordMaskCollator:
@@ -157,7 +157,7 @@ def _eval_loss(model, eval_ds, cfg: PretrainConfig, tokenizer) -> float:
 
 def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
     """Continue masked-LM training of an encoder on unlabelled text; write the masked LM as an artifact."""
-    from transformers import AutoModelForMaskedLM, Trainer
+    from transformers import AutoModelForMaskedLM
 
     from compress.device import device_name, training_device
     from compress.modeling import load_tokenizer
@@ -197,21 +197,11 @@ def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
     timings["evaluate_before_s"] = round(time.perf_counter() - t0, 1)
     print(f"held-out masked-LM loss before: {before:.4f} (perplexity {math.exp(min(before, 50)):.1f})")
 
-    class GuardedTrainer(Trainer):
-        def _get_train_sampler(self, train_dataset=None):
-            return epoch_seeded_sampler(super()._get_train_sampler(train_dataset), self.args.data_seed or 0)
-
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            loss = result[0] if return_outputs else result
-            check_finite({"loss": loss}, self.state.global_step, Path(out))
-            return result
-
     args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device)
     resume = resume_point(out, cfg.resume)
     stop = interrupt_callback()
     collator = WholeWordMaskCollator(tokenizer, cfg.mlm_probability, cfg.whole_word, seed=cfg.train.seed)
-    trainer = GuardedTrainer(model=model, args=args, train_dataset=train_ds, data_collator=collator, callbacks=[stop])
+    trainer = guarded_trainer(out, model=model, args=args, train_dataset=train_ds, data_collator=collator, callbacks=[stop])
     t0 = time.perf_counter()
     result = run_trainer(trainer, resume, Path(out), stop)
     timings["train_s"] = round(time.perf_counter() - t0, 1)

@@ -31,7 +31,7 @@ from compress.errors import CompressError
 from compress.head_check import check_head, judge_existing_head
 from compress.hub import snapshot_origin
 from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
-from compress.training import (checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler, gather_rows,
+from compress.training import (checkpoint_dir, checkpoint_fingerprint, gather_rows, guarded_trainer,
                                interrupt_callback, is_main_process, print_metrics, resume_point, run_trainer,
                                training_arguments, world)
 
@@ -121,27 +121,13 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
 
 
 def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out, device=None) -> dict[str, Any]:
-    from transformers import Trainer
-
-    from compress.training import check_finite
-
-    class GuardedTrainer(Trainer):
-        def _get_train_sampler(self, train_dataset=None):
-            return epoch_seeded_sampler(super()._get_train_sampler(train_dataset), self.args.data_seed or 0)
-
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            loss = result[0] if return_outputs else result
-            check_finite({"loss": loss}, self.state.global_step, Path(out))
-            return result
-
     keep = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label", "length") if c in train_ds.column_names]
     train_ds = train_ds.select_columns(keep)
     args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device)
     resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     stop = interrupt_callback()
-    trainer = GuardedTrainer(model=model, args=args, train_dataset=train_ds,
-                             data_collator=DynamicPaddingCollator({"": tokenizer.pad_token_id}), callbacks=[stop])
+    trainer = guarded_trainer(out, model=model, args=args, train_dataset=train_ds,
+                              data_collator=DynamicPaddingCollator({"": tokenizer.pad_token_id}), callbacks=[stop])
     result = run_trainer(trainer, resume, Path(out), stop)
     return {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
             "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size}

@@ -350,3 +350,23 @@ def epoch_seeded_sampler(sampler: Any, seed: int) -> Any:
             return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
 
     return EpochSeededLengthGroupedSampler(sampler.batch_size, list(sampler.lengths))
+
+
+def guarded_trainer(out: str | os.PathLike, **trainer_kwargs: Any) -> Any:
+    """A transformers ``Trainer`` for the single-model training stages (teacher, pretrain): its batch
+    order is seeded per epoch (:func:`epoch_seeded_sampler`, so a resumed run sees the batches the
+    uninterrupted one would) and every step's loss is checked (:func:`check_finite`: a NaN or inf
+    stops the run naming the step and the last checkpoint in ``out``)."""
+    from transformers import Trainer
+
+    class GuardedTrainer(Trainer):
+        def _get_train_sampler(self, train_dataset=None):
+            return epoch_seeded_sampler(super()._get_train_sampler(train_dataset), self.args.data_seed or 0)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            loss = result[0] if return_outputs else result
+            check_finite({"loss": loss}, self.state.global_step, Path(out))
+            return result
+
+    return GuardedTrainer(**trainer_kwargs)

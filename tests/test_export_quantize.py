@@ -21,33 +21,10 @@ from compress.formats.torch_int8 import load_torch_int8
 from compress.quantize import (candidate_plan, quantize, sensitive_onnx_nodes,
                                sensitive_torch_modules, torch_dynamic_int8)
 from compress.runtime import TORCH_INT8_FILE, Predictor, artifact_kind
-from tests.conftest import make_bert, sentiment_rows, write_csv
+from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
 
 LAYERS = 4
 TEXTS = [r["text"] for r in sentiment_rows(200, seed=7)]
-
-
-def _train(folder: Path, steps: int = 60, seed: int = 0) -> Path:
-    """A few AdamW steps on sentiment rows: enough for clear, input-dependent logit margins."""
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    torch.manual_seed(seed)
-    model = AutoModelForSequenceClassification.from_pretrained(folder)
-    tok = AutoTokenizer.from_pretrained(folder)
-    rows = sentiment_rows(320, seed=seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for step in range(steps):
-        batch = [rows[(step * 32 + i) % len(rows)] for i in range(32)]
-        enc = tok([r["text"] for r in batch], padding=True, return_tensors="pt")
-        loss = model(**enc, labels=torch.tensor([r["label"] for r in batch])).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    model.eval()
-    model.save_pretrained(folder, safe_serialization=True)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +34,7 @@ def work(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def trained(work) -> Path:
-    return _train(make_bert(work / "bert", layers=LAYERS, head=True))
+    return train_briefly(make_bert(work / "bert", layers=LAYERS, head=True), steps=60, seed=0)
 
 
 @pytest.fixture(scope="module")
