@@ -19,8 +19,7 @@ from compress.errors import CompressError
 from compress.formats.bf16 import is_bf16_weights, safetensors_dtypes
 from compress.formats.choice import pick, read_choice
 from compress.runtime import Predictor, artifact_kind
-from tests.conftest import make_bert, sentiment_rows, write_csv
-from tests.test_export_quantize import _train
+from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
 
 TEXTS = [r["text"] for r in sentiment_rows(60, seed=11)]
 #: Tolerances against the fp32 parent, in logits (the trained tiny model's margins are ~3-6).
@@ -35,7 +34,7 @@ def work(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def trained(work) -> Path:
-    return _train(make_bert(work / "bert", layers=2, head=True), steps=40)
+    return train_briefly(make_bert(work / "bert", layers=2, head=True), steps=40, seed=0)
 
 
 @pytest.fixture(scope="module")
