@@ -94,6 +94,9 @@ RULES: dict[str, RuleSpec] = {
     "latency_batch_size": RuleSpec("selector", "check max_p50_ms, min_throughput, max_regression only at this batch size"),
     "latency_seq_len": RuleSpec("selector", "check max_p50_ms, min_throughput, max_regression only at this sequence length"),
     "max_regression": RuleSpec("fraction", "against --baseline: p50 may grow and accuracy may fall by at most this share"),
+    "max_accuracy_regression": RuleSpec("fraction", "against --baseline: accuracy may fall by at most this much, "
+                                                    "absolute (0.0 = any significant fall fails), paired on the same "
+                                                    "examples"),
     "min_fused_attention": RuleSpec("count", "fused attention operators in the ONNX graph"),
     "require_full_attention_fusion": RuleSpec("bool", "every transformer layer has a fused attention operator (ONNX)"),
     "confidence": RuleSpec("confidence", "two-sided confidence of the intervals the rules are decided on (default 0.95)"),
@@ -548,6 +551,8 @@ def _evaluate_rule(rule: str, limit: Any, subject: _Subject, ctx: _Context, acti
         return point(mb <= limit + EPS, f"{mb:.2f} MB", f"size {mb:.2f} MB is over {limit:g} MB")
     if rule == "max_regression":
         return _regression(limit, subject, ctx, active, confidence)
+    if rule == "max_accuracy_regression":
+        return _accuracy_regression_check(limit, subject, ctx, confidence)
     if rule in ("min_fused_attention", "require_full_attention_fusion"):
         onnx = art.get("onnx")
         if onnx is None:
@@ -739,11 +744,7 @@ def _regression(limit: float, subject: _Subject, ctx: _Context, active: dict, co
     name, rule, art = subject.name, "max_regression", subject.art
     if ctx.baseline is None:
         return Check(name, rule, limit, "-", "skip", "no --baseline given")
-    if subject.is_group:
-        base_members = ctx.base_groups.get(name)
-        base = ctx.base_arts.get(base_members[0]) if base_members else None
-    else:
-        base = ctx.base_arts.get(name)
+    base = _baseline_of(subject, ctx)
     if base is None:
         return Check(name, rule, limit, "-", "skip", "not in the baseline (a new artifact)")
     base_ref = ctx.base_arts.get(ctx.baseline["reference"])
@@ -790,15 +791,51 @@ def _regression(limit: float, subject: _Subject, ctx: _Context, active: dict, co
     return Check(name, rule, limit, measured, status, "; ".join(messages), worst[2])
 
 
-def _accuracy_regression(limit: float, subject: _Subject, base: dict, ctx: _Context, confidence: float):
-    """The accuracy half of ``max_regression``: ``(status, measured, interval, message, upper)`` or ``None`` (v1)."""
+def _baseline_of(subject: _Subject, ctx: _Context) -> dict | None:
+    """The baseline's artifact (for a seed group: its first member) that ``subject`` is compared with."""
+    if subject.is_group:
+        members = ctx.base_groups.get(subject.name)
+        return ctx.base_arts.get(members[0]) if members else None
+    return ctx.base_arts.get(subject.name)
+
+
+def _accuracy_regression_check(limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
+    """``max_accuracy_regression``: the accuracy fall against ``--baseline`` in absolute points, decided on
+    the paired interval. ``max_regression`` holds accuracy to the same *share* as latency (8% of 88% is
+    7 points: no real regression of a student is that large); this rule gives accuracy its own limit, so
+    that a 2-3 point loss of a retrained student fails while a rerun of the same models, whose predictions
+    are identical, passes."""
+    name, rule = subject.name, "max_accuracy_regression"
+    if ctx.baseline is None:
+        return Check(name, rule, limit, "-", "skip", "no --baseline given")
+    base = _baseline_of(subject, ctx)
+    if base is None:
+        return Check(name, rule, limit, "-", "skip", "not in the baseline (a new artifact)")
+    part = _accuracy_regression(limit, subject, base, ctx, confidence, relative=False)
+    if part is None:
+        return Check(name, rule, limit, "-", "inconclusive",
+                     NO_SAMPLES.format(which="RESULTS or --baseline", what="per-example predictions"))
+    status, measured, shown, message, _ = part
+    return Check(name, rule, limit, measured, status, message, shown)
+
+
+def _accuracy_regression(limit: float, subject: _Subject, base: dict, ctx: _Context, confidence: float,
+                         relative: bool = True):
+    """The accuracy fall against the baseline, relative (the accuracy half of ``max_regression``) or in
+    absolute points (``max_accuracy_regression``): ``(status, measured, interval, message, upper)``, or
+    ``None`` when either file holds no per-example predictions (v1)."""
     from benchmarks.stats import Interval, accuracy_drop_interval, unpaired_accuracy_drop_interval
 
     if subject.is_group:
         base_names = ctx.base_groups.get(subject.name) or []
         old_accs = [ctx.base_arts[n]["quality"]["accuracy"] for n in base_names]
         new_accs = [m["quality"]["accuracy"] for m in subject.members]
-        interval = _welch_relative_drop(old_accs, new_accs, confidence)
+        if _same_predictions([ctx.base_arts[n] for n in base_names], subject.members):
+            # The same seeds benchmarked again: no seed noise to allow for; Welch's t would still put an
+            # interval of the seed spread around 0 and call an unchanged run inconclusive.
+            interval = Interval(0.0, 0.0, 0.0, confidence, "the same predictions as the baseline, seed for seed")
+        else:
+            interval = _welch_drop(old_accs, new_accs, confidence, relative)
         if interval is None:
             return None
         how = f"mean of {len(new_accs)} seeds against {len(old_accs)}"
@@ -809,24 +846,37 @@ def _accuracy_regression(limit: float, subject: _Subject, base: dict, ctx: _Cont
         same = (len(old_correct) == len(new_correct)
                 and ctx.baseline["data"].get("labels") == ctx.results["data"].get("labels")
                 and ctx.baseline["data"].get("fingerprint") == ctx.results["data"].get("fingerprint"))
-        interval = (accuracy_drop_interval(old_correct, new_correct, confidence, relative=True) if same
-                    else unpaired_accuracy_drop_interval(old_correct, new_correct, confidence, relative=True))
+        interval = (accuracy_drop_interval(old_correct, new_correct, confidence, relative=relative) if same
+                    else unpaired_accuracy_drop_interval(old_correct, new_correct, confidence, relative=relative))
         how = "paired" if same else "unpaired: other examples"
     assert isinstance(interval, Interval)
     status = interval.verdict(limit, higher_is_better=False)
-    measured = f"accuracy {-interval.estimate:+.1%} of the baseline's ({how})"
-    shown = _ci(interval, "{:+.1%}")
-    message = {"fail": f"accuracy fell {interval.estimate:.1%} of the baseline's; even the lower bound of its interval "
-                       f"{shown} is over {limit:.0%}",
-               "inconclusive": f"inconclusive: the interval of the relative accuracy fall, {shown}, straddles "
-                               f"{limit:.0%}; more test examples would decide",
+    if relative:
+        measured = f"accuracy {-interval.estimate:+.1%} of the baseline's ({how})"
+        shown, fell, over = _ci(interval, "{:+.1%}"), f"{interval.estimate:.1%} of the baseline's", f"{limit:.0%}"
+    else:
+        measured = f"accuracy {-100 * interval.estimate:+.2f} points against the baseline ({how})"
+        shown = _ci(interval, "{:+.2f}", scale=100.0, suffix=" pt")
+        fell, over = f"{100 * interval.estimate:.2f} points", f"{100 * limit:g} points"
+    message = {"fail": f"accuracy fell {fell}; even the lower bound of its interval {shown} is over {over}",
+               "inconclusive": f"inconclusive: the interval of the accuracy fall, {shown}, straddles {over}; "
+                               "more test examples (or --seeds) would decide",
                "pass": ""}[status]
     return status, measured, shown, message, interval.high
 
 
-def _welch_relative_drop(old: list[float], new: list[float], confidence: float):
-    """Interval of ``(mean(old) - mean(new)) / mean(old)`` over per-seed accuracies (Welch's t): between two seed
-    groups scored on the same test set, the test-set noise largely cancels and the seed spread dominates."""
+def _same_predictions(old: list[dict], new: list[dict]) -> bool:
+    """Whether two seed groups hold the same models: equal per-example predictions, member for member."""
+    def preds(arts: list[dict]) -> list:
+        return [a["quality"].get("predictions") for a in arts]
+
+    return len(old) == len(new) and None not in preds(old) and preds(old) == preds(new)
+
+
+def _welch_drop(old: list[float], new: list[float], confidence: float, relative: bool = True):
+    """Interval of ``mean(old) - mean(new)`` (divided by ``mean(old)`` when ``relative``) over per-seed
+    accuracies (Welch's t): between two seed groups scored on the same test set, the test-set noise largely
+    cancels and the seed spread dominates."""
     from scipy.stats import t as student_t
 
     from benchmarks.stats import Interval
@@ -842,7 +892,7 @@ def _welch_relative_drop(old: list[float], new: list[float], confidence: float):
     else:
         df = (vo + vn) ** 2 / (vo ** 2 / (len(o) - 1) + vn ** 2 / (len(n) - 1))
         half = float(student_t.ppf(1 - (1 - confidence) / 2, df)) * se
-    scale = 1 / o.mean() if o.mean() > 0 else 0.0
+    scale = (1 / o.mean() if o.mean() > 0 else 0.0) if relative else 1.0
     return Interval(float(est * scale), float((est - half) * scale), float((est + half) * scale), confidence,
                     f"Welch t over {len(o)} and {len(n)} seeds")
 

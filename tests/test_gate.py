@@ -234,6 +234,57 @@ def test_regression_against_a_baseline(tmp_path):
         ("student-int8", "max_regression")].status == "skip"
 
 
+def test_accuracy_regression_in_points_against_a_baseline(tmp_path):
+    """max_accuracy_regression: the absolute accuracy fall against the baseline, on the paired interval.
+
+    The student falls from 0.88 to 0.85 by losing 30 examples it had right (and gaining none): a 3-point
+    fall that max_regression's share (10% of 0.88 = 8.8 points) lets through."""
+    baseline, current = make_results(), make_results()
+    _set_quality(current["artifacts"][1], 0.85, 0.92)
+    old = np.asarray(baseline["artifacts"][1]["quality"]["predictions"])
+    new = np.asarray(current["artifacts"][1]["quality"]["predictions"])
+    labels = np.asarray(_labels())
+    assert ((old == labels) & (new != labels)).sum() == 30 and ((old != labels) & (new == labels)).sum() == 0
+
+    def check(limit: str, doc: dict = current, base: dict = baseline):
+        return _checks(tmp_path, f"[rules]\nmax_accuracy_regression = {limit}\nmax_regression = 0.10\n", doc,
+                       base)[("student", "max_accuracy_regression")]
+
+    assert _checks(tmp_path, "[rules]\nmax_regression = 0.10\nlatency_batch_size = 1\n", current, baseline)[
+        ("student", "max_regression")].status == "pass"
+    # 30 discordant examples, all one way: the 95% paired interval is about [2.0, 4.0] points.
+    fails = check("0.0")
+    assert fails.status == "fail" and "3.00 points" in fails.message and "paired" in fails.measured
+    assert fails.interval.endswith("pt (95%)") and fails.measured.startswith("accuracy -3.00 points")
+    assert check("0.01").status == "fail"
+    inconclusive = check("0.03")
+    assert inconclusive.status == "inconclusive" and "straddles 3 points" in inconclusive.message
+    assert check("0.05").status == "pass"
+    # The same models measured again: identical predictions, a zero-width interval, a pass even at 0.
+    assert check("0.0", make_results()).status == "pass"
+    # Without a baseline, or for an artifact the baseline lacks, the rule is skipped, not failed.
+    assert _checks(tmp_path, "[rules]\nmax_accuracy_regression = 0.0\n", current)[
+        ("student", "max_accuracy_regression")].status == "skip"
+    baseline["artifacts"].pop(1)
+    assert check("0.0").status == "skip"
+    # A version-1 baseline has no predictions: inconclusive, saying what is missing.
+    v1 = check("0.0", base=make_results_v1())
+    assert v1.status == "inconclusive" and "predictions" in v1.message
+
+
+def test_accuracy_regression_of_seed_groups_uses_welch_in_points(tmp_path):
+    base = _with_seed_group([0.88, 0.87, 0.89])
+    worse = _with_seed_group([0.85, 0.84, 0.86], 0.92)
+    toml = "[rules]\nmax_accuracy_regression = 0.0\n"
+    check = _checks(tmp_path, toml, worse, base)[("student", "max_accuracy_regression")]
+    # Means 0.88 and 0.85, each group's sd 0.01: standard error 0.816 points, Welch's 4 degrees of freedom,
+    # t = 2.776: 3.00 +- 2.27 points.
+    assert check.status == "fail" and "3 seeds" in check.measured and "-3.00 points" in check.measured
+    assert check.interval == "[+0.73, +5.27] pt (95%)"
+    same = _checks(tmp_path, toml, base, base)[("student", "max_accuracy_regression")]
+    assert same.status == "pass"
+
+
 def test_every_rule_is_evaluated_and_documented(tmp_path):
     values = {"number": "1.0", "fraction": "0.5", "count": "1", "bool": "true", "selector": "1", "confidence": "0.95"}
     toml = "[rules]\n" + "\n".join(f"{k} = {values[spec.kind]}" for k, spec in RULES.items()) + "\n"
@@ -251,7 +302,8 @@ def test_the_documented_rules_file_is_valid(tmp_path):
     assert rules.rules["max_accuracy_drop"] == 0.02
     assert rules.artifacts["onnx-int8"] == {"min_speedup": 10.0, "speedup_batch_size": 1, "max_size_mb": 40.0}
     assert rules.artifacts["student"] == {"max_regression": False}
-    assert rules.for_artifact("student", is_reference=False).keys() == {"max_accuracy_drop", "min_agreement"}
+    assert rules.for_artifact("student", is_reference=False).keys() == {"max_accuracy_drop", "min_agreement",
+                                                                        "max_accuracy_regression"}
     assert rules.for_artifact("teacher", is_reference=True).keys() == {"max_p50_ms", "latency_batch_size",
                                                                       "latency_seq_len"}
 
