@@ -27,6 +27,7 @@ candidate plan, the accuracy check and the fallbacks.
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 from pathlib import Path
@@ -71,6 +72,31 @@ class TextCalibrationReader:
                                     predictor.need_token_types)
         self._feeds = [{n: arrays[n] for n in input_names} for _, arrays in batches]
         self._iter: Iterator[dict[str, np.ndarray]] | None = None
+        self.batch_size = batch_size
+        pad = predictor.tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else 0
+
+    def uniform(self) -> "TextCalibrationReader":
+        """The same rows as batches of one shape: every batch padded to the longest row, and as many rows per
+        batch (the last, shorter batch dropped when there are full ones).
+
+        ONNX Runtime's histogram calibration (``percentile``) stacks each tensor's activations over all
+        batches with ``np.asarray``, which fails on batches of different lengths ("inhomogeneous shape").
+        The padded positions add activations of pad tokens to the histograms; the attention mask keeps
+        them out of the real tokens' values, and min/max calibration keeps the unpadded batches."""
+        if not self._feeds:
+            return self
+        width = max(f["input_ids"].shape[1] for f in self._feeds)
+        names = list(self._feeds[0])
+        rows = {n: np.concatenate([np.pad(f[n], ((0, 0), (0, width - f[n].shape[1])),
+                                          constant_values=self.pad_id if n == "input_ids" else 0)
+                                   for f in self._feeds]) for n in names}
+        total = len(rows[names[0]])
+        size = min(self.batch_size, total)
+        other = copy.copy(self)
+        other._feeds = [{n: rows[n][start:start + size] for n in names} for start in range(0, total - size + 1, size)]
+        other._iter = None
+        return other
 
     def __len__(self) -> int:
         return len(self._feeds)
@@ -113,6 +139,8 @@ def quantize_static_graph(src: str | os.PathLike, dst: str | os.PathLike, reader
         extra["CalibPercentile"] = 99.999
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    if calibration == "percentile":
+        reader = reader.uniform()
     reader.rewind()
     with tempfile.TemporaryDirectory(prefix="bert-compress-static-") as tmp:
         typed = Path(tmp) / "typed.onnx"

@@ -157,9 +157,12 @@ def test_static_fallbacks_are_all_tried_when_over_budget(trained, data, work):
 
     out = quantize(trained, work / "static-all", method="ort-static", data=data, max_accuracy_drop=-1.0,
                    calibration_size=32)
-    names = [c["name"] for c in json.loads((out / "compress.json").read_text())["quantization"]["candidates"]]
-    assert names == ["per-channel+static-minmax", "per-channel+static-percentile",
-                     "per-channel+static-percentile+sensitive-fp32"]
+    candidates = json.loads((out / "compress.json").read_text())["quantization"]["candidates"]
+    assert [c["name"] for c in candidates] == ["per-channel+static-minmax", "per-channel+static-percentile",
+                                               "per-channel+static-percentile+sensitive-fp32"]
+    # Every one built: percentile (histogram) calibration stacks activations over batches, which failed on
+    # batches of different lengths until the calibration reader padded them to one shape.
+    assert [c.get("error") for c in candidates] == [None, None, None]
 
 
 def test_bare_qdq_graph_is_recognised_as_int8(static, work):
