@@ -233,7 +233,10 @@ def test_a_recipe_changed_after_a_kill_does_not_resume_the_old_checkpoint(tmp_pa
         time.sleep(0.1)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -9, "the run finished before it could be killed"
-    old = sorted(ckpts.glob("checkpoint-*"))
+    # The kill may land while a later checkpoint is half written (no trainer_state.json yet): the rerun
+    # removes such a folder, so the complete ones are what must be set aside.
+    old = sorted((p.parent for p in ckpts.glob("checkpoint-*/trainer_state.json")),
+                 key=lambda p: int(p.name.rsplit("-", 1)[1]))
     assert old, "distillation never wrote a checkpoint"
     # the recipe is edited: another learning rate, and fewer epochs so the fresh run is short
     path.write_text(path.read_text().replace("epochs: 40, lr: 0.002", "epochs: 1, lr: 0.001"))
