@@ -13,6 +13,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from compress.errors import CompressError
+from compress.losses import names as loss_names
 
 
 def _add_data_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -250,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="random | teacher-layers | minilm | pretrained:PATH (default minilm)")
     g = p.add_argument_group("distillation")
     g.add_argument("--temperature", type=float, default=2.0, help="softmax temperature T (default 2)")
-    g.add_argument("--kd-loss", choices=("soft_ce", "kl"), default="soft_ce", help="logit loss (default soft_ce)")
+    g.add_argument("--kd-loss", choices=loss_names("soft"), default="soft_ce",
+                   help="logit loss: soft_ce, kl, or logit_mse (centred logits, no temperature) (default soft_ce)")
     g.add_argument("--alpha-kd", type=float, default=1.0, help="weight of the soft-label loss (default 1)")
     g.add_argument("--alpha-hard", type=float, default=0.5, help="weight of the hard-label loss (default 0.5)")
     g.add_argument("--intermediate", action=argparse.BooleanOptionalAction, default=True,

@@ -26,6 +26,10 @@ The built-in losses:
   T, scaled by T² so its gradients keep their size as T changes (Hinton et al.).
 - ``kl``: the same comparison as a KL divergence (equal to ``soft_ce`` minus the teacher's entropy,
   so the same gradients; its value is 0 when the two agree, which reads better in logs).
+- ``logit_mse``: squared error between the student's and the teacher's logits, each row centred
+  first (a softmax ignores a shift of all logits). Hinton et al.'s high-temperature limit of
+  ``soft_ce``: it keeps how sure the teacher is, which a near-certain teacher's probabilities
+  flatten away; the temperature does not apply.
 - ``hard_ce``: ordinary cross-entropy with the gold labels.
 - ``hidden_mse``: TinyBERT's hidden-state (and embedding) loss, mean squared error over real
   tokens. Its size follows the teacher's activation scale (MPNet's hidden states have an RMS of
@@ -169,6 +173,19 @@ def kl_divergence(student_logits: torch.Tensor, teacher_logits: torch.Tensor, te
     log_p = F.log_softmax(teacher_logits.float() / t, dim=-1)
     log_q = F.log_softmax(student_logits.float() / t, dim=-1)
     return (log_p.exp() * (log_p - log_q)).sum(-1).mean() * (t * t)
+
+
+@register("logit_mse", kind="soft")
+def logit_mse(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Mean squared error between the row-centred logits, averaged over classes and the batch.
+
+    ``temperature`` is accepted for the soft-loss signature and ignored: this is the limit that
+    ``soft_ce`` approaches as T grows (its gradient tends to (z_s - z_t) / N for centred logits).
+    """
+    s, t = student_logits.float(), teacher_logits.float()
+    s = s - s.mean(-1, keepdim=True)
+    t = t - t.mean(-1, keepdim=True)
+    return ((s - t) ** 2).mean()
 
 
 @register("hard_ce", kind="hard")

@@ -9,7 +9,7 @@ from compress.distill.losses import LOSSES, attention_mse, hard_cross_entropy, h
 
 
 def test_registry_names_every_loss():
-    assert set(LOSSES) == {"soft_ce", "kl", "hard_ce", "hidden_mse", "hidden_nmse", "hidden_cosine", "attention_mse"}
+    assert set(LOSSES) == {"soft_ce", "kl", "logit_mse", "hard_ce", "hidden_mse", "hidden_nmse", "hidden_cosine", "attention_mse"}
 
 
 def test_soft_ce_known_value():
@@ -35,6 +35,22 @@ def test_kl_is_soft_ce_minus_teacher_entropy_and_zero_on_agreement():
     entropy = -(p * p.log()).sum(-1).mean()
     assert kl_divergence(student, teacher, 1.0).item() == pytest.approx((soft_cross_entropy(student, teacher, 1.0) - entropy).item(), rel=1e-5)
     assert kl_divergence(teacher, teacher, 3.0).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_logit_mse_compares_centred_logits_and_is_the_high_temperature_limit():
+    from compress.losses import logit_mse
+
+    teacher = torch.tensor([[2.0, -2.0], [0.5, 1.5]])
+    # a shift of every logit of a row changes no softmax, so it changes nothing here either
+    assert logit_mse(teacher + torch.tensor([[5.0], [-3.0]]), teacher).item() == pytest.approx(0.0, abs=1e-7)
+    # centred: row 1 teacher (2, -2) vs student (0, 0): errors 2 and 2 -> 4; row 2 (-0.5, 0.5) vs (0, 0) -> 0.25
+    assert logit_mse(torch.zeros(2, 2), teacher).item() == pytest.approx((4.0 + 0.25) / 2)
+    # soft_ce's gradient at a large T points the same way as logit_mse's (Hinton et al.'s limit)
+    student = torch.tensor([[0.3, -0.1], [0.2, 0.0]], requires_grad=True)
+    g_mse, = torch.autograd.grad(logit_mse(student, teacher), student)
+    g_ce, = torch.autograd.grad(soft_cross_entropy(student, teacher, 1000.0), student)
+    cos = torch.nn.functional.cosine_similarity(g_mse.flatten(), g_ce.flatten(), dim=0)
+    assert cos.item() == pytest.approx(1.0, abs=1e-3)
 
 
 def test_hard_ce_known_value():
