@@ -255,8 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="logit loss: soft_ce, kl, or logit_mse (centred logits, no temperature) (default soft_ce)")
     g.add_argument("--alpha-kd", type=float, default=1.0, help="weight of the soft-label loss (default 1)")
     g.add_argument("--alpha-hard", type=float, default=0.5, help="weight of the hard-label loss (default 0.5)")
-    g.add_argument("--intermediate", action=argparse.BooleanOptionalAction, default=True,
-                   help="TinyBERT-style embedding, hidden-state and attention losses (default on)")
+    g.add_argument("--intermediate", action=argparse.BooleanOptionalAction, default=False,
+                   help="TinyBERT-style embedding, hidden-state and attention losses (default off: on the measured "
+                        "data they cost accuracy and 2.6x the time; docs/ablation.md)")
     g.add_argument("--alpha-embedding", type=float, default=1.0, help="weight of the embedding loss")
     g.add_argument("--alpha-hidden", type=float, default=1.0, help="weight of the hidden-state loss")
     g.add_argument("--alpha-attention", type=float, default=1.0, help="weight of the attention loss")

@@ -48,7 +48,8 @@ def test_distill_reloads_with_plain_transformers(trained_teacher, tmp_path, caps
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     teacher, data = trained_teacher
-    out = _distill(teacher, data, tmp_path / "student", student="2x32", init="teacher-layers", epochs=6)
+    out = _distill(teacher, data, tmp_path / "student", student="2x32", init="teacher-layers", epochs=6,
+                   intermediate=True)
     meta = json.loads((out / "compress.json").read_text())
     assert meta["distillation"]["intermediate"] is True
     assert meta["distillation"]["layer_map"] == "0:1,1:3"
@@ -99,7 +100,7 @@ def test_pretrained_init_keeps_a_uniform_subset_of_layers(trained_teacher, tmp_p
 def test_two_stage_schedule_and_hard_label_ablation(trained_teacher, tmp_path):
     teacher, data = trained_teacher
     out = _distill(teacher, data, tmp_path / "two", student="2x32", init="random", epochs=2, schedule="two-stage",
-                   stage1_epochs=1)
+                   stage1_epochs=1, intermediate=True)
     losses = json.loads((out / "compress.json").read_text())["distillation"]["losses"]
     assert set(losses["stage1"]) == {"embedding", "hidden", "attention"}
     assert set(losses["stage2"]) == {"kd", "hard"}
@@ -108,6 +109,14 @@ def test_two_stage_schedule_and_hard_label_ablation(trained_teacher, tmp_path):
     meta = json.loads((out / "compress.json").read_text())
     assert meta["distillation"]["losses"] == {"kd": 0.0, "hard": 1.0}
     assert "agreement" in meta["metrics"]["test"]
+
+
+def test_two_stage_schedule_without_intermediate_losses_is_refused():
+    from compress.config import ConfigError
+
+    with pytest.raises(ConfigError, match="--schedule two-stage trains the intermediate losses first.*--intermediate"):
+        DistillConfig(teacher="t", schedule="two-stage", train=TrainSettings(epochs=3)).validate()
+    DistillConfig(teacher="t", schedule="two-stage", intermediate=True, train=TrainSettings(epochs=3)).validate()
 
 
 def test_misaligned_tokenizers_fall_back_to_logits(tokenizer):

@@ -39,7 +39,8 @@ def test_minilm_teacher_then_three_layer_student(tmp_path):
     assert t_meta["metrics"]["test"]["accuracy"] > 0.65  # chance is 0.5
 
     student = distill(DistillConfig(teacher=str(teacher), data=data, student=StudentSpec("3x384", "teacher-layers"),
-                                    max_length=64, train=TrainSettings(epochs=2, lr=1e-4, batch_size=32, logging_steps=1000)),
+                                    max_length=64, intermediate=True,
+                                    train=TrainSettings(epochs=2, lr=1e-4, batch_size=32, logging_steps=1000)),
                       tmp_path / "student")
     s_meta = json.loads((student / "compress.json").read_text())
     assert s_meta["distillation"]["intermediate"] is True

@@ -265,7 +265,7 @@ def test_distill_with_augmentation_and_an_unlabeled_file(world, tmp_path, capsys
     out = tmp_path / "student"
     rc = main(["distill", "--teacher", str(world["teacher"]), "--data", str(world["data"]), "--student", "2x32",
                "--init", "random", "--epochs", "1", "--batch-size", "16", "--lr", "2e-3", "--out", str(out),
-               "--augment", "2", "--unlabeled", str(corpus), "--unlabeled-weight", "0.5",
+               "--augment", "2", "--unlabeled", str(corpus), "--unlabeled-weight", "0.5", "--intermediate",
                "--allow-untrained-teacher"])  # one epoch on 96 rows: the teacher may still be at chance
     assert rc == 0, capsys.readouterr().err
     meta = json.loads((out / "compress.json").read_text())
