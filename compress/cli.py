@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("distillation")
     g.add_argument("--temperature", type=float, default=2.0, help="softmax temperature T (default 2)")
     g.add_argument("--kd-loss", choices=loss_names("soft"), default="soft_ce",
-                   help="logit loss: soft_ce, kl, or logit_mse (centred logits, no temperature) (default soft_ce)")
+                   help="logit loss; logit_mse compares centred logits and ignores --temperature (default soft_ce)")
     g.add_argument("--alpha-kd", type=float, default=1.0, help="weight of the soft-label loss (default 1)")
     g.add_argument("--alpha-hard", type=float, default=0.5, help="weight of the hard-label loss (default 0.5)")
     g.add_argument("--intermediate", action=argparse.BooleanOptionalAction, default=False,
