@@ -12,6 +12,15 @@ group of the same size (else with the baseline's first run); the median p of tho
 1,058 test sentences carry about ±2.2 points of noise on a single accuracy; the paired test and
 the pooled 2,114 sentences are how a difference of a point or two can be told from chance.
 
+``--protocol`` adds the decision protocol of :mod:`benchmarks.protocol` for every group against the
+baseline group (at least 3 seeds each, seed i paired with seed i, validation + test pooled): the
+pooled paired permutation test over all seed-sentence pairs and the seed-level paired t-test, each
+with the difference, its 95% interval, the p-value and the smallest effect detectable at 80%
+power, and the verdict::
+
+    python -m benchmarks.compare --protocol --baseline base=runs/b-s0,runs/b-s1,runs/b-s2 \\
+        base=runs/b-s0,runs/b-s1,runs/b-s2 lever=runs/l-s0,runs/l-s1,runs/l-s2
+
 Predictions are cached per artifact weights and data fingerprint, so a table is cheap to rebuild.
 """
 
@@ -29,6 +38,8 @@ from typing import Sequence
 import numpy as np
 
 from benchmarks.accuracy import mcnemar_p, split_texts_and_labels
+from benchmarks.protocol import MIN_SEEDS, Decision, decide, require_seeds
+from compress.errors import CompressError
 
 SPLITS = ("validation", "test")
 
@@ -130,9 +141,53 @@ def table(rows: list[Row], labels: dict[str, np.ndarray], baseline: Row | None, 
     return "\n".join(lines)
 
 
+def _pooled_correct(row: Row, labels: dict[str, np.ndarray]) -> np.ndarray:
+    """``(seeds, validation + test sentences)`` correctness of a row's runs."""
+    pooled_labels = np.concatenate([labels[s] for s in SPLITS])
+    return np.stack([np.concatenate([r.pred[s] for s in SPLITS]) == pooled_labels for r in row.runs])
+
+
+def protocol_decisions(rows: list[Row], labels: dict[str, np.ndarray], baseline: Row,
+                       min_seeds: int = MIN_SEEDS) -> list[tuple[str, Decision]]:
+    """The protocol's decision for every row against ``baseline`` (refused with a clear error when the seeds
+    do not pair up, or are fewer than ``min_seeds``)."""
+    base = _pooled_correct(baseline, labels)
+    out = []
+    for row in rows:
+        if row is baseline:
+            continue
+        require_seeds(row.name, len(row.runs), baseline.name, len(baseline.runs), min_seeds)
+        out.append((row.name, decide(_pooled_correct(row, labels), base)))
+    return out
+
+
+def protocol_table(decisions: list[tuple[str, Decision]], baseline: str) -> str:
+    """The Markdown table of :func:`protocol_decisions`, differences in points, then one verdict line per row."""
+    def pts(x: float) -> str:
+        return f"{100 * x:+.2f}"
+
+    def p(x: float) -> str:
+        return f"{x:.2g}" if x < 0.01 else f"{x:.2f}"
+
+    head = ["lever vs " + baseline, "seeds x sentences", "difference (pooled)", "95% interval", "p (permutation)",
+            "detectable (80%)", "seed-level mean", "95% interval (t)", "p (t)", "detectable (t, 80%)", "verdict"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, d in decisions:
+        pool, seed = d.pooled, d.seeds
+        cells = [name, f"{pool.seeds} x {pool.sentences}", pts(pool.difference), f"[{pts(pool.low)}, {pts(pool.high)}]",
+                 p(pool.p_value), f"{100 * pool.detectable:.2f}"]
+        cells += ([pts(seed.mean), f"[{pts(seed.low)}, {pts(seed.high)}]", p(seed.p_value), f"{100 * seed.detectable:.2f}"]
+                  if seed is not None else ["-"] * 4)
+        lines.append("| " + " | ".join(cells + [d.verdict]) + " |")
+    lines.append("")
+    lines += [f"- {name}: {d.summary}" for name, d in decisions]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from compress.artifact import read_meta
     from compress.data import DataOptions
+    from compress.transfer.texts import atomic_write_text
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="artifact folders, or seeds:DIR,DIR,... / NAME=DIR,DIR,... groups")
@@ -140,29 +195,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--teacher", default=None, help="teacher artifact, for the agreement column")
     parser.add_argument("--baseline", default=None, help="the row (as written among RUNS) the p-values compare with")
     parser.add_argument("--json", default=None, help="also write the per-row numbers to this JSON file")
+    parser.add_argument("--protocol", action="store_true",
+                        help="decide every group against the --baseline group: pooled paired permutation test and "
+                             f"seed-level t-test over validation + test (at least {MIN_SEEDS} seeds each)")
     args = parser.parse_args(argv)
 
+    specs = parse_rows(args.runs)
+    wanted = parse_rows([args.baseline])[0][0] if args.baseline else None
+    if args.baseline and wanted not in [name for name, _ in specs]:
+        print(f"--baseline {args.baseline} is not among the runs", file=sys.stderr)
+        return 2
+    if args.protocol:  # refuse before minutes of predicting, not after
+        if not args.baseline:
+            print("--protocol needs --baseline NAME=DIR,DIR,DIR (the group every other group is decided against)",
+                  file=sys.stderr)
+            return 2
+        base_dirs = dict(specs)[wanted]
+        try:
+            for name, dirs in specs:
+                if name != wanted:
+                    require_seeds(name, len(dirs), wanted, len(base_dirs))
+        except CompressError as exc:
+            print(exc, file=sys.stderr)
+            return 2
     task = DataOptions(args.data).load()
     texts, labels = {}, {}
     for split in SPLITS:
         texts[split], labels[split] = split_texts_and_labels(task, split)
     rows = []
-    for name, dirs in parse_rows(args.runs):
+    for name, dirs in specs:
         runs = [Run(d, _predictions(d, task, texts), read_meta(d) or {}) for d in dirs]
         rows.append(Row(name, runs))
-    baseline = None
-    if args.baseline:
-        wanted = parse_rows([args.baseline])[0][0]
-        baseline = next((r for r in rows if r.name == wanted), None)
-        if baseline is None:
-            print(f"--baseline {args.baseline} is not among the runs", file=sys.stderr)
-            return 2
+    baseline = next((r for r in rows if r.name == wanted), None)
     teacher = Run(Path(args.teacher), _predictions(Path(args.teacher), task, texts), {}) if args.teacher else None
     print(table(rows, labels, baseline, teacher))
+    decisions = []
+    if args.protocol:
+        decisions = protocol_decisions(rows, labels, baseline)
+        print()
+        print(protocol_table(decisions, baseline.name))
     if args.json:
         payload = {r.name: {"runs": [str(x.path) for x in r.runs],
                             **{s: [_acc(x.pred[s], labels[s]) for x in r.runs] for s in SPLITS}} for r in rows}
-        Path(args.json).write_text(json.dumps(payload, indent=2), encoding="utf-8")
+        for name, d in decisions:
+            payload[name]["protocol"] = {"baseline": baseline.name, **d.as_dict()}
+        atomic_write_text(Path(args.json), json.dumps(payload, indent=2) + "\n")
     return 0
 
 
