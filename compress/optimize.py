@@ -18,6 +18,12 @@ that will serve, and recorded with the CPU it was made on:
 3. **Time** them interleaved (:func:`benchmarks.latency.run_interleaved`: one round runs each
    once, the order rotating) at every batch size, and rank by the median of per-round speedups
    against the parent: a shared machine's drift cancels in a ratio taken within one round.
+   **Ties go to the candidate that changes fewer answers** (:func:`rank_candidates`): each speedup
+   has a 95% interval (circular block bootstrap over the rounds, :mod:`benchmarks.stats`); where
+   other candidates' intervals overlap the fastest one's, the speed difference is noise, so the
+   tied candidate with the highest agreement with fp32 is kept. A 1% faster candidate that
+   changes three times as many answers (ORT INT8 with fp32 embeddings against fused, issue 24)
+   does not win on noise.
 4. **Write** a ``choice`` artifact (:mod:`compress.formats.choice`): every candidate under
    ``candidates/``, ``compress.json`` naming the winner per batch size with the reason, the whole
    measured table and the CPU (model name, AVX-512 VNNI/BF16, AMX flags). ``Predictor.load(OUT)``
@@ -43,6 +49,11 @@ from compress.progress import bars_enabled
 
 CANDIDATES = OPTIMIZE_CANDIDATES
 REFERENCE = "pytorch"
+#: Confidence of the speedup intervals that decide ties (circular block bootstrap over the paired rounds).
+SPEEDUP_CONFIDENCE = 0.95
+RANKING_RULE = ("the eligible candidate with the highest median speedup wins, unless other eligible candidates' "
+                f"{SPEEDUP_CONFIDENCE:.0%} speedup intervals overlap its interval: then, of those tied, the one with "
+                "the highest agreement with the fp32 model (fewest changed answers); equal agreement: the faster")
 #: CPU flags that decide between the runtimes (recorded with the decision).
 DECISIVE_FLAGS = ("avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 
@@ -133,6 +144,7 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
     from benchmarks.machine import machine_info
     from compress.data import check_labels_fit
     from benchmarks.machine import available_cpus
+    from benchmarks.stats import speedup_interval
     from compress.runtime import Predictor
 
     threads = threads if threads is not None else available_cpus()  # fixed: a timing means nothing without it
@@ -183,35 +195,32 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
     from tqdm.auto import tqdm
 
     names = list(predictors)
-    timings_by_batch: dict[int, dict[str, list[int]]] = {}
     with tqdm(total=len(batch_sizes) * len(names) * (warmup + runs), desc="optimize timing", unit="call",
               disable=not progress or not bars_enabled(), file=sys.stderr) as bar:
         for b in batch_sizes:
             runners = {n: forward_runner(predictors[n], fixed_shape_inputs(predictors[n], texts, b, seq_len))
                        for n in names}
             timings = run_interleaved(runners, warmup, runs, tick=bar.update)
-            timings_by_batch[b] = timings
             for n in names:
+                interval = speedup_interval(timings[REFERENCE], timings[n], confidence=SPEEDUP_CONFIDENCE)
                 rows[n]["latency"].append({"batch_size": b, "seq_len": seq_len, **summarize(timings[n], b),
-                                           "speedup": paired_speedup(timings[REFERENCE], timings[n])})
+                                           "speedup": {**paired_speedup(timings[REFERENCE], timings[n]),
+                                                       "ci_low": interval.low, "ci_high": interval.high,
+                                                       "confidence": SPEEDUP_CONFIDENCE, "ci_method": interval.method}})
 
     by_batch: dict[str, str] = {}
     reasons: dict[str, str] = {}
+    decided_by: dict[str, dict[str, Any]] = {}
     for b in batch_sizes:
-        ranked = sorted((r for r in rows.values() if r["eligible"]),
-                        key=lambda r: (-_at(r, b)["speedup"]["median"], r["size_bytes"]))
-        best = ranked[0]  # the reference is always eligible (drop 0, agreement 1)
-        by_batch[str(b)] = best["name"]
-        runner_up = ranked[1] if len(ranked) > 1 else None
-        reasons[str(b)] = (f"fastest within the accuracy budget at batch {b}, sequence {seq_len}: "
-                           f"{_at(best, b)['speedup']['median']:.2f}x the PyTorch fp32 model "
-                           f"(p50 {_at(best, b)['p50_ms']:.2f} ms)"
-                           + (f"; next {runner_up['name']} {_at(runner_up, b)['speedup']['median']:.2f}x"
-                              if runner_up else ""))
+        record = rank_candidates(list(rows.values()), b)
+        by_batch[str(b)] = record["winner"]
+        decided_by[str(b)] = record
+        reasons[str(b)] = f"batch {b}, sequence {seq_len}: {record['why']}"
     machine = machine_info()
     return {
         "by_batch_size": by_batch,
         "reasons": reasons,
+        "decided_by": decided_by,
         "table": [rows[n] for n in names],
         "reference": REFERENCE,
         "settings": {"device": device, "batch_sizes": list(batch_sizes), "seq_len": seq_len, "threads": threads,
@@ -219,7 +228,8 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
                      "runs": runs, "max_accuracy_drop": max_accuracy_drop, "min_agreement": min_agreement,
                      "split": "validation", "n": int(len(labels)),
                      "order": "interleaved, starting variant rotating each round; speedup = median of per-round "
-                              "ratios against the PyTorch fp32 parent"},
+                              "ratios against the PyTorch fp32 parent",
+                     "ranking": RANKING_RULE},
         "decided_on": {"cpu_model": machine.get("cpu_model"),
                        "cpu_flags": {f: bool((machine.get("cpu_flags") or {}).get(f)) for f in DECISIVE_FLAGS},
                        "available_cpus": machine.get("available_cpus"), "threads": threads},
@@ -229,6 +239,53 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
 
 def _at(row: dict[str, Any], batch_size: int) -> dict[str, Any]:
     return next(e for e in row["latency"] if e["batch_size"] == batch_size)
+
+
+def _interval(row: dict[str, Any], batch_size: int) -> tuple[float, float]:
+    """The speedup's confidence interval at ``batch_size`` (a record without one: the median alone)."""
+    speedup = _at(row, batch_size)["speedup"]
+    return float(speedup.get("ci_low", speedup["median"])), float(speedup.get("ci_high", speedup["median"]))
+
+
+def rank_candidates(rows: Sequence[dict[str, Any]], batch_size: int) -> dict[str, Any]:
+    """Which eligible candidate serves ``batch_size``, by :data:`RANKING_RULE`, and why.
+
+    ``rows`` are :func:`choose`'s table rows (``eligible``, ``agreement``, ``size_bytes`` and a
+    ``latency`` entry per batch size whose ``speedup`` has ``median``, ``ci_low``, ``ci_high``).
+    A pure function of those numbers, so the rule is tested on constructed records. Returns
+    ``{"winner", "rule", "leader", "tied", "why"}``: ``rule`` is ``"fastest"`` when no other
+    candidate's interval overlaps the fastest one's, ``"agreement"`` when some do and the one
+    that changes the fewest answers among them was kept.
+    """
+    eligible = [r for r in rows if r.get("eligible")]
+    if not eligible:
+        raise CompressError("optimize: no candidate is within the accuracy budget, not even the fp32 reference; "
+                            "this is a bug.")
+    leader = max(eligible, key=lambda r: (_at(r, batch_size)["speedup"]["median"], -r["size_bytes"]))
+    low, high = _interval(leader, batch_size)
+    tied = [r for r in eligible if r is leader
+            or (_interval(r, batch_size)[0] <= high and low <= _interval(r, batch_size)[1])]
+    tied.sort(key=lambda r: -_at(r, batch_size)["speedup"]["median"])
+
+    def speed(r: dict[str, Any]) -> str:
+        lo, hi = _interval(r, batch_size)
+        return f"{r['name']} {_at(r, batch_size)['speedup']['median']:.2f}x [{lo:.2f}, {hi:.2f}]"
+
+    if len(tied) == 1:
+        others = sorted((r for r in eligible if r is not leader),
+                        key=lambda r: -_at(r, batch_size)["speedup"]["median"])
+        why = (f"fastest within the accuracy budget: {speed(leader)} the PyTorch fp32 model (p50 "
+               f"{_at(leader, batch_size)['p50_ms']:.2f} ms); no other candidate's interval overlaps it"
+               + (f" (next {speed(others[0])})" if others else ""))
+        return {"winner": leader["name"], "rule": "fastest", "leader": leader["name"], "tied": [leader["name"]],
+                "why": why}
+    winner = max(tied, key=lambda r: (r["agreement"], _at(r, batch_size)["speedup"]["median"], -r["size_bytes"]))
+    listed = "; ".join(f"{speed(r)} agreement {100 * r['agreement']:.1f}%" for r in tied)
+    why = (f"speedup intervals overlap, so the speed difference is within the noise: {listed}; kept "
+           f"{winner['name']}, the one that changes the fewest answers against fp32 "
+           f"(agreement {100 * winner['agreement']:.1f}%, p50 {_at(winner, batch_size)['p50_ms']:.2f} ms)")
+    return {"winner": winner["name"], "rule": "agreement", "leader": leader["name"],
+            "tied": [r["name"] for r in tied], "why": why}
 
 
 # ----------------------------------------------------------------------------- the stage
@@ -295,6 +352,8 @@ def optimize(cfg: OptimizeConfig, out: str | os.PathLike, progress: bool = True)
             "data": parent_meta.get("data"),
             "choice": {"by_batch_size": {b: f"candidates/{n}" for b, n in decision["by_batch_size"].items()},
                        "names": decision["by_batch_size"], "reasons": decision["reasons"],
+                       # Per batch size: which rule decided (fastest, or agreement among tied intervals) and who tied.
+                       "decided_by": decision["decided_by"], "ranking": RANKING_RULE,
                        "rule": "each batch goes to the artifact chosen for the nearest measured batch size (log scale)"},
             "optimize": {k: decision[k] for k in ("table", "reference", "settings", "decided_on", "machine")},
             "timings": {"measure_s": measure_s, "total_s": None},
@@ -338,7 +397,14 @@ def format_decision(meta: dict[str, Any]) -> str:
             continue
         cells = "".join(f"{_at(row, b)['p50_ms']:>12.2f}{_at(row, b)['speedup']['median']:>7.2f}x" for b in batches)
         won = [b for b, n in choice["names"].items() if n == row["name"]]
-        status = f"chosen for batch {', '.join(won)}" if won else (row["excluded_because"] or "slower")
+        by = choice.get("decided_by") or {}
+        ties = [b for b in won if (by.get(b) or {}).get("rule") == "agreement"]
+        lost = [b for b, d in by.items() if d.get("rule") == "agreement" and row["name"] in d.get("tied", ())
+                and d.get("winner") != row["name"]]
+        status = (f"chosen for batch {', '.join(won)}" + (f" (tie at batch {', '.join(ties)}: higher agreement)"
+                                                          if ties else "") if won
+                  else row["excluded_because"] or (f"tied at batch {', '.join(lost)}, lower agreement" if lost
+                                                   else "slower"))
         lines.append(f"{row['name']:<{width}}{row['kind']:<12}{100 * row['accuracy']:>8.1f}%{100 * row['accuracy_drop']:>7.1f}"
                      f"{100 * row['agreement']:>7.1f}%{cells}  {status}")
     return "\n".join(lines)
