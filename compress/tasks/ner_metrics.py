@@ -123,8 +123,9 @@ def _prf(correct: int, predicted: int, gold: int) -> tuple[float, float, float]:
 
 def scores_from_counts(types: Sequence[str], counts: np.ndarray) -> dict:
     """Micro and per-type precision/recall/F1 from :func:`sentence_counts` (summed over its first axis)."""
-    per_type_counts = np.asarray(counts).reshape(-1, len(types), 3).sum(axis=0)
-    c, p, g = (int(x) for x in per_type_counts.sum(axis=0)) if len(types) else (0, 0, 0)
+    counts = np.asarray(counts)
+    per_type_counts = counts.sum(axis=0) if counts.ndim == 3 else counts.reshape(len(types), 3)
+    c, p, g = (int(x) for x in per_type_counts.sum(axis=0))
     precision, recall, f1 = _prf(c, p, g)
     per_type = {}
     for name, (tc, tp, tg) in zip(types, per_type_counts.tolist()):

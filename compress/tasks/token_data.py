@@ -333,7 +333,7 @@ def label_list(train: Sequence[Sentence], scheme: str, path: str = "train") -> l
     return ["O"] + [f"{prefix}-{t}" for t in types for prefix in SCHEME_PREFIXES[scheme]]
 
 
-def _encode(sentences: list[Sentence], index: dict[str, int], path: str, train_path: str) -> list[list[int]]:
+def _encode(sentences: list[Sentence], index: dict[str, int], path: str, whence: str) -> list[list[int]]:
     out = []
     for sentence in sentences:
         ids = []
@@ -341,9 +341,8 @@ def _encode(sentences: list[Sentence], index: dict[str, int], path: str, train_p
             if tag not in index:
                 known = ", ".join(index)
                 raise CompressError(
-                    f"{_where(path, sentence, i)}: tag {tag!r} is not in the label list ({known}) taken from the "
-                    f"training data {train_path}. Every entity type needs training examples: add some to the training "
-                    "data, or tag those words O.")
+                    f"{_where(path, sentence, i)}: tag {tag!r} is not in the label list ({known}) {whence}. Every "
+                    "entity type needs training examples: add some to the training data, or tag those words O.")
             ids.append(index[tag])
         out.append(ids)
     return out
@@ -402,8 +401,9 @@ def build_task(splits: dict[str, list[Sentence]], files: dict[str, str], source:
               f"the conlleval way: an I- tag without its B- starts an entity): {shown}"
               + (" ..." if len(problems) > SHOWN_PROBLEMS else ""), file=sys.stderr)
     index = {name: i for i, name in enumerate(names)}
+    whence = "that was given" if label_names else f"taken from the training data {files['train']}"
     rows = {split: {"tokens": [s.tokens for s in sentences],
-                    "tags": _encode(sentences, index, files[split], files["train"]),
+                    "tags": _encode(sentences, index, files[split], whence),
                     "line": [s.line for s in sentences]}
             for split, sentences in splits.items()}
     if "validation" not in rows or "test" not in rows:
