@@ -188,6 +188,12 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
 
     config = config.resolved()
     started = time.perf_counter()
+    traffic_texts, traffic_file = None, None
+    if config.traffic_file:  # read first: a bad file fails before anything is loaded or measured
+        from benchmarks.traffic import read_traffic_file
+
+        traffic_texts, traffic_file = read_traffic_file(config.traffic_file, config.data.text_column,
+                                                        config.data.text_pair_column)
     # One device for every artifact; results.json records it and the gate compares like with like.
     config = replace(config, device=device_name(resolve_device(config.device)))
     entries, predictors = _load_predictors(config)
@@ -198,6 +204,11 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
     texts, labels = split_texts_and_labels(task, config.split)
 
     quality = evaluate_quality(predictors, reference, texts, labels, progress=config.progress)
+    traffic_agreement: dict[str, Any] = {}
+    if traffic_texts is not None:  # every artifact, seed-group members too: it is quality, not speed
+        from benchmarks.traffic import measure_traffic_agreement
+
+        traffic_agreement = measure_traffic_agreement(predictors, reference, traffic_texts, progress=config.progress)
     # Seeds of one recipe share one shape, hence one speed: only the first member of a group is timed.
     timed = [e for e in entries if not e["seed_index"]]
     timed_predictors = {e["name"]: predictors[e["name"]] for e in timed}
@@ -223,6 +234,8 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         record["memory"] = memory.get(entry["name"])
         record["latency"] = latency.get(entry["name"], [])
         record.update(realistic.get(entry["name"], {}))
+        if entry["name"] in traffic_agreement:
+            record["traffic_agreement"] = traffic_agreement[entry["name"]]
         artifacts.append(record)
     groups = [{"name": group, "members": [e["name"] for e in sorted(
         (e for e in entries if e["group"] == group), key=lambda e: e["seed_index"])]} for group in config.seeds]
@@ -250,6 +263,7 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
             "order": "interleaved, starting variant rotating each round",
             "memory": {"measured": config.memory, "batch_size": mem_batch, "seq_len": mem_seq},
             **realistic_settings,
+            **({"traffic_file": traffic_file} if traffic_file else {}),
         },
         "data": {**task.describe(), "split": config.split, "n": int(len(labels)), "options": asdict(config.data),
                  "labels": [int(v) for v in labels]},
@@ -324,4 +338,8 @@ def bench(config: BenchConfig, out: str | os.PathLike) -> Path:
     from benchmarks.report import headline
 
     print(headline(results))
+    from benchmarks.agreement import traffic_agreement_lines
+
+    for line in traffic_agreement_lines(results):
+        print(line)
     return path

@@ -412,6 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also replay the texts of SPLIT (e.g. test) at their real lengths: batch-1 latency per request "
                         "(no padding) and throughput with the Predictor's length-sorted batching")
     p.add_argument("--traffic-limit", type=int, default=None, help="replay only the first N texts of --traffic")
+    p.add_argument("--traffic-file", default=None, metavar="FILE",
+                   help="unlabelled texts of your own traffic (.txt one a line, or a csv/jsonl/parquet text column): "
+                        "every artifact's agreement with --reference there, its interval and the most confident "
+                        "disagreements (gate rule min_traffic_agreement)")
     p.add_argument("--load-clients", type=_int_list, default=None, metavar="N,N",
                    help="load mode: N client threads calling one Predictor at once, per N (e.g. 1,2,4); every answer "
                         "checked against the single-threaded one")

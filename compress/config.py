@@ -919,6 +919,9 @@ class BenchConfig(ConfigBase):
     traffic: str | None = None
     #: ``--traffic-limit N``: replay only the first N texts of the split.
     traffic_limit: int | None = None
+    #: ``--traffic-file FILE``: unlabelled texts (.txt, or a csv/jsonl/... text column) on which every artifact's
+    #: agreement with the reference is measured (``benchmarks.traffic.measure_traffic_agreement``).
+    traffic_file: str | None = None
     #: ``--load-clients 1,2,4``: client-thread counts of the load mode (``None``: no load mode).
     load_clients: list[int] | None = None
     #: ``--load-requests N``: requests per client-thread count.

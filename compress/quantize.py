@@ -131,14 +131,14 @@ def quantize_stage(cfg: QuantizeConfig, out: str | os.PathLike) -> Path:
     op_types = [x.strip() for x in cfg.op_types.split(",") if x.strip()] if cfg.op_types else None
     return quantize(cfg.model, out, method=cfg.method, data=cfg.data, max_accuracy_drop=cfg.max_accuracy_drop,
                     per_channel=cfg.per_channel, reduce_range=cfg.reduce_range, graph=cfg.graph, op_types=op_types,
-                    calibration_size=cfg.calibration_size, device=cfg.device)
+                    calibration_size=cfg.calibration_size, device=cfg.device, precision=cfg.precision)
 
 
 def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str = "ort-dynamic",
              data: DataOptions | None = None,
              max_accuracy_drop: float = 0.01, per_channel: bool = False, reduce_range: bool = False,
              graph: str | None = None, op_types: Sequence[str] | None = None,
-             calibration_size: int = DEFAULT_CALIBRATION_SIZE, device: str = "auto") -> Path:
+             calibration_size: int = DEFAULT_CALIBRATION_SIZE, device: str = "auto", precision: str = "fp32") -> Path:
     """Quantize an fp32 artifact to INT8 (or bf16) and write it at ``out``.
 
     ``model_dir`` is a PyTorch fp32 folder (any method) or an ``onnx-fp32`` artifact
@@ -149,12 +149,16 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
     fusions, the ort-dynamic default; ``unfused``: plain MatMuls, the ort-static default);
     ``op_types`` the ONNX operator types quantized; ``calibration_size`` how many training texts
     of ``data`` calibrate ``ort-static``. ``device`` (``--device``) is where the accuracy check runs the
-    fp32 model and the candidates (ONNX ones on its ONNX Runtime provider; PyTorch INT8 on the CPU).
+    fp32 model and the candidates (ONNX ones on its ONNX Runtime provider; PyTorch INT8 on the CPU);
+    ``precision`` (``--precision``) the autocast of a PyTorch fp32 model there (auto: bf16 only where
+    the device runs it natively; the default, fp32, as before ``--precision`` existed), decided once,
+    printed unless it is that default, and recorded.
     """
-    from compress.device import device_name, resolve_device
+    from compress.device import device_name, resolve_device, resolve_precision
 
     started = time.perf_counter()
     run_on = device_name(resolve_device(device))
+    decided = resolve_precision(precision, run_on, announce=precision != "fp32")
     source = Path(model_dir)
     requested = {"graph": graph, "op_types": ",".join(op_types) if op_types else None}  # compress.json's config
     if method not in METHODS:
@@ -218,7 +222,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             fp32_dir = source
             builder = _TorchBuilder(source)
 
-        fp32 = Predictor.load(fp32_dir, device=run_on)
+        fp32 = Predictor.load(fp32_dir, device=run_on, precision=decided.precision)
         evaluation = _Evaluation(data, fp32) if data is not None else None
         if method == "ort-static":
             from compress.ort_static import calibration_texts
@@ -296,8 +300,9 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                                                             "onnx", "parity") if k in parent_meta},
             "config": QuantizeConfig(model=str(model_dir), method=method, data=data, max_accuracy_drop=max_accuracy_drop,
                                      per_channel=per_channel, reduce_range=reduce_range, **requested,
-                                     calibration_size=calibration_size, device=device).to_dict(),
+                                     calibration_size=calibration_size, device=device, precision=precision).to_dict(),
             "device": run_on,
+            "precision": decided.to_dict(),
             "data": evaluation.task.describe() if evaluation else parent_meta.get("data"),
             "quantization": quantization,
             "timings": timings,
@@ -346,7 +351,7 @@ def _report(path: Path, q: dict[str, Any]) -> None:
         print(f"quantize: {path} ({q['chosen']}; {size}; accuracy not measured)")
     else:
         print(f"quantize: {path} ({q['chosen']}; {size}; validation accuracy fp32 {q['accuracy_fp32']:.4f} -> "
-              f"{'bf16' if q.get('weight_type') == 'BF16' else 'int8'} {q['accuracy_int8']:.4f}, drop {q['accuracy_drop']:.4f}, "
+              f"{ {'BF16': 'bf16', 'FP32': 'fp32'}.get(q.get('weight_type'), 'int8')} {q['accuracy_int8']:.4f}, drop {q['accuracy_drop']:.4f}, "
               f"{'within' if q['within_budget'] else 'OVER'} budget {q['max_accuracy_drop']:g})")
 
 

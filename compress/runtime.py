@@ -155,6 +155,11 @@ class Predictor:
     #: ONNX Runtime's execution provider actually used (``CPUExecutionProvider``, ``CUDAExecutionProvider``);
     #: ``None`` for PyTorch kinds.
     provider: str | None = None
+    #: The autocast precision a PyTorch fp32 (``pytorch``) artifact runs in (fp32, bf16 or fp16), as
+    #: ``--precision`` decided it (:class:`compress.device.PrecisionChoice`); ``None`` for the kinds whose
+    #: precision the artifact fixes (INT8, bf16 weights, ONNX).
+    precision: str | None = None
+    precision_choice: Any = None
 
     def __init__(self, path: Path, tokenizer, config: Any, meta: dict[str, Any] | None, max_length: int | None,
                  need_token_types: bool, num_parameters: int | None):
@@ -180,6 +185,10 @@ class Predictor:
         kinds ask ONNX Runtime for ``CUDAExecutionProvider`` on a cuda device (or ``auto``) when it is
         available, else run on ``CPUExecutionProvider`` (a warning names onnxruntime-gpu). ``.device``
         and ``.provider`` say what was actually used.
+
+        ``precision`` (``--precision auto|fp32|bf16|fp16``) is the autocast a ``pytorch`` artifact runs
+        under, decided for its device (:func:`compress.device.resolve_precision`; ``announce`` prints the
+        decision to stderr); other kinds ignore it. The default, fp32, runs the model as saved.
 
         ``spinning=False`` makes ONNX Runtime's idle threads sleep instead of busy-waiting for the
         next call: slightly slower for a lone model on a dedicated machine, but it stops one
@@ -235,7 +244,8 @@ class TorchPredictor(Predictor):
 
     @classmethod
     def _open(cls, path: Path, kind: str, threads: int | None, max_length: int | None,
-              allow_pickle: bool, device: str | None = None) -> "TorchPredictor":
+              allow_pickle: bool, device: str | None = None, precision: str = "fp32",
+              announce: bool = False) -> "TorchPredictor":
         try:
             import torch
             import transformers  # noqa: F401  (the loaders below need it; say so before they fail)
@@ -282,15 +292,26 @@ class TorchPredictor(Predictor):
             else:
                 model.to(target)
                 self.device = device_name(target)
+        if kind == "pytorch":
+            from compress.device import resolve_precision
+
+            self.precision_choice = resolve_precision(precision, self.device, announce=False)
+            self.precision = self.precision_choice.precision
+            if announce:
+                import sys
+
+                print(self.precision_choice.line(), file=sys.stderr)
+                if self.precision_choice.warning:
+                    print(f"warning: {self.precision_choice.warning}", file=sys.stderr)
         return self
 
     def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
         import torch
 
-        from compress.modeling import model_device
+        from compress.modeling import autocast, model_device
 
         device = model_device(self.model)
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.precision or "fp32", device):
             inputs = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
             return self.model(**inputs).logits.float().cpu().numpy()
 
@@ -365,7 +386,7 @@ class ChoicePredictor(Predictor):
 
     @classmethod
     def _open(cls, path: Path, threads: int | None, max_length: int | None, allow_pickle: bool,
-              spinning: bool, device: str | None = None) -> "ChoicePredictor":
+              spinning: bool, device: str | None = None, precision: str = "fp32") -> "ChoicePredictor":
         from compress.formats.choice import read_choice
 
         meta = read_meta(path) or {}
@@ -376,7 +397,7 @@ class ChoicePredictor(Predictor):
                 if artifact_kind(sub) == "choice":
                     raise CompressError(f"{sub}: a choice may not point at another choice; point at the artifact.")
                 opened[sub] = Predictor.load(sub, threads=threads, max_length=max_length, allow_pickle=allow_pickle,
-                                             spinning=spinning, device=device)
+                                             spinning=spinning, device=device, precision=precision)
         first = opened[next(iter(table.values()))]
         self = cls(path, first.tokenizer, first.config, meta, first.max_length, first.need_token_types,
                    first.num_parameters)

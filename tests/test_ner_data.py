@@ -188,8 +188,9 @@ def test_bad_jsonl_is_one_line_naming_file_and_line(tmp_path, row, message):
 def test_unsupported_suffix_and_missing_data(tmp_path):
     with pytest.raises(CompressError, match=r"unsupported file type '\.csv' for token classification"):
         load_token_data(str(_write(tmp_path / "x.csv", "a,b\n")))
-    with pytest.raises(CompressError, match="neither the built-in wnut17 nor an existing file"):
-        load_token_data(str(tmp_path / "nope" / "x.conll"))
+    for missing in (str(tmp_path / "nope" / "x.conll"), "typo.conll", "typo.jsonl"):
+        with pytest.raises(CompressError, match="neither the built-in wnut17 nor an existing file"):
+            load_token_data(missing)
 
 
 def _ner_dataset(n: int, offset: int = 0):

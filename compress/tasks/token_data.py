@@ -130,7 +130,9 @@ def read_conll(path: Path) -> list[Sentence]:
     def close() -> None:
         if tokens:
             sentences.append(Sentence(list(tokens), list(tags), list(lines)))
-        tokens.clear(), tags.clear(), lines.clear()
+        tokens.clear()
+        tags.clear()
+        lines.clear()
 
     for number, raw in enumerate(data.split(b"\n"), 1):
         try:
@@ -435,7 +437,8 @@ def load_token_data(spec: str, token_column: str | None = None, tag_column: str 
         return build_task({"train": sentences}, {"train": str(path)}, str(path), scheme, seed, label_names, strict)
     from compress import hub
 
-    named = hub.dataset_spec(spec)
+    # A path-like name (a tagging file's suffix) that does not exist is a typo, not a hub id.
+    named = None if path.suffix.lower() in CONLL_SUFFIXES + JSONL_SUFFIXES else hub.dataset_spec(spec)
     if named is None:
         raise CompressError(f"data {spec!r} is neither the built-in wnut17 nor an existing file or folder. Give a "
                             "CoNLL or JSONL file, a folder with train/validation/test files, or a Hugging Face dataset "
@@ -467,15 +470,17 @@ def dataset_token_data(loaded: Any, origin: str, token_column: str | None = None
     available = {s.lower(): s for s in loaded.keys()}
     splits: dict[str, list[Sentence]] = {}
     files: dict[str, str] = {}
+    used: set[str] = set()
     for split, names in aliases.items():
         found = next((available[a] for a in names if a in available), None)
         if found is not None:
+            used.add(found)
             files[split] = f"{origin}[{found}]"
             splits[split] = sentences_from_dataset(loaded[found], files[split], token_column, tag_column, label_names)
     if "train" not in splits:
         raise CompressError(f"{origin}: no train split (splits: {', '.join(loaded.keys())}). A task needs a split "
                             "named train.")
-    unused = sorted(set(loaded.keys()) - {f[len(origin) + 1:-1] for f in files.values()})
+    unused = sorted(set(loaded.keys()) - used)
     notes = [f"splits not used: {', '.join(unused)}"] if unused else []
     return build_task(splits, files, origin, scheme, seed, label_names, strict, notes)
 
