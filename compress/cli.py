@@ -138,7 +138,8 @@ def cmd_predict(a: argparse.Namespace) -> int:
 
     from compress.device import check_device_spec
 
-    predictor = Predictor.load(a.model, threads=a.threads, max_length=a.max_length, device=check_device_spec(a.device))
+    predictor = Predictor.load(a.model, threads=a.threads, max_length=a.max_length, device=check_device_spec(a.device),
+                               precision=a.precision, announce=True)
     labels, probs = predictor.predict(a.texts, batch_size=a.batch_size)
     for text, label, row in zip(a.texts, labels, probs):
         scores = " ".join(f"{name}={p:.4f}" for name, p in zip(predictor.label_names, row))

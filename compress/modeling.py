@@ -86,17 +86,19 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
     return model, tokenizer, has_head
 
 
-def autocast(enabled: bool, device=None):
-    """bf16 autocast on the CPU (AVX-512 BF16 / AMX) or GPU when ``enabled``; a no-op otherwise.
+def autocast(precision: str, device=None):
+    """Autocast in ``precision`` (``bf16`` or ``fp16``) on ``device``; a no-op for ``fp32``.
 
-    On a GPU without bf16 (``torch.cuda.is_bf16_supported()`` False) it autocasts to fp16 instead.
-
+    ``precision`` is an already decided one (:func:`compress.device.resolve_precision` turns
+    ``--precision auto`` into it, and a bf16 request on a GPU without bf16 into fp16).
     ``device`` (a ``torch.device`` or name) is where the computation runs; without it, the GPU
     when there is one. A device type without autocast support runs unchanged.
     """
     import torch
 
-    if not enabled:
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise ValueError(f"autocast: precision must be a decided one (fp32, bf16 or fp16), got {precision!r}")
+    if precision == "fp32":
         return contextlib.nullcontext()
     if device is None:
         kind = "cuda" if torch.cuda.is_available() else "cpu"
@@ -104,12 +106,7 @@ def autocast(enabled: bool, device=None):
         kind = torch.device(device).type
     if not torch.amp.is_autocast_available(kind):
         return contextlib.nullcontext()
-    dtype = torch.bfloat16
-    if kind == "cuda":
-        from compress.device import half_dtype
-
-        dtype = half_dtype(device if device is not None else "cuda")  # fp16 on GPUs without bf16
-    return torch.autocast(device_type=kind, dtype=dtype)
+    return torch.autocast(device_type=kind, dtype=torch.float16 if precision == "fp16" else torch.bfloat16)
 
 
 def model_device(model):
@@ -121,7 +118,7 @@ def model_device(model):
     return torch.device("cpu")
 
 
-def predict_logits(model, tokenized, batch_size: int = 64, bf16: bool = False, prefix: str = "",
+def predict_logits(model, tokenized, batch_size: int = 64, precision: str = "fp32", prefix: str = "",
                    pad_id: int = 0, desc: str = "predicting", progress: bool = True) -> np.ndarray:
     """Logits for every row of a tokenized dataset, in the dataset's order.
 
@@ -144,7 +141,7 @@ def predict_logits(model, tokenized, batch_size: int = 64, bf16: bool = False, p
     accepts_types = accepts_token_types(model)
     subset = tokenized.select_columns(cols)
     device = model_device(model)
-    with torch.inference_mode(), autocast(bf16, device):
+    with torch.inference_mode(), autocast(precision, device):
         for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress or not bars_enabled(),
                           file=sys.stderr, leave=False):
             idx = order[start:start + batch_size]

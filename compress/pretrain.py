@@ -128,7 +128,8 @@ def _tokenize(texts: list[str], tokenizer, max_length: int):
     return ds.map(encode, batched=True, remove_columns=["text"], desc="tokenizing (corpus)", load_from_cache_file=False)
 
 
-def masked_lm_loss(model, dataset, collator: WholeWordMaskCollator, batch_size: int = 64, bf16: bool = False) -> float:
+def masked_lm_loss(model, dataset, collator: WholeWordMaskCollator, batch_size: int = 64,
+                   precision: str = "fp32") -> float:
     """Mean masked-LM loss per masked token over ``dataset``, with the collator's (seeded) masks."""
     import torch
 
@@ -137,7 +138,7 @@ def masked_lm_loss(model, dataset, collator: WholeWordMaskCollator, batch_size: 
     model.eval()
     total, count = 0.0, 0
     device = next(model.parameters()).device
-    with torch.inference_mode(), autocast(bf16, device):
+    with torch.inference_mode(), autocast(precision, device):
         for start in range(0, len(dataset), batch_size):
             batch = collator([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
             batch = {k: v.to(device) for k, v in batch.items()}
@@ -149,23 +150,24 @@ def masked_lm_loss(model, dataset, collator: WholeWordMaskCollator, batch_size: 
     return total / max(count, 1)
 
 
-def _eval_loss(model, eval_ds, cfg: PretrainConfig, tokenizer) -> float:
+def _eval_loss(model, eval_ds, cfg: PretrainConfig, tokenizer, precision: str) -> float:
     # The same masks before and after training: a fresh collator with a fixed seed each time.
     collator = WholeWordMaskCollator(tokenizer, cfg.mlm_probability, cfg.whole_word, seed=10_007 + cfg.train.seed)
-    return masked_lm_loss(model, eval_ds, collator, bf16=cfg.train.bf16)
+    return masked_lm_loss(model, eval_ds, collator, precision=precision)
 
 
 def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
     """Continue masked-LM training of an encoder on unlabelled text; write the masked LM as an artifact."""
     from transformers import AutoModelForMaskedLM
 
-    from compress.device import device_name, training_device
+    from compress.device import device_name, resolve_precision, training_device
     from compress.modeling import load_tokenizer
     from compress.quiet import quiet_transformers
     from compress.transfer import mlm_head_keys
 
     cfg.validate()
     device = training_device(cfg.device)
+    precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
     source = resolve_model(cfg.model)
     raw = check_model_folder(source, allow_pickle=cfg.allow_pickle)
@@ -193,11 +195,12 @@ def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    before = _eval_loss(model, eval_ds, cfg, tokenizer)
+    before = _eval_loss(model, eval_ds, cfg, tokenizer, precision.precision)
     timings["evaluate_before_s"] = round(time.perf_counter() - t0, 1)
     print(f"held-out masked-LM loss before: {before:.4f} (perplexity {math.exp(min(before, 50)):.1f})")
 
-    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device)
+    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device,
+                              precision=precision.precision)
     resume = resume_point(out, cfg.resume)
     stop = interrupt_callback()
     collator = WholeWordMaskCollator(tokenizer, cfg.mlm_probability, cfg.whole_word, seed=cfg.train.seed)
@@ -207,7 +210,7 @@ def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
     timings["train_s"] = round(time.perf_counter() - t0, 1)
 
     t0 = time.perf_counter()
-    after = _eval_loss(model, eval_ds, cfg, tokenizer)
+    after = _eval_loss(model, eval_ds, cfg, tokenizer, precision.precision)
     timings["evaluate_after_s"] = round(time.perf_counter() - t0, 1)
     timings["total_s"] = round(time.perf_counter() - started, 1)
     print(f"held-out masked-LM loss after: {after:.4f} (perplexity {math.exp(min(after, 50)):.1f})")
@@ -220,6 +223,7 @@ def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
         "parent": {"model": cfg.model, "path": str(source), "had_mlm_head": had_head},
         "config": cfg.to_dict(),
         "device": device_name(device),
+        "precision": precision.to_dict(),
         "corpus": stats,
         "metrics": {"eval_mlm_loss_before": round(before, 5), "eval_mlm_loss_after": round(after, 5),
                     "eval_perplexity_before": round(math.exp(min(before, 50)), 3),

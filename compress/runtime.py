@@ -177,7 +177,8 @@ class Predictor:
 
     @classmethod
     def load(cls, folder: str | os.PathLike, threads: int | None = None, max_length: int | None = None,
-             allow_pickle: bool = False, spinning: bool = True, device: str | None = None) -> "Predictor":
+             allow_pickle: bool = False, spinning: bool = True, device: str | None = None,
+             precision: str = "fp32", announce: bool = False) -> "Predictor":
         """Open any artifact folder; ``threads`` fixes the intra-op thread count (benchmarks need it fixed).
 
         ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``; ``None``: the CPU): PyTorch kinds are moved
@@ -206,10 +207,10 @@ class Predictor:
             check_device_spec(device)
         kind = artifact_kind(path)
         if kind == "choice":
-            return ChoicePredictor._open(path, threads, max_length, allow_pickle, spinning, device)
+            return ChoicePredictor._open(path, threads, max_length, allow_pickle, spinning, device, precision)
         if kind in ("onnx-fp32", "onnx-int8"):
             return OnnxPredictor._open(path, kind, threads, max_length, spinning, device)
-        return TorchPredictor._open(path, kind, threads, max_length, allow_pickle, device)
+        return TorchPredictor._open(path, kind, threads, max_length, allow_pickle, device, precision, announce)
 
     def logits(self, texts: Text | Sequence[Text], batch_size: int = 32) -> np.ndarray:
         """Raw logits, one row per input, in the input order."""

@@ -38,10 +38,11 @@ from compress.training import (checkpoint_dir, checkpoint_fingerprint, gather_ro
 
 def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a teacher; write it as an artifact at ``out``."""
-    from compress.device import device_name, training_device
+    from compress.device import device_name, resolve_precision, training_device
 
     cfg.validate()
     device = training_device(cfg.device)
+    precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
     task = cfg.data.load()
@@ -56,7 +57,8 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     # classification class): test it on validation before trusting it (compress.head_check).
     head_check, head_logits = None, None
     if has_head and cfg.finetune is not True and "validation" in tokenized:
-        head_logits = predict_logits(model, tokenized["validation"], bf16=cfg.train.bf16, pad_id=tokenizer.pad_token_id,
+        head_logits = predict_logits(model, tokenized["validation"], precision=precision.precision,
+                                     pad_id=tokenizer.pad_token_id,
                                      desc="checking the existing head (validation)")
         head_check = check_head(head_logits, np.asarray(task.splits["validation"]["label"]), task.num_labels)
         untrained_head = judge_existing_head(head_check, cfg.finetune, cfg.model) == "fine-tune"
@@ -66,7 +68,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     train_log: dict[str, Any] = {}
     if finetune and cfg.train.epochs > 0:
         t0 = time.perf_counter()
-        train_log = _fine_tune(model, tokenizer, tokenized["train"], cfg, out, device)
+        train_log = _fine_tune(model, tokenizer, tokenized["train"], cfg, out, device, precision.precision)
         timings["fine_tune_s"] = round(time.perf_counter() - t0, 1)
     elif not has_head or untrained_head:
         print("warning: the teacher has no trained classifier head and --epochs is 0: its predictions are random",
@@ -81,7 +83,8 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
             if name == "validation" and head_logits is not None and not fine_tuned:
                 logits = head_logits  # the head check ran this very model on this split
             else:
-                logits = predict_logits(model, tokenized[name], bf16=cfg.train.bf16, pad_id=tokenizer.pad_token_id,
+                logits = predict_logits(model, tokenized[name], precision=precision.precision,
+                                        pad_id=tokenizer.pad_token_id,
                                         desc=f"evaluating teacher ({name})")
             metrics[name] = classification_metrics(logits, np.asarray(task.splits[name]["label"]))
             if name == "validation":
@@ -106,6 +109,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         "chance_check": None if chance is None else chance.to_dict(),
         "config": cfg.to_dict(),
         "device": device_name(device),
+        "precision": precision.to_dict(),
         "data": task.describe(),
         "metrics": metrics,
         "training": train_log,
@@ -120,10 +124,11 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     return path
 
 
-def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out, device=None) -> dict[str, Any]:
+def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out, device=None,
+               precision: str = "fp32") -> dict[str, Any]:
     keep = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label", "length") if c in train_ds.column_names]
     train_ds = train_ds.select_columns(keep)
-    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device)
+    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device, precision=precision)
     resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     stop = interrupt_callback()
     trainer = guarded_trainer(out, model=model, args=args, train_dataset=train_ds,
@@ -183,20 +188,24 @@ def _ids_digest(tokenized, prefix: str) -> str:
     return digest.hexdigest()
 
 
-def soft_label_cache_path(teacher: LoadedTeacher, tokenized, prefix: str = "t_", bf16: bool = False) -> Path:
-    """Where the teacher's logits for exactly these token ids (at this precision) are cached."""
-    key = hashlib.sha256(f"{teacher.weights_sha256}|{_ids_digest(tokenized, prefix)}|bf16={bf16}".encode()).hexdigest()
+def soft_label_cache_path(teacher: LoadedTeacher, tokenized, prefix: str = "t_", precision: str = "fp32") -> Path:
+    """Where the teacher's logits for exactly these token ids (at this decided precision) are cached.
+
+    fp32 and bf16 keep the keys they had as ``bf16=False``/``bf16=True``, so caches made before
+    ``--precision`` existed are still found."""
+    tag = {"fp32": "bf16=False", "bf16": "bf16=True"}.get(precision, f"precision={precision}")
+    key = hashlib.sha256(f"{teacher.weights_sha256}|{_ids_digest(tokenized, prefix)}|{tag}".encode()).hexdigest()
     return cache_dir() / "soft-labels" / f"{key}.npy"
 
 
-def teacher_logits(teacher: LoadedTeacher, tokenized, prefix: str = "t_", bf16: bool = False,
+def teacher_logits(teacher: LoadedTeacher, tokenized, prefix: str = "t_", precision: str = "fp32",
                    batch_size: int = 64, what: str = "train") -> tuple[np.ndarray, bool]:
     """The teacher's logits for every row of ``tokenized``, cached on disk.
 
     Returns ``(logits, reused)``. The cache key is the teacher's weights hash, the exact token ids
     and the precision, so any change to the teacher, the data or the tokenization recomputes.
     """
-    path = soft_label_cache_path(teacher, tokenized, prefix, bf16)
+    path = soft_label_cache_path(teacher, tokenized, prefix, precision)
     folder = path.parent
     folder.mkdir(parents=True, exist_ok=True)
     if path.exists():
@@ -209,12 +218,12 @@ def teacher_logits(teacher: LoadedTeacher, tokenized, prefix: str = "t_", bf16: 
     if size > 1:
         # Each rank labels every size-th example; the gathered array is what one process computes.
         mine = np.arange(rank, len(tokenized), size)
-        local = predict_logits(teacher.model, tokenized.select(mine), batch_size=batch_size, bf16=bf16, prefix=prefix,
-                               pad_id=teacher.tokenizer.pad_token_id, desc=f"teacher soft labels ({what})",
-                               progress=rank == 0)
+        local = predict_logits(teacher.model, tokenized.select(mine), batch_size=batch_size, precision=precision,
+                               prefix=prefix, pad_id=teacher.tokenizer.pad_token_id,
+                               desc=f"teacher soft labels ({what})", progress=rank == 0)
         logits = gather_rows(local, mine, len(tokenized))
     else:
-        logits = predict_logits(teacher.model, tokenized, batch_size=batch_size, bf16=bf16, prefix=prefix,
+        logits = predict_logits(teacher.model, tokenized, batch_size=batch_size, precision=precision, prefix=prefix,
                                 pad_id=teacher.tokenizer.pad_token_id, desc=f"teacher soft labels ({what})")
     if rank == 0:
         with tempfile.NamedTemporaryFile(dir=folder, suffix=".npy.tmp", delete=False) as handle:

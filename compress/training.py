@@ -1,7 +1,7 @@
 """What teacher fine-tuning and distillation share: Trainer settings, checkpoints, loss guards.
 
 Both stages run on transformers' ``Trainer`` so that DDP under ``torchrun``/``accelerate``,
-checkpoint resume, bf16, gradient accumulation and logging come from the ecosystem. This module
+checkpoint resume, mixed precision, gradient accumulation and logging come from the ecosystem. This module
 holds the few settings we fix for them and the guard that stops on a NaN loss with a useful message.
 """
 
@@ -160,19 +160,18 @@ def gather_rows(local: "Any", indices: "Any", total: int) -> "Any":
 
 
 def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: int, device: Any = None,
-                       **extra: Any):
+                       precision: str = "fp32", **extra: Any):
     """``TrainingArguments`` for a CPU-or-GPU run with our defaults (no hub, no external loggers).
 
     Warm-up is a share of the optimiser steps, which depend on the effective batch (per-device
     batch x processes x accumulation), so a torchrun job follows the same schedule as one process.
     ``device`` (from :func:`compress.device.training_device`; ``None``: a GPU when there is one) is
-    where the Trainer puts the model: the CPU sets ``use_cpu``. ``--bf16`` on a GPU without bf16
-    becomes fp16 with the Trainer's grad scaler.
+    where the Trainer puts the model: the CPU sets ``use_cpu``. ``precision`` is the one the stage
+    decided (:func:`compress.device.resolve_precision`: fp32, bf16, or fp16 with the Trainer's grad
+    scaler on a GPU without bf16).
     """
     import torch
     from transformers import TrainingArguments
-
-    from compress.device import mixed_precision
 
     from compress.progress import bars_enabled
 
@@ -183,12 +182,8 @@ def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: 
     warmup = int(settings.warmup_ratio * total)
     if device is None:
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    bf16, fp16 = settings.bf16, False
-    if bf16 and torch.device(device).type == "cuda" and mixed_precision(device) == "fp16":
-        bf16, fp16 = False, True
-        if is_main_process():
-            print(f"--bf16: {device} has no bf16 support (torch.cuda.is_bf16_supported() is False); training in fp16 "
-                  "with a grad scaler instead")
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise ValueError(f"training_arguments: precision must be a decided one (fp32, bf16 or fp16), got {precision!r}")
     if is_main_process():
         processes = effective // (settings.batch_size * settings.grad_accum)
         print(f"effective batch size {effective} ({settings.batch_size} per device x {processes} process(es) x "
@@ -205,8 +200,8 @@ def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: 
         weight_decay=settings.weight_decay,
         seed=settings.seed,
         data_seed=settings.seed,
-        bf16=bf16,
-        fp16=fp16,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
         use_cpu=torch.device(device).type == "cpu",
         save_strategy="steps",
         save_steps=settings.save_steps,
@@ -234,7 +229,7 @@ def check_finite(loss_terms: dict[str, Any], step: int, out: Path) -> None:
     ckpt = last_checkpoint(checkpoint_dir(out)) or "none yet"
     raise NonFiniteLossError(
         f"training loss became non-finite at step {step} ({terms}). Last good checkpoint: {ckpt}. "
-        "Lower --lr, check the data for broken rows, or disable --bf16; then rerun (add --resume to continue "
+        "Lower --lr, check the data for broken rows, or use --precision fp32; then rerun (add --resume to continue "
         "from the checkpoint)."
     )
 

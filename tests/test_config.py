@@ -27,7 +27,7 @@ def test_types_are_checked_with_the_key_named():
 
 
 def test_unknown_keys_are_rejected_with_the_known_ones_listed():
-    with pytest.raises(ConfigError, match=r"unknown teacher setting 'colour'; known: allow_pickle, batch_size, bf16"):
+    with pytest.raises(ConfigError, match=r"unknown teacher setting 'colour'; known: allow_pickle, batch_size, device"):
         TeacherConfig.from_dict({"model": "minilm", "colour": "blue"}, where="teacher")
     with pytest.raises(ConfigError, match=r"unknown teacher.train setting 'warmup'"):
         TeacherConfig.from_dict({"train": {"warmup": 3}}, where="teacher")
@@ -55,7 +55,7 @@ def test_flat_and_nested_forms_build_the_same_config():
     assert flat == nested
     assert flat.student == StudentSpec("3x384", "random") and flat.train == TrainSettings(epochs=2.0, lr=2e-5)
     # the teacher's training defaults are its own, not TrainSettings'
-    assert TeacherConfig.from_dict({"model": "m", "bf16": True}).train == TrainSettings(epochs=2.0, lr=2e-5, bf16=True)
+    assert TeacherConfig.from_dict({"model": "m", "seed": 3}).train == TrainSettings(epochs=2.0, lr=2e-5, seed=3)
     assert TeacherConfig.from_dict({"finetune": "no"}).finetune is False
     # prune trains recovery for --recover-epochs, as its command line did
     assert PruneConfig.from_dict({"model": "m", "recover_epochs": 2, "lr": 1e-4}).train.epochs == 2.0

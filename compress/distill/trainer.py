@@ -184,10 +184,11 @@ def _weights(terms: list[LossTerm]) -> dict[str, float]:
 
 def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     """Distil a student from a teacher artifact on the task data and write the student artifact."""
-    from compress.device import device_name, training_device
+    from compress.device import device_name, resolve_precision, training_device
 
     cfg.validate()
     device = training_device(cfg.device)
+    precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
     timings: dict[str, float] = {}
     task = cfg.data.load()
@@ -222,7 +223,8 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     _, world_size = world()
     during_training = world_size == 1
     # Augmented variants and unlabelled text, tokenized (and soft-labelled up front when distributed).
-    transfer = build_transfer(TransferOptions.from_config(cfg), task, teacher, s_tok, label=not during_training)
+    transfer = build_transfer(TransferOptions.from_config(cfg, precision.precision), task, teacher, s_tok,
+                              label=not during_training)
     if transfer is not None:
         timings["transfer_s"] = transfer.info["seconds"]
 
@@ -243,7 +245,8 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     for name in sorted(tokenized, key=lambda n: n != "validation"):  # validation first: it decides the check below
         if name == "train" and during_training:
             continue
-        soft[name], reused[name] = teacher_logits(teacher, tokenized[name], prefix="t_", bf16=cfg.train.bf16, what=name)
+        soft[name], reused[name] = teacher_logits(teacher, tokenized[name], prefix="t_",
+                                                      precision=precision.precision, what=name)
         if name == "validation":
             check = check_head(soft[name], np.asarray(task.splits[name]["label"]), task.num_labels)
             refuse_untrained_teacher(check, cfg.teacher, cfg.allow_untrained_teacher)
@@ -261,7 +264,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     needs_soft = any(t.on == "logits" and t.weight > 0 for t in _active_terms(cfg, cfg.train.epochs, want_inter)
                      + _active_terms(cfg, 0.0, want_inter))
     if during_training and needs_soft:
-        store = _soft_label_store(teacher, tokenized["train"], transfer, cfg.train.bf16, task.num_labels)
+        store = _soft_label_store(teacher, tokenized["train"], transfer, precision.precision, task.num_labels)
         reused["train"] = store.loaded.get("train", False)
         for part in store.parts:
             if store.loaded[part.name]:
@@ -273,7 +276,8 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
 
     module = DistillationModule(student, s_shape.hidden, t_shape.hidden, pairs, want_inter)
     t0 = time.perf_counter()
-    train_log = _train(module, teacher, train_ds, cfg, want_inter, out, s_tok.pad_token_id, store, device)
+    train_log = _train(module, teacher, train_ds, cfg, want_inter, out, s_tok.pad_token_id, store, device,
+                       precision.precision)
     timings["train_s"] = round(time.perf_counter() - t0, 1)
     if store is not None:
         train_log["soft_labels"] = {"filled_during_training": not all(store.loaded.values()),
@@ -318,6 +322,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
         },
         "config": cfg.to_dict(),
         "device": device_name(device),
+        "precision": precision.to_dict(),
         "data": task.describe(),
         "transfer": transfer.describe() if transfer is not None else None,
         "metrics": metrics,
@@ -339,20 +344,20 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     return path
 
 
-def _soft_label_store(teacher, train, transfer, bf16: bool, num_labels: int) -> SoftLabelStore:
+def _soft_label_store(teacher, train, transfer, precision: str, num_labels: int) -> SoftLabelStore:
     """A store over the labelled training rows and then every transfer part, in ``transfer.extend`` order,
     each part backed by the cache file ``teacher_logits`` would use for it."""
-    parts = [Part("train", 0, len(train), soft_label_cache_path(teacher, train, "t_", bf16))]
+    parts = [Part("train", 0, len(train), soft_label_cache_path(teacher, train, "t_", precision))]
     if transfer is not None:
         for name, ds in transfer.parts.items():
             if len(ds):
                 start = parts[-1].stop
-                parts.append(Part(name, start, start + len(ds), soft_label_cache_path(teacher, ds, "t_", bf16)))
+                parts.append(Part(name, start, start + len(ds), soft_label_cache_path(teacher, ds, "t_", precision)))
     return SoftLabelStore(parts, num_labels)
 
 
 def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, want_inter: bool, out,
-           pad_id: int, store: SoftLabelStore | None, device=None) -> dict[str, Any]:
+           pad_id: int, store: SoftLabelStore | None, device=None, precision: str = "fp32") -> dict[str, Any]:
     from transformers import Trainer, TrainerCallback
 
     teacher_model = teacher.model
@@ -393,7 +398,7 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
             device = t_inputs["input_ids"].device
             if model_device(teacher_model) != device:
                 teacher_model.to(device)  # the Trainer moved the student; the teacher follows it
-            with torch.no_grad(), autocast(cfg.train.bf16, device):
+            with torch.no_grad(), autocast(precision, device):
                 return teacher_model(**t_inputs, output_hidden_states=states, output_attentions=attentions)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -439,7 +444,7 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
                         logs[f"loss_{name}"] = round(float(np.mean(values)), 5)
                 running.clear()
 
-    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device)
+    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device, precision=precision)
     resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     pads = {"s_": pad_id, "t_": teacher.tokenizer.pad_token_id}
     stop = interrupt_callback()

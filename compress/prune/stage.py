@@ -157,6 +157,9 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
             "pruning": pruning,
             "config": cfg.to_dict(),
             "device": device_name(device),
+            # --precision applies to recovery (a distillation run, which decides and records it); the
+            # scoring and the accuracies before and after pruning are measured in fp32
+            "precision": (recovery or {}).get("precision"),
             "data": task.describe(),
             "metrics": final_metrics,
             "timings": timings,
@@ -240,7 +243,7 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
         train=replace(cfg.train, epochs=float(cfg.recover_epochs)), temperature=cfg.temperature,
         kd_loss="soft_ce", alpha_kd=cfg.alpha_kd, alpha_hard=cfg.alpha_hard, intermediate=cfg.intermediate,
         max_length=cfg.max_length, allow_pickle=cfg.allow_pickle, resume=cfg.resume, device=cfg.device,
-        allow_untrained_teacher=True)  # recovery follows the model being pruned, whatever its accuracy
+        precision=cfg.precision, allow_untrained_teacher=True)  # recovery follows the model being pruned, whatever its accuracy
     recovered_dir = distill(dcfg, work / "recovered")
     from compress.modeling import model_device
 
@@ -253,6 +256,7 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
         "teacher_weights_sha256": (meta.get("parent") or {}).get("teacher_weights_sha256"),
         "distillation": meta.get("distillation"),
         "training": meta.get("training"),
+        "precision": meta.get("precision"),
         "notes": meta.get("notes"),
     }
 

@@ -29,15 +29,17 @@ class TransferOptions:
     augment_ops: str = ",".join(OPS)
     seed: int = 0
     max_length: int = 128
-    bf16: bool = False
+    #: The decided precision (fp32, bf16 or fp16) the teacher labels and proposes words in.
+    precision: str = "fp32"
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "TransferOptions":
-        """From a ``DistillConfig`` (read by attribute, so this module does not import the trainer)."""
+    def from_config(cls, cfg: Any, precision: str = "fp32") -> "TransferOptions":
+        """From a ``DistillConfig`` (read by attribute, so this module does not import the trainer) and the
+        precision the stage decided for its ``--precision``."""
         return cls(unlabeled=cfg.unlabeled, unlabeled_text_column=cfg.unlabeled_text_column,
                    unlabeled_text_pair_column=cfg.unlabeled_text_pair_column, unlabeled_weight=cfg.unlabeled_weight,
                    unlabeled_limit=getattr(cfg, "unlabeled_limit", None), augment=cfg.augment,
-                   augment_ops=cfg.augment_ops, seed=cfg.train.seed, max_length=cfg.max_length, bf16=cfg.train.bf16)
+                   augment_ops=cfg.augment_ops, seed=cfg.train.seed, max_length=cfg.max_length, precision=precision)
 
     @property
     def active(self) -> bool:
@@ -138,7 +140,7 @@ def build_transfer(options: TransferOptions, task, teacher, student_tokenizer, l
         train = task.splits["train"]
         t0 = time.perf_counter()
         rows, reused, path = augmented_rows(train["text"][:], train["text_pair"][:] if task.is_pair else None, opts,
-                                            source, held_out, options.bf16)
+                                            source, held_out, options.precision)
         by_op = {op: sum(1 for r in rows if r["op"] == op) for op in ops}
         info["augment"] = {"per_example": options.augment, "ops": list(ops), "made": len(rows), "by_op": by_op,
                            "replace_candidates": why if "replace" in ops else None, "top_k": opts.top_k,
@@ -184,7 +186,8 @@ def build_transfer(options: TransferOptions, task, teacher, student_tokenizer, l
         n = len(tokenized)
         if label:
             t0 = time.perf_counter()
-            logits, reused_labels[name] = teacher_logits(teacher, tokenized, prefix="t_", bf16=options.bf16, what=name)
+            logits, reused_labels[name] = teacher_logits(teacher, tokenized, prefix="t_", precision=options.precision,
+                                                         what=name)
             labelling += time.perf_counter() - t0
             tokenized = tokenized.add_column("soft_labels", [row.tolist() for row in logits])
         tokenized = tokenized.add_column("label", [-100] * n)

@@ -97,7 +97,7 @@ def _match_case(candidate: str, original: str) -> str:
 
 
 def augment_examples(texts: Sequence[str], pairs: Sequence[str] | None, opts: AugmentOptions, source,
-                     exclude: set[str], bf16: bool = False) -> list[dict[str, Any]]:
+                     exclude: set[str], precision: str = "fp32") -> list[dict[str, Any]]:
     """Make up to ``opts.n`` variants of every example; uncached (see :func:`augmented_rows`).
 
     Each example has its own seeded generator, so its variants do not depend on the others. Each
@@ -114,7 +114,7 @@ def augment_examples(texts: Sequence[str], pairs: Sequence[str] | None, opts: Au
     candidates: list[list[dict[int, list[str]]]] = [[{} for _ in side] for side in sides]
     if "replace" in opts.ops:
         for s, segs in enumerate(segments):
-            proposed = source.propose(segs, opts.top_k, opts.batch_size, bf16)
+            proposed = source.propose(segs, opts.top_k, opts.batch_size, precision)
             for row, (seg, lists) in enumerate(zip(segs, proposed)):
                 slots = [w for w, p in enumerate(seg.positions) if p is not None]
                 candidates[s][row] = {w: [strings[t] for t in ids if strings[t]] for w, ids in zip(slots, lists)}
@@ -159,7 +159,7 @@ def augment_examples(texts: Sequence[str], pairs: Sequence[str] | None, opts: Au
 
 
 def augmented_rows(texts: Sequence[str], pairs: Sequence[str] | None, opts: AugmentOptions, source,
-                   exclude: set[str], bf16: bool = False) -> tuple[list[dict[str, Any]], bool, Path]:
+                   exclude: set[str], precision: str = "fp32") -> tuple[list[dict[str, Any]], bool, Path]:
     """:func:`augment_examples`, cached under ``cache_dir()/augment/<hash>.jsonl``.
 
     The key covers the recipe version, every option, the candidate source's identity (weights
@@ -182,7 +182,7 @@ def augmented_rows(texts: Sequence[str], pairs: Sequence[str] | None, opts: Augm
         print(f"augmentation ({len(rows)} variants of {len(texts)} examples): reusing the cache {path}")
         return rows, True, path
     t0 = time.perf_counter()
-    rows = augment_examples(texts, pairs, opts, source, exclude, bf16)
+    rows = augment_examples(texts, pairs, opts, source, exclude, precision)
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     print(f"augmentation ({len(rows)} variants of {len(texts)} examples): made in {time.perf_counter() - t0:.1f} s, "
           f"cached at {path}")

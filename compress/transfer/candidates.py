@@ -63,7 +63,7 @@ class EmbeddingNeighbours:
         self.where = where
 
     def propose(self, segments: Sequence[Segmented], top_k: int, batch_size: int = 32,
-                bf16: bool = False) -> list[list[list[int]]]:
+                precision: str = "fp32") -> list[list[list[int]]]:
         import torch
 
         whole, _ = whole_words(self.tokenizer)
@@ -120,7 +120,7 @@ class MaskedLMCandidates:
         return self._model
 
     def propose(self, segments: Sequence[Segmented], top_k: int, batch_size: int = 32,
-                bf16: bool = False) -> list[list[list[int]]]:
+                precision: str = "fp32") -> list[list[list[int]]]:
         import torch
         from tqdm.auto import tqdm
 
@@ -144,7 +144,7 @@ class MaskedLMCandidates:
             vocab = model.config.vocab_size
             banned = torch.as_tensor(~np.pad(whole, (0, max(0, vocab - len(whole))))[:vocab])
             order = sorted(range(len(jobs)), key=lambda j: -len(segments[jobs[j][0]].input_ids))
-            with torch.inference_mode(), autocast(bf16):
+            with torch.inference_mode(), autocast(precision):
                 for start in tqdm(range(0, len(order), batch_size), desc="masked-LM candidates", unit="batch",
                                   file=sys.stderr, leave=False, disable=not bars_enabled()):
                     batch = [jobs[j] for j in order[start:start + batch_size]]

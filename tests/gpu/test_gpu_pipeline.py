@@ -1,4 +1,4 @@
-"""The chain on a GPU: teacher -> distill (intermediate losses, bf16) -> prune -> export -> quantize
+"""The chain on a GPU: teacher -> distill (intermediate losses, precision auto) -> prune -> export -> quantize
 -> Predictor -> bench on a tiny BERT, and a 2-rank NCCL distillation when two GPUs are present.
 
 Skipped without CUDA. The CPU equivalents run everywhere: ``tests/test_end_to_end.py`` (teacher,
@@ -59,13 +59,15 @@ def _run(argv: list[str]) -> None:
 
 def test_chain_on_cuda(chain):
     root, data, encoder = chain
-    precision = ["--bf16"] if _bf16_ok() else []
+    precision = []  # --precision auto, the default: bf16 on a GPU with it, fp16 (grad scaler) on one without
     common = ["--data", str(data), "--batch-size", "16"]
 
     _run(["teacher", "--model", str(encoder), "--out", str(root / "teacher"), "--epochs", "6", "--lr", "2e-3",
           *common, *precision])
     teacher = _meta(root / "teacher")
     assert teacher["fine_tuned"] and teacher["metrics"]["test"]["accuracy"] >= 0.9
+    assert teacher["precision"]["setting"] == "auto"
+    assert teacher["precision"]["precision"] == ("bf16" if _bf16_ok() else "fp16"), teacher["precision"]
 
     _run(["distill", "--teacher", str(root / "teacher"), "--student", "2x32", "--init", "teacher-layers",
           "--epochs", "6", "--lr", "2e-3", "--out", str(root / "student"), *common, *precision])
