@@ -88,6 +88,8 @@ RULES: dict[str, RuleSpec] = {
     "max_accuracy_drop": RuleSpec("fraction", "reference accuracy minus artifact accuracy, absolute (0.01 = 1 point)"),
     "max_relative_accuracy_drop": RuleSpec("fraction", "accuracy drop as a share of the reference accuracy"),
     "min_agreement": RuleSpec("fraction", "share of inputs where the artifact predicts what the reference predicts"),
+    "min_traffic_agreement": RuleSpec("fraction", "min_agreement on the unlabelled texts of bench --traffic-file (the "
+                                                  "user's own traffic)"),
     "max_size_mb": RuleSpec("number", "weights on disk, MB (10^6 bytes)"),
     "max_p50_ms": RuleSpec("number", "median latency in ms, at every selected config"),
     "min_throughput": RuleSpec("number", "sequences per second, at every selected config"),
@@ -364,6 +366,12 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
                 raise GateInputError(f"{path}: {where}.quality.predictions should be {len(labels)} whole numbers (one "
                                      "per example of $.data.labels). The file was edited or damaged; run the benchmark "
                                      "again.")
+        if art.get("traffic_agreement") is not None:  # bench --traffic-file (optional)
+            traffic = _require(art, "traffic_agreement", (dict,), where, path)
+            predictions = _require(traffic, "predictions", (list,), f"{where}.traffic_agreement", path)
+            if not predictions or not all(isinstance(p, int) and not isinstance(p, bool) for p in predictions):
+                raise GateInputError(f"{path}: {where}.traffic_agreement.predictions should be a non-empty list of "
+                                     "whole numbers. The file was edited or damaged; run the benchmark again.")
         onnx = _require(art, "onnx", (dict,), where, path, nullable=True)
         if onnx is not None:
             _require(onnx, "attention_ops", (int,), f"{where}.onnx", path)
@@ -546,6 +554,8 @@ def _evaluate_rule(rule: str, limit: Any, subject: _Subject, ctx: _Context, acti
         return _accuracy_drop(rule, limit, subject, ctx, confidence)
     if rule == "min_agreement":
         return _agreement(limit, subject, ctx, confidence)
+    if rule == "min_traffic_agreement":
+        return _traffic_agreement(limit, subject, ctx, confidence)
     if rule == "max_size_mb":
         mb = art["size_bytes"] / 1e6
         return point(mb <= limit + EPS, f"{mb:.2f} MB", f"size {mb:.2f} MB is over {limit:g} MB")
@@ -718,6 +728,44 @@ def _agreement(limit: float, subject: _Subject, ctx: _Context, confidence: float
         message = (f"inconclusive: the {100 * confidence:g}% interval of the agreement, {shown_ci}, straddles "
                    f"{limit:g}; more test examples would decide")
     return Check(name, "min_agreement", limit, measured, status, message, shown_ci)
+
+
+def _traffic_agreement(limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
+    """``min_traffic_agreement``: ``min_agreement`` on the ``bench --traffic-file`` texts, from their predictions
+    (Clopper-Pearson; for a seed group, the mean over seeds with seed and text variance)."""
+    from benchmarks.stats import mean_over_seeds_interval, proportion_interval
+
+    name, rule = subject.name, "min_traffic_agreement"
+    members = subject.members or [subject.art]
+    ref = ctx.ref.get("traffic_agreement")
+    records = [m.get("traffic_agreement") for m in members]
+    if ref is None or any(r is None for r in records):
+        return Check(name, rule, limit, "-", "fail", "the results hold no traffic agreement: run bench with "
+                                                      "--traffic-file FILE (unlabelled texts of your traffic)")
+    ref_pred = np.asarray(ref["predictions"])
+    agree = []
+    for member, record in zip(members, records):
+        if len(record["predictions"]) != len(ref_pred):
+            raise GateInputError(f"{member['name']} has {len(record['predictions'])} traffic predictions but the "
+                                 f"reference has {len(ref_pred)}: they are not paired. The file was edited or damaged; "
+                                 "run the benchmark again.")
+        agree.append(np.asarray(record["predictions"]) == ref_pred)
+    if subject.is_group:
+        interval = mean_over_seeds_interval(np.stack(agree).astype(float), confidence)
+    else:
+        interval = proportion_interval(int(agree[0].sum()), len(agree[0]), confidence)
+    measured = (f"{interval.estimate:.4f} of {len(ref_pred)} texts"
+                + (f" (mean of {len(members)} seeds)" if subject.is_group else ""))
+    shown_ci = _ci(interval, "{:.4f}")
+    status = interval.verdict(limit, higher_is_better=True)
+    message = ""
+    if status == "fail":
+        message = (f"traffic agreement {measured}: even the upper bound of its interval {shown_ci} is below {limit:g}; "
+                   "results.json lists the most confident disagreements under traffic_agreement.disagreements")
+    elif status == "inconclusive":
+        message = (f"inconclusive: the {100 * confidence:g}% interval of the traffic agreement, {shown_ci}, straddles "
+                   f"{limit:g}; more traffic texts would decide")
+    return Check(name, rule, limit, measured, status, message, shown_ci)
 
 
 def comparability(results: dict[str, Any], baseline: dict[str, Any]) -> list[str]:

@@ -210,6 +210,9 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG,
     from benchmarks.runtime_sections import sections
 
     out += sections(results)
+    from benchmarks.agreement import traffic_agreement_section
+
+    out += traffic_agreement_section(results)
     if plots:
         out += ["", "## Plots", ""]
         out += [f"![{p}]({p})" for p in plots]

@@ -16,16 +16,23 @@ to compute). Here:
   (:func:`compress.runtime.encode_batches`: sorted by length, each batch padded to its own longest
   row), every batch interleaved across the artifacts; throughput is texts over the summed forward
   time, and the padding overhead (padded tokens / real tokens) is reported.
+
+``bench --traffic-file FILE`` measures *agreement* rather than speed on the user's own unlabelled
+texts (:func:`measure_traffic_agreement`; the statistics are in :mod:`benchmarks.agreement`):
+every artifact's predictions against the reference's, with an interval and the most confident
+disagreements, for the gate's ``min_traffic_agreement``.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from benchmarks.agreement import traffic_agreement
 from benchmarks.latency import NS_PER_MS, paired_speedup, percentile
 from compress.errors import CompressError
 from compress.progress import bars_enabled
@@ -189,3 +196,78 @@ def measure_traffic_and_load(predictors: Mapping[str, Any], reference: str, task
         settings["load"] = {"split": split, "clients": list(load_clients), "requests": load_requests,
                             "request": "one text per call through Predictor.logits (tokenization included)"}
     return per, settings
+
+
+TRAFFIC_FILE_SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl", ".json", ".parquet")
+
+
+def read_traffic_file(path: str | Path, text_column: str = "text", text_pair_column: str | None = None
+                      ) -> tuple[list[Any], dict[str, Any]]:
+    """The texts of a ``--traffic-file`` (one a line in ``.txt``; a column of a csv/tsv/jsonl/json/parquet table)
+    and what was read: ``(texts, {"path", "format", "rows", "empty", "sha256"})``.
+
+    Empty rows are skipped and counted: unlabelled traffic has blank lines, and nothing is lost
+    with them. For a sentence-pair task every row needs both texts (the task's ``--text-pair-column``).
+    """
+    import hashlib
+
+    import pandas as pd
+
+    from compress.data import read_table, require_column
+
+    path = Path(path).expanduser()
+    fix = ("Give a .txt file (one text a line) or a csv/tsv/jsonl/json/parquet file with a text column "
+           "(named like the task's --text-column).")
+    if not path.is_file():
+        raise CompressError(f"--traffic-file {path}: {'a folder' if path.is_dir() else 'no such file'}. {fix}")
+    suffix = path.suffix.lower()
+    if suffix not in TRAFFIC_FILE_SUFFIXES:
+        raise CompressError(f"--traffic-file {path}: unsupported file type {suffix!r}. {fix}")
+    raw = path.read_bytes()
+    info: dict[str, Any] = {"path": str(path), "format": suffix.lstrip("."), "sha256": hashlib.sha256(raw).hexdigest()}
+    if suffix == ".txt":
+        if text_pair_column:
+            raise CompressError(f"--traffic-file {path}: a .txt file holds one text a line, but the task takes sentence "
+                                "pairs. Give a csv/tsv/jsonl/parquet file with the task's --text-column and "
+                                "--text-pair-column.")
+        try:
+            lines = raw.decode("utf-8-sig").splitlines()
+        except UnicodeDecodeError as exc:
+            raise CompressError(f"--traffic-file {path}: not UTF-8 text ({exc.reason} at byte {exc.start}). Convert it "
+                                "to UTF-8.") from exc
+        texts: list[Any] = [line.strip() for line in lines if line.strip()]
+        info.update(rows=len(lines), empty=len(lines) - len(texts))
+    else:
+        frame = read_table(path)
+        firsts = require_column(frame, text_column, "--text-column", str(path)).tolist()
+        seconds = (require_column(frame, text_pair_column, "--text-pair-column", str(path)).tolist()
+                   if text_pair_column else None)
+
+        def present(value: Any) -> bool:
+            return not pd.isna(value) and bool(str(value).strip())
+
+        keep = [i for i, v in enumerate(firsts) if present(v) and (seconds is None or present(seconds[i]))]
+        texts = ([(str(firsts[i]).strip(), str(seconds[i]).strip()) for i in keep] if seconds is not None
+                 else [str(firsts[i]).strip() for i in keep])
+        info.update(rows=len(firsts), empty=len(firsts) - len(texts))
+    if not texts:
+        raise CompressError(f"--traffic-file {path}: no text in any of its {info['rows']} rows. {fix}")
+    info["texts"] = len(texts)
+    return texts, info
+
+
+def measure_traffic_agreement(predictors: Mapping[str, Any], reference: str, texts: Sequence[Any],
+                              batch_size: int = 32, progress: bool = True) -> dict[str, dict[str, Any]]:
+    """``{name: traffic_agreement record}`` for every predictor against ``reference`` on unlabelled ``texts``
+    (the reference agrees with itself; its record lists no disagreements)."""
+    from tqdm.auto import tqdm
+
+    from compress.runtime import softmax
+
+    probs = {}
+    names = [reference] + [n for n in predictors if n != reference]
+    for name in tqdm(names, desc="traffic agreement", unit="artifact", disable=not progress or not bars_enabled(),
+                     file=sys.stderr, leave=False):
+        probs[name] = softmax(np.asarray(predictors[name].logits(list(texts), batch_size=batch_size), dtype=np.float64))
+    labels = predictors[reference].label_names
+    return {name: traffic_agreement(probs[name], probs[reference], texts, labels) for name in predictors}

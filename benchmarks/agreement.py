@@ -1,0 +1,199 @@
+"""Agreement of a model with its reference where no gold label is needed: by row origin, and on traffic.
+
+Agreement (the share of inputs where two models predict the same label) needs no gold label, so
+it can be measured where accuracy cannot:
+
+- **By row origin** (:func:`agreement_by_origin`, printed by ``python -m benchmarks.origins``):
+  the student's agreement with its teacher on the rows it was trained on (the labelled training
+  rows and the transfer rows: augmented variants, unlabelled text) against the held-out splits.
+  The student's disagreement on held-out text splits into a *fit* part (it does not reproduce the
+  teacher even on its own training rows: optimisation, schedule or capacity) and a *generalisation*
+  part (it reproduces the teacher on the rows it saw but not on new ones: more, or better-matched,
+  transfer data); :func:`gap_diagnosis` says which is larger, with the numbers. Intervals per
+  origin are **Wilson** score intervals: close to their nominal coverage at every n, and not
+  degenerate at 100% agreement (where the Wald interval collapses to a point); this is a
+  diagnosis, not a CI verdict, so the exact but conservative Clopper-Pearson interval the gate
+  uses is not needed here.
+- **On the user's own traffic** (:func:`traffic_agreement`, recorded by ``bench --traffic-file``):
+  unlabelled production text, where a student trained on another source hurts its users most.
+  The interval there is **Clopper-Pearson**, the one ``min_agreement`` is decided on, because the
+  gate's ``min_traffic_agreement`` decides on it too. The most confident disagreements are listed
+  so a user sees *what* the student gets wrong: confidence is that of the less confident of the two
+  models (both sure, opposite answers, ranks first; a disagreement where either model hesitates
+  is a borderline text, not a clear failure).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from benchmarks.stats import DEFAULT_CONFIDENCE, Interval
+
+#: Disagreements listed per artifact in results.json.
+TOP_DISAGREEMENTS = 20
+
+
+def wilson_interval(successes: int, n: int, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+    """Wilson score interval of ``successes / n``."""
+    if n < 1:
+        raise ValueError("proportion of no trials")
+    if not 0 <= successes <= n:
+        raise ValueError(f"{successes} successes out of {n}")
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), confidence, f"Wilson over {n} rows")
+
+
+def agreement_by_origin(predictions: Sequence[int], reference_predictions: Sequence[int], origins: Sequence[str],
+                        confidence: float = DEFAULT_CONFIDENCE) -> dict[str, dict[str, Any]]:
+    """``{origin: {"n", "agreeing", "agreement", "low", "high"}}``, origins in order of first appearance."""
+    pred, ref, where = np.asarray(predictions), np.asarray(reference_predictions), np.asarray(origins)
+    if not pred.shape == ref.shape == where.shape:
+        raise ValueError(f"predictions, reference predictions and origins differ in length: {pred.shape[0]}, "
+                         f"{ref.shape[0]}, {where.shape[0]}")
+    out: dict[str, dict[str, Any]] = {}
+    for origin in dict.fromkeys(where.tolist()):
+        mask = where == origin
+        agreeing, n = int((pred[mask] == ref[mask]).sum()), int(mask.sum())
+        interval = wilson_interval(agreeing, n, confidence)
+        out[str(origin)] = {"n": n, "agreeing": agreeing, "agreement": interval.estimate, "low": interval.low,
+                            "high": interval.high}
+    return out
+
+
+def _pooled(by_origin: Mapping[str, Mapping[str, Any]], origins: Sequence[str], confidence: float) -> Interval | None:
+    rows = [by_origin[o] for o in origins if o in by_origin]
+    if not rows:
+        return None
+    return wilson_interval(sum(r["agreeing"] for r in rows), sum(r["n"] for r in rows), confidence)
+
+
+def gap_diagnosis(by_origin: Mapping[str, Mapping[str, Any]], trained: Sequence[str], held_out: Sequence[str],
+                  confidence: float = DEFAULT_CONFIDENCE) -> dict[str, Any]:
+    """Where the student's disagreement with its teacher on held-out rows comes from.
+
+    ``fit`` is the disagreement on the rows it trained on (``trained`` origins pooled), ``generalisation``
+    the agreement lost from those rows to the held-out ones (``held_out`` pooled): together they are
+    the held-out disagreement. The verdict names the larger part, or says the intervals cannot tell
+    them apart. (Two pooled Wilson intervals over different rows: the difference is unpaired.)
+    """
+    fit_rows, new_rows = _pooled(by_origin, trained, confidence), _pooled(by_origin, held_out, confidence)
+    if fit_rows is None or new_rows is None:
+        raise ValueError("a diagnosis needs rows the student trained on and held-out rows")
+    fit = 1 - fit_rows.estimate
+    generalisation = fit_rows.estimate - new_rows.estimate
+    # Unpaired difference of two proportions (normal): is the agreement on trained rows really higher?
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    n1 = sum(by_origin[o]["n"] for o in trained if o in by_origin)
+    n2 = sum(by_origin[o]["n"] for o in held_out if o in by_origin)
+    se = math.sqrt(fit_rows.estimate * (1 - fit_rows.estimate) / n1 + new_rows.estimate * (1 - new_rows.estimate) / n2)
+    gen_low, gen_high = generalisation - z * se, generalisation + z * se
+    if gen_low > fit:
+        verdict = "data"
+        why = ("the student reproduces its teacher on the rows it trained on but not on new text: more (or "
+               "better-matched) transfer data should close it")
+    elif gen_high < fit:
+        verdict = "optimisation"
+        why = ("the student does not reproduce its teacher even on its own training rows: the schedule, the loss or "
+               "its capacity limits it before the data does")
+    else:
+        verdict = "undecided"
+        why = "the two parts cannot be told apart at this many rows; measure more rows per origin"
+    return {"verdict": verdict, "fit": fit, "generalisation": generalisation,
+            "generalisation_interval": [gen_low, gen_high], "trained_agreement": fit_rows.estimate,
+            "held_out_agreement": new_rows.estimate, "trained": list(trained), "held_out": list(held_out),
+            "explanation": why}
+
+
+def confident_disagreements(probabilities: np.ndarray, reference_probabilities: np.ndarray, texts: Sequence[Any],
+                            label_names: Sequence[str], top: int = TOP_DISAGREEMENTS) -> list[dict[str, Any]]:
+    """The ``top`` inputs where the two models disagree, most confident first (the lower of the two confidences;
+    ties by the input's position, so the list is reproducible)."""
+    probs, ref = np.asarray(probabilities, dtype=float), np.asarray(reference_probabilities, dtype=float)
+    pred, ref_pred = probs.argmax(-1), ref.argmax(-1)
+    conf, ref_conf = probs.max(-1), ref.max(-1)
+    disagree = np.flatnonzero(pred != ref_pred)
+    order = disagree[np.lexsort((disagree, -np.minimum(conf[disagree], ref_conf[disagree])))][:top]
+    out = []
+    for i in order:
+        text = texts[int(i)]
+        entry: dict[str, Any] = {"index": int(i)}
+        if isinstance(text, (tuple, list)):
+            entry["text"], entry["text_pair"] = str(text[0]), str(text[1])
+        else:
+            entry["text"] = str(text)
+        entry.update(label=label_names[int(pred[i])], confidence=float(conf[i]),
+                     reference_label=label_names[int(ref_pred[i])], reference_confidence=float(ref_conf[i]))
+        out.append(entry)
+    return out
+
+
+def traffic_agreement(probabilities: np.ndarray, reference_probabilities: np.ndarray, texts: Sequence[Any],
+                      label_names: Sequence[str], confidence: float = DEFAULT_CONFIDENCE,
+                      top: int = TOP_DISAGREEMENTS) -> dict[str, Any]:
+    """What ``results.json`` records for one artifact under ``traffic_agreement`` (see docs/bench-schema.md)."""
+    from benchmarks.stats import proportion_interval
+
+    pred = np.asarray(probabilities).argmax(-1)
+    ref_pred = np.asarray(reference_probabilities).argmax(-1)
+    if len(pred) != len(ref_pred) or len(pred) != len(texts) or not len(pred):
+        raise ValueError("traffic agreement needs one prediction per text from both models, and some texts")
+    agreeing = int((pred == ref_pred).sum())
+    interval = proportion_interval(agreeing, len(pred), confidence)
+    return {"n": int(len(pred)), "agreeing": agreeing, "agreement": interval.estimate,
+            "ci": [interval.low, interval.high], "confidence": confidence, "method": interval.method,
+            "predictions": [int(p) for p in pred],
+            "disagreements": confident_disagreements(probabilities, reference_probabilities, texts, label_names, top)}
+
+
+def _cell(text: str, width: int = 100) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def traffic_agreement_section(results: Mapping[str, Any], shown: int = 5) -> list[str]:
+    """The report's Markdown section for ``bench --traffic-file`` (nothing when it was not measured)."""
+    info = (results.get("settings") or {}).get("traffic_file")
+    arts = [a for a in results.get("artifacts", []) if a.get("traffic_agreement")]
+    if not info or not arts:
+        return []
+    out = ["", f"## Agreement on traffic: `{Path(info['path']).name}` ({info['texts']:,} texts)", "",
+           f"Unlabelled texts of the user's own traffic: the share on which each artifact predicts what the reference "
+           f"`{results['reference']}` predicts, with its {100 * arts[0]['traffic_agreement']['confidence']:g}% "
+           "Clopper-Pearson interval (gate rule `min_traffic_agreement`).", "",
+           "| artifact | kind | agreement | interval | disagreements |", "|---|---|---:|---:|---:|"]
+    for a in arts:
+        t = a["traffic_agreement"]
+        out.append(f"| `{a['name']}`{' (reference)' if a['is_reference'] else ''} | {a['kind']} | "
+                   f"{100 * t['agreement']:.2f}% | [{100 * t['ci'][0]:.2f}, {100 * t['ci'][1]:.2f}]% | "
+                   f"{t['n'] - t['agreeing']:,} |")
+    for a in arts:
+        listed = a["traffic_agreement"]["disagreements"][:shown]
+        if a["is_reference"] or not listed:
+            continue
+        out += ["", f"Most confident disagreements of `{a['name']}` (the lower of the two confidences first):", "",
+                f"| text | `{a['name']}` | reference |", "|---|---|---|"]
+        out += [f"| {_cell(d['text'] + (' / ' + d['text_pair'] if 'text_pair' in d else ''))} | {d['label']} "
+                f"({d['confidence']:.2f}) | {d['reference_label']} ({d['reference_confidence']:.2f}) |" for d in listed]
+    return out
+
+
+def traffic_agreement_lines(results: Mapping[str, Any]) -> list[str]:
+    """What ``bench`` prints about the traffic agreement: one line per artifact (nothing when not measured)."""
+    info = (results.get("settings") or {}).get("traffic_file")
+    if not info:
+        return []
+    lines = [f"agreement with {results['reference']} on --traffic-file {info['path']} ({info['texts']:,} texts):"]
+    for a in results.get("artifacts", []):
+        t = a.get("traffic_agreement")
+        if t and not a["is_reference"]:
+            lines.append(f"  {a['name']:<28}{100 * t['agreement']:6.2f}%  [{100 * t['ci'][0]:.2f}, "
+                         f"{100 * t['ci'][1]:.2f}]  {t['n'] - t['agreeing']:,} disagreements")
+    return lines
