@@ -79,8 +79,9 @@ def onnx_facts(path: Path, meta: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _load_predictors(config: BenchConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Open the reference and the artifacts (the reference first; listed twice, it is opened once)."""
+def _load_predictors(config: BenchConfig, precision: str = "fp32") -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Open the reference and the artifacts (the reference first; listed twice, it is opened once);
+    PyTorch fp32 artifacts run in ``precision``, as decided for the bench's ``--precision``."""
     from compress.runtime import Predictor
 
     ref_path = Path(config.reference).expanduser().resolve()
@@ -101,7 +102,8 @@ def _load_predictors(config: BenchConfig) -> tuple[list[dict[str, Any]], dict[st
     entries = []
     predictors = {}
     for path, name in zip(paths, artifact_names(paths)):
-        predictor = Predictor.load(path, threads=config.threads, spinning=False, device=config.device)
+        predictor = Predictor.load(path, threads=config.threads, spinning=False, device=config.device,
+                                   precision=precision)
         predictors[name] = predictor
         group, index = group_of.get(path, (None, None))
         entries.append({"name": name, "path": str(path), "is_reference": path == ref_path, "predictor": predictor,
@@ -134,6 +136,8 @@ def _config_facts(entry: dict[str, Any]) -> dict[str, Any]:
         "onnx": onnx_facts(Path(entry["path"]), meta) if predictor.kind.startswith("onnx") else None,
         "device": predictor.device,
         "provider": predictor.provider,
+        # the autocast a PyTorch fp32 artifact ran in (settings.precision says why); null for other kinds
+        "precision": predictor.precision,
         "group": entry.get("group"),
     }
     return facts
@@ -184,7 +188,7 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
 
     from benchmarks.memory import measure_memory
 
-    from compress.device import device_name, resolve_device
+    from compress.device import device_name, resolve_device, resolve_precision
 
     config = config.resolved()
     started = time.perf_counter()
@@ -196,7 +200,8 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
                                                         config.data.text_pair_column)
     # One device for every artifact; results.json records it and the gate compares like with like.
     config = replace(config, device=device_name(resolve_device(config.device)))
-    entries, predictors = _load_predictors(config)
+    precision = resolve_precision(config.precision, config.device)
+    entries, predictors = _load_predictors(config, precision.precision)
     reference = entries[0]["name"]
     ref_predictor = predictors[reference]
     task = config.data.load(num_labels=ref_predictor.num_labels)
@@ -252,6 +257,7 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         "machine": machine_info(),
         "settings": {
             "device": config.device,
+            "precision": precision.to_dict(),
             "threads": config.threads,
             "warmup": config.warmup,
             "runs": config.runs,

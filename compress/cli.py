@@ -38,7 +38,6 @@ def _add_train_flags(p: argparse.ArgumentParser, epochs: float, lr: float) -> No
                    help="share of the optimiser steps spent warming the learning rate up (default 0.1)")
     g.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens (default 128)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    g.add_argument("--bf16", action="store_true", help="bf16 autocast (AVX-512 BF16/AMX CPUs, or a GPU)")
     g.add_argument("--max-steps", type=int, default=-1, help="stop after this many optimiser steps (overrides --epochs)")
     g.add_argument("--save-steps", type=int, default=500, help="checkpoint every N steps (default 500)")
     g.add_argument("--sampling", choices=("group_by_length", "random", "sequential"), default="group_by_length",
@@ -46,6 +45,19 @@ def _add_train_flags(p: argparse.ArgumentParser, epochs: float, lr: float) -> No
     g.add_argument("--resume", action="store_true", help="continue from the last checkpoint of an interrupted run")
     g.add_argument("--allow-pickle", action="store_true",
                    help="accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
+
+
+def _add_precision_flag(p: argparse.ArgumentParser, what: str, bf16_alias: bool = False) -> None:
+    """``--precision``, made from the config field (compress.config._precision: one default, choices, help);
+    ``--bf16`` (the flag before it) stays as ``--precision bf16`` where a command had it."""
+    from compress.config import TeacherConfig, flag_options
+
+    options = flag_options(TeacherConfig, "precision")
+    p.add_argument("--precision", default=options["default"], choices=options["choices"],
+                   help=f"precision of {what}: {options['help']}")
+    if bf16_alias:
+        p.add_argument("--bf16", dest="precision", action="store_const", const="bf16",
+                       help="same as --precision bf16 (warns where the CPU would emulate it); prefer --precision auto")
 
 
 def _add_device_flag(p: argparse.ArgumentParser, what: str = "the model") -> None:
@@ -238,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(p)
     _add_train_flags(p, epochs=2.0, lr=2e-5)
     _add_device_flag(p, "training")
+    _add_precision_flag(p, "training and evaluation", bf16_alias=True)
     p.set_defaults(func=cmd_teacher)
 
     p = sub.add_parser("distill", help="distil a student from a teacher artifact")
@@ -295,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(p)
     _add_train_flags(p, epochs=3.0, lr=5e-5)
     _add_device_flag(p, "training (student and teacher)")
+    _add_precision_flag(p, "training and the teacher's soft labels", bf16_alias=True)
     p.set_defaults(func=cmd_distill)
 
     p = sub.add_parser("pretrain", help="continue masked-LM training of an encoder on unlabelled in-domain text")
@@ -315,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(p, required=False)
     _add_train_flags(p, epochs=1.0, lr=5e-5)
     _add_device_flag(p, "training")
+    _add_precision_flag(p, "training and the held-out loss", bf16_alias=True)
     p.set_defaults(func=cmd_pretrain, data=None)
 
     p = sub.add_parser("students", help="list the student presets with their shapes and parameter counts")
@@ -350,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training texts that calibrate ort-static (default 256)")
     _add_data_flags(p, required=False)
     _add_device_flag(p, "the accuracy check")
+    _add_precision_flag(p, "the accuracy check's PyTorch fp32 model")
     p.set_defaults(func=cmd_quantize, data=None)
 
     p = sub.add_parser("optimize", help="build every runtime of a model, measure them here, keep the fastest per batch size")
@@ -382,6 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32, help="texts per batch (default 32)")
     p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: the artifact's)")
     _add_device_flag(p, "the artifact (ONNX: CUDAExecutionProvider when onnxruntime-gpu is installed)")
+    _add_precision_flag(p, "a PyTorch fp32 artifact (other kinds keep their own)")
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("run", help="run the stages a recipe (YAML) names, skipping finished ones")
@@ -423,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load-requests", type=int, default=200, help="requests per client count in load mode (default 200)")
     _add_data_flags(p)
     _add_device_flag(p, "every artifact")
+    _add_precision_flag(p, "the PyTorch fp32 artifacts (other kinds keep their own)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("gate", help="check benchmark results against thresholds: exit 1 on a failed rule (CI)")
@@ -465,7 +483,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of the optimiser steps spent warming the learning rate up (default 0.1)")
     g.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens (default 128)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    g.add_argument("--bf16", action="store_true", help="bf16 autocast during recovery")
     g.add_argument("--sampling", choices=("group_by_length", "random", "sequential"), default="group_by_length",
                    help="batch order during recovery (default group_by_length)")
     g.add_argument("--save-steps", type=int, default=500, help="checkpoint recovery every N steps (default 500)")
@@ -480,6 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
     _add_data_flags(p)
     _add_device_flag(p, "scoring, evaluation and recovery")
+    _add_precision_flag(p, "recovery (distillation)", bf16_alias=True)
     p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser("summary", help="print a side-by-side table of artifacts from their compress.json")

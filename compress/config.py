@@ -27,7 +27,7 @@ from typing import Any, Callable, ClassVar, Collection, Mapping, Sequence, Union
 
 from compress.losses import check_terms
 from compress.losses import names as loss_names
-from compress.device import device_problem
+from compress.device import PRECISIONS, device_problem, precision_problem
 from compress.errors import CompressError
 from students.presets import DEFAULT_PRESET, parse_shape
 
@@ -44,9 +44,13 @@ AUGMENT_OPS = ("replace", "mask", "delete", "swap")
 #: The flags of the data a stage reads; a recipe gives them once, in its ``data:`` section.
 DATA_KEYS = ("data", "text_column", "text_pair_column", "label_column", "limit", "split_seed")
 #: The training flags every training command has (``prune`` has a subset, see :class:`PruneConfig`).
-TRAIN_FLAGS = ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "bf16", "max_steps", "save_steps",
+TRAIN_FLAGS = ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "max_steps", "save_steps",
                "sampling")
-PRUNE_TRAIN_FLAGS = ("lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "bf16", "save_steps", "sampling")
+PRUNE_TRAIN_FLAGS = ("lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "save_steps", "sampling")
+#: The help of ``--precision``, the one setting every stage that trains or runs a model has (:func:`_precision`).
+PRECISION_HELP = ("auto (default): bf16 autocast only where the device runs it natively (a CPU with avx512_bf16 or "
+                  "amx_bf16, a GPU with bf16; fp16 on a GPU without), fp32 otherwise; or fp32, bf16, fp16 (GPU). "
+                  "The choice and its reason are printed and recorded in compress.json")
 #: The bench presets. FULL: the anchors of the design notes, 50 warm-up and 300 timed runs. QUICK
 #: (``--quick``): a smoke run that finishes in seconds, for CI plumbing and trying the command out.
 FULL = {"warmup": 50, "runs": 300, "batch_sizes": (1, 8, 32), "seq_lens": (32, 128), "limit": None}
@@ -225,6 +229,8 @@ class ConfigBase:
         hints = get_type_hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         problems: list[Problem] = []
+        if "precision" in fields:
+            d, problems = _legacy_bf16(d, prefix)
         values: dict[str, Any] = {}
         nested: dict[str, dict[str, Any]] = {}
         for raw_key, value in d.items():
@@ -392,9 +398,56 @@ def _problem(key: str, message: str) -> Problem:
 
 
 def _device_problems(cfg: Any) -> list[Problem]:
-    """``--device`` must be auto, cpu, cuda or cuda:N (whether that GPU exists is checked when the stage runs)."""
+    """``--device`` must be auto, cpu, cuda or cuda:N (whether that GPU exists is checked when the stage runs),
+    and ``--precision`` (where the stage has it) one of :data:`compress.device.PRECISIONS`."""
     problem = device_problem(cfg.device)
-    return [_problem("device", problem)] if problem else []
+    problems = [_problem("device", problem)] if problem else []
+    wrong = precision_problem(cfg.precision) if hasattr(cfg, "precision") else None
+    return problems + ([_problem("precision", wrong)] if wrong else [])
+
+
+def _precision() -> Any:
+    """The ``precision`` field: declared here once (default ``auto``, the choices of
+    :data:`compress.device.PRECISIONS`, the help :data:`PRECISION_HELP`) for every stage config that
+    trains or runs a model; ``--precision`` is made from it (:func:`flag_options`). The stage decides
+    what ``auto`` means on its device with :func:`compress.device.resolve_precision`."""
+    return field(default="auto", metadata={**_choices(*PRECISIONS), "help": PRECISION_HELP})
+
+
+def flag_options(cls: type, name: str) -> dict[str, Any]:
+    """``argparse`` keywords (default, choices, help) of the setting ``name`` of config ``cls``, from its field."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)  # type: ignore[arg-type]
+    out: dict[str, Any] = {"default": f.default}
+    if "choices" in f.metadata:
+        out["choices"] = f.metadata["choices"]
+    if "help" in f.metadata:
+        out["help"] = f.metadata["help"]
+    return out
+
+
+def _legacy_bf16(d: Mapping[str, Any], prefix: str) -> tuple[Mapping[str, Any], list[Problem]]:
+    """The key ``precision`` replaced: ``bf16: true|false`` (recipes and configs written before it, and
+    ``train.bf16`` in older artifacts' ``compress.json``) becomes ``precision: bf16|fp32``."""
+    if "bf16" not in d and not (isinstance(d.get("train"), Mapping) and "bf16" in d["train"]):
+        return d, []
+    d = dict(d)
+    key, old = ("bf16",), d.pop("bf16", None)
+    if isinstance(d.get("train"), Mapping) and "bf16" in d["train"]:
+        train = dict(d["train"])
+        nested = train.pop("bf16")
+        d["train"] = train
+        if key == ("bf16",) and old is None:
+            key, old = ("train", "bf16"), nested
+    name = prefix + ".".join(key)
+    if not isinstance(old, bool):
+        return d, [Problem(key, f"{name} must be true or false, got {old!r} (bf16 is the old name of precision: "
+                                f"use precision: auto, fp32, bf16 or fp16)", True)]
+    mapped = "bf16" if old else "fp32"
+    if d.get("precision", mapped) != mapped:
+        return d, [Problem(key, f"{name}: {str(old).lower()} contradicts {prefix}precision: {d['precision']}; drop "
+                                "bf16 (the old name of precision)", True)]
+    d["precision"] = mapped
+    return d, []
 
 
 # ----------------------------------------------------------------------------- shared parts
@@ -431,7 +484,6 @@ class TrainSettings(ConfigBase):
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     seed: int = 0
-    bf16: bool = False
     save_steps: int = 500
     logging_steps: int = 50
     max_steps: int = -1
@@ -570,6 +622,7 @@ class TeacherConfig(ConfigBase):
     revision: str | None = None
     #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
     device: str = "auto"
+    precision: str = _precision()
 
     def problems(self) -> list[Problem]:
         return self._nested_problems("train") + _device_problems(self)
@@ -627,6 +680,7 @@ class DistillConfig(ConfigBase):
     allow_untrained_teacher: bool = False
     #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
     device: str = "auto"
+    precision: str = _precision()
 
     def problems(self) -> list[Problem]:
         problems = self._nested_problems("train") + self._nested_problems("student") + _device_problems(self)
@@ -711,6 +765,7 @@ class PretrainConfig(ConfigBase):
     resume: bool = False
     #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
     device: str = "auto"
+    precision: str = _precision()
 
     def problems(self) -> list[Problem]:
         problems = self._nested_problems("train") + _device_problems(self)
@@ -756,6 +811,7 @@ class PruneConfig(ConfigBase):
     resume: bool = False
     #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
     device: str = "auto"
+    precision: str = _precision()
 
     def _after_from_dict(self, given: Mapping[str, Any]) -> None:
         # The command line trains recovery for --recover-epochs: the flat form says so once.
@@ -837,6 +893,7 @@ class QuantizeConfig(ConfigBase):
     calibration_size: int = 256
     #: ``--device`` of the accuracy check (the fp32 model and PyTorch candidates; ONNX Runtime's provider).
     device: str = "auto"
+    precision: str = _precision()
 
     def problems(self) -> list[Problem]:
         problems = _device_problems(self)
@@ -928,6 +985,7 @@ class BenchConfig(ConfigBase):
     load_requests: int = 200
     #: ``--device``: where every artifact runs (one device per bench run; results.json records it).
     device: str = "auto"
+    precision: str = _precision()
 
     def resolved(self) -> "BenchConfig":
         """Fill unset settings from the quick or full preset and validate them all."""
