@@ -572,3 +572,208 @@ def test_seed_groups_are_gated_on_their_mean(tmp_path):
     check = _checks(tmp_path, "[rules]\nmax_regression = 0.05\nlatency_batch_size = 1\n", worse, doc)[
         ("student", "max_regression")]
     assert check.status == "fail" and "3 seeds" in check.measured
+
+
+# ----------------------------------------------------------------------------- decisions exactly on the limit
+#
+# Every rule kind, for both directions: exactly on the limit (pass: a bound on the limit is on the good side),
+# just inside (pass), just outside (fail, or inconclusive where only one bound crossed). Zero-width
+# intervals come from rounds whose ratio is constant; the others put the limit on a bound of the interval
+# the gate is documented to use (computed independently where a textbook formula exists).
+
+TINY = 1e-6
+
+
+def _constant_entry(b: int, ns: int) -> dict:
+    ms = ns / 1e6
+    return {"batch_size": b, "seq_len": 128, "runs": ROUNDS, "p50_ms": ms, "p90_ms": ms, "p99_ms": ms, "mean_ms": ms,
+            "min_ms": ms, "max_ms": ms, "throughput_seq_per_s": b * 1000.0 / ms,
+            "speedup": {"median": 1.0, "p10": 1.0, "p90": 1.0, "n": ROUNDS}, "rounds_ns": [ns] * ROUNDS}
+
+
+def _exact_results(student_ns: tuple[int, int] = (10_000_000, 20_000_000)) -> dict:
+    """The crafted run with constant rounds: teacher 40 ms at batch 1 and 8, the student at ``student_ns``
+    (by default 4x and 2x faster), so every latency interval has zero width."""
+    doc = make_results()
+    doc["artifacts"][0]["latency"] = [_constant_entry(1, 40_000_000), _constant_entry(8, 40_000_000)]
+    doc["artifacts"][1]["latency"] = [_constant_entry(1, student_ns[0]), _constant_entry(8, student_ns[1])]
+    return doc
+
+
+def _status(tmp_path, toml: str, doc: dict, artifact: str = "student", baseline: dict | None = None) -> str:
+    checks = _checks(tmp_path, "[rules]\n" + toml + "\n", doc, baseline)
+    rule = next(r for a, r in checks if a == artifact)
+    return checks[(artifact, rule)].status
+
+
+@pytest.mark.parametrize("toml, expected", [
+    ("min_speedup = 2.0", "pass"),                                  # the worst config (batch 8) exactly on the limit
+    (f"min_speedup = {2.0 - TINY}", "pass"),
+    (f"min_speedup = {2.0 + TINY}", "fail"),                        # every config must reach it
+    ("min_speedup = 4.0\nspeedup_batch_size = 1", "pass"),
+    (f"min_speedup = {4.0 + TINY}\nspeedup_batch_size = 1", "fail"),
+    ("max_p50_ms = 10.0\nlatency_batch_size = 1", "pass"),          # lower is better: 10 ms exactly
+    (f"max_p50_ms = {10.0 + TINY}\nlatency_batch_size = 1", "pass"),
+    (f"max_p50_ms = {10.0 - TINY}\nlatency_batch_size = 1", "fail"),
+    ("max_p50_ms = 20.0", "pass"),                                  # the worst config (batch 8, 20 ms)
+    (f"max_p50_ms = {20.0 - TINY}", "fail"),
+    ("min_throughput = 100.0\nlatency_batch_size = 1", "pass"),     # 1 / 10 ms
+    (f"min_throughput = {100.0 - TINY}\nlatency_batch_size = 1", "pass"),
+    (f"min_throughput = {100.0 + TINY}\nlatency_batch_size = 1", "fail"),
+    ("min_throughput = 400.0", "fail"),                             # batch 8 / 20 ms = 400, but batch 1 gives 100
+    ("min_throughput = 100.0", "pass"),
+    (f"min_throughput = {100.0 + TINY}", "fail"),                   # batch 1 is the worst config
+])
+def test_latency_rules_exactly_on_the_limit(tmp_path, toml, expected):
+    assert _status(tmp_path, toml, _exact_results()) == expected
+
+
+def test_min_throughput_scales_with_the_batch_size(tmp_path):
+    doc = _exact_results()
+    assert _status(tmp_path, "min_throughput = 400.0\nlatency_batch_size = 8", doc) == "pass"
+    assert _status(tmp_path, f"min_throughput = {400.0 + TINY}\nlatency_batch_size = 8", doc) == "fail"
+
+
+def _spread_results() -> dict:
+    """The student's batch-1 rounds vary (so its intervals have width); batch 8 is dropped."""
+    doc = _exact_results()
+    rng = np.random.default_rng(7)
+    rounds = [int(t) for t in 10_000_000 * np.exp(0.05 * rng.standard_normal(ROUNDS))]
+    doc["artifacts"][1]["latency"] = [dict(_constant_entry(1, 10_000_000), rounds_ns=rounds)]
+    doc["artifacts"][0]["latency"] = [_constant_entry(1, 40_000_000)]
+    return doc
+
+
+@pytest.mark.parametrize("rule, bound, offset, expected", [
+    # higher is better: pass iff the lower bound reaches the limit, fail iff the upper bound is below it
+    ("min_speedup", "low", 0.0, "pass"),
+    ("min_speedup", "low", +TINY, "inconclusive"),
+    ("min_speedup", "high", 0.0, "inconclusive"),
+    ("min_speedup", "high", +TINY, "fail"),
+    ("min_throughput", "low", 0.0, "pass"),
+    ("min_throughput", "low", +TINY, "inconclusive"),
+    ("min_throughput", "high", 0.0, "inconclusive"),
+    ("min_throughput", "high", +TINY, "fail"),
+    # lower is better: pass iff the upper bound is within the limit, fail iff the lower bound is over it
+    ("max_p50_ms", "high", 0.0, "pass"),
+    ("max_p50_ms", "high", -TINY, "inconclusive"),
+    ("max_p50_ms", "low", 0.0, "inconclusive"),
+    ("max_p50_ms", "low", -TINY, "fail"),
+])
+def test_latency_rules_on_the_bounds_of_their_interval(tmp_path, rule, bound, offset, expected):
+    from benchmarks.stats import series_median_interval, speedup_interval, throughput_interval
+
+    doc = _spread_results()
+    rounds = doc["artifacts"][1]["latency"][0]["rounds_ns"]
+    interval = {"min_speedup": lambda: speedup_interval([40_000_000] * ROUNDS, rounds),
+                "min_throughput": lambda: throughput_interval(rounds, 1),
+                "max_p50_ms": lambda: series_median_interval(rounds)}[rule]()
+    assert interval.high - interval.low > 100 * TINY  # a real interval, so the bounds are told apart
+    limit = getattr(interval, bound) + offset
+    assert _status(tmp_path, f"{rule} = {limit!r}", doc) == expected
+
+
+@pytest.mark.parametrize("size_mb, limit, expected", [(40.0, 40.0, "pass"), (40.0, 40.0 + TINY, "pass"),
+                                                      (40.0, 40.0 - TINY, "fail"), (40.000001, 40.0, "fail")])
+def test_max_size_exactly_on_the_limit(tmp_path, size_mb, limit, expected):
+    doc = make_results()
+    doc["artifacts"][1]["size_bytes"] = round(size_mb * 1e6)
+    assert _status(tmp_path, f"max_size_mb = {limit!r}", doc) == expected
+
+
+@pytest.mark.parametrize("ops, toml, expected", [
+    (6, "min_fused_attention = 6", "pass"), (6, "min_fused_attention = 5", "pass"),
+    (5, "min_fused_attention = 6", "fail"),
+    (6, "require_full_attention_fusion = true", "pass"), (5, "require_full_attention_fusion = true", "fail"),
+])
+def test_fusion_counts_on_the_limit(tmp_path, ops, toml, expected):
+    doc = make_results()
+    doc["artifacts"][2]["onnx"]["attention_ops"] = ops
+    assert _status(tmp_path, toml, doc, artifact="student-int8") == expected
+
+
+@pytest.mark.parametrize("relative", [False, True])
+@pytest.mark.parametrize("bound, offset, expected", [
+    ("high", 0.0, "pass"), ("high", -TINY, "inconclusive"), ("low", 0.0, "inconclusive"), ("low", -TINY, "fail"),
+])
+def test_accuracy_drop_on_the_bounds_of_the_paired_interval(tmp_path, relative, bound, offset, expected):
+    """Lower is better: the drop's upper bound decides a pass, its lower bound a failure (paired interval)."""
+    from benchmarks.stats import accuracy_drop_interval
+
+    doc = make_results()
+    labels = np.asarray(_labels())
+    ref = np.asarray(doc["artifacts"][0]["quality"]["predictions"]) == labels
+    art = np.asarray(doc["artifacts"][1]["quality"]["predictions"]) == labels
+    interval = accuracy_drop_interval(ref, art, relative=relative)
+    assert 0 < interval.low < interval.high
+    rule = "max_relative_accuracy_drop" if relative else "max_accuracy_drop"
+    assert _status(tmp_path, f"{rule} = {getattr(interval, bound) + offset!r}", doc) == expected
+
+
+def test_accuracy_drop_of_identical_predictions_passes_a_zero_limit(tmp_path):
+    doc = make_results()
+    doc["artifacts"][1]["quality"]["predictions"] = list(doc["artifacts"][0]["quality"]["predictions"])
+    assert _status(tmp_path, "max_accuracy_drop = 0.0", doc) == "pass"
+    assert _status(tmp_path, "max_relative_accuracy_drop = 0.0", doc) == "pass"
+
+
+@pytest.mark.parametrize("bound, offset, expected", [
+    ("low", 0.0, "pass"), ("low", +TINY, "inconclusive"), ("high", 0.0, "inconclusive"), ("high", +TINY, "fail"),
+])
+def test_agreement_on_the_clopper_pearson_bounds(tmp_path, bound, offset, expected):
+    """950 of 1000 agree: the textbook Clopper-Pearson bounds are Beta quantiles (scipy.stats.beta)."""
+    from scipy.stats import beta
+
+    bounds = {"low": beta.ppf(0.025, 950, 51), "high": beta.ppf(0.975, 951, 50)}
+    assert _status(tmp_path, f"min_agreement = {float(bounds[bound]) + offset!r}", make_results()) == expected
+
+
+def test_full_agreement_is_not_a_pass_of_a_limit_of_one(tmp_path):
+    """1000 of 1000 agree: the upper bound is 1, the lower bound 0.025^(1/1000), below a limit of 1: inconclusive."""
+    doc = make_results()
+    doc["artifacts"][1]["quality"]["predictions"] = list(doc["artifacts"][0]["quality"]["predictions"])
+    assert _status(tmp_path, "min_agreement = 1.0", doc) == "inconclusive"
+    assert _status(tmp_path, f"min_agreement = {0.025 ** (1 / 1000)!r}", doc) == "pass"
+
+
+@pytest.mark.parametrize("limit, expected", [(0.1, "pass"), (0.1 + TINY, "pass"), (0.1 - TINY, "fail")])
+def test_max_regression_exactly_on_the_limit(tmp_path, limit, expected):
+    """Normalised latency grows exactly 10% (speedup 4x -> 4/1.1x, constant rounds); accuracy is unchanged."""
+    baseline = _exact_results()
+    current = _exact_results((11_000_000, 20_000_000))
+    toml = f"max_regression = {limit!r}\nlatency_batch_size = 1"
+    assert _status(tmp_path, toml, current, baseline=baseline) == expected
+
+
+@pytest.mark.parametrize("bound, offset, expected", [
+    ("high", 0.0, "pass"), ("high", -TINY, "inconclusive"), ("low", 0.0, "inconclusive"), ("low", -TINY, "fail"),
+])
+def test_accuracy_regression_on_the_bounds_of_the_paired_interval(tmp_path, bound, offset, expected):
+    from benchmarks.stats import accuracy_drop_interval
+
+    baseline, current = make_results(), make_results()
+    _set_quality(current["artifacts"][1], 0.85, 0.92)
+    labels = np.asarray(_labels())
+    old = np.asarray(baseline["artifacts"][1]["quality"]["predictions"]) == labels
+    new = np.asarray(current["artifacts"][1]["quality"]["predictions"]) == labels
+    interval = accuracy_drop_interval(old, new)
+    assert 0 < interval.low < interval.high
+    toml = f"max_accuracy_regression = {getattr(interval, bound) + offset!r}"
+    assert _status(tmp_path, toml, current, baseline=baseline) == expected
+
+
+def test_combine_and_outcome_precedence():
+    from benchmarks.gate import Check, combine, outcome
+
+    assert combine([]) == "pass" and combine(["pass", "pass"]) == "pass"
+    assert combine(["pass", "inconclusive"]) == "inconclusive"
+    assert combine(["inconclusive", "fail", "pass"]) == "fail"
+
+    def checks(*statuses: str) -> list:
+        return [Check("a", "r", 1.0, "-", s) for s in statuses]
+
+    assert outcome(checks("pass", "skip")) == ("passed", EXIT_PASS)
+    assert outcome(checks("pass", "inconclusive"))[1] == EXIT_INCONCLUSIVE
+    assert outcome(checks("inconclusive"), "pass")[1] == EXIT_PASS
+    assert outcome(checks("inconclusive"), "fail")[1] == EXIT_FAIL
+    assert outcome(checks("inconclusive", "fail"), "pass")[1] == EXIT_FAIL

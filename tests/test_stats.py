@@ -194,3 +194,89 @@ def test_history_z_and_t_scores():
     # A window with no spread: the floor (the run's own standard error) stands in for the sd.
     score, _, sd = history_score(0.87, [0.88] * 10, floor_se=0.01)
     assert sd == 0.01 and score == pytest.approx(-1.0)
+
+
+# ----------------------------------------------------------------------------- verdict boundaries
+#
+# A bound within ``eps`` of the limit counts as on the limit, and on the limit counts as the good side: a
+# gate must not fail a model whose interval touches the limit. Each case below sits exactly on a limit (or
+# on the edge of its eps band), just inside, or just outside, for both directions, so flipping any of
+# ``>=`` / ``<`` / ``<=`` / ``>`` or the sign of eps changes at least one outcome.
+
+EPS = 1e-9
+LIMIT = 2.0
+
+
+def _interval(low: float, high: float) -> Interval:
+    return Interval((low + high) / 2, low, high, 0.95, "test")
+
+
+@pytest.mark.parametrize("low, high, expected", [
+    (LIMIT, LIMIT + 1, "pass"),                        # lower bound exactly on the limit
+    (LIMIT - EPS, LIMIT + 1, "pass"),                  # ... on the edge of the tolerance band
+    (LIMIT - 3 * EPS, LIMIT + 1, "inconclusive"),      # ... just outside the band: straddles
+    (LIMIT + 1e-6, LIMIT + 1, "pass"),                 # just inside
+    (LIMIT - 1e-6, LIMIT + 1, "inconclusive"),         # just outside
+    (LIMIT - 1, LIMIT, "inconclusive"),                # upper bound exactly on the limit: not a failure
+    (LIMIT - 1, LIMIT - EPS, "inconclusive"),          # ... on the edge of the band
+    (LIMIT - 1, LIMIT - 3 * EPS, "fail"),              # ... just past it
+    (LIMIT - 1, LIMIT - 1e-6, "fail"),
+    (LIMIT, LIMIT, "pass"),                            # a zero-width interval on the limit
+    (LIMIT - 1e-6, LIMIT - 1e-6, "fail"),
+    (LIMIT + 1e-6, LIMIT + 1e-6, "pass"),
+])
+def test_verdict_boundaries_when_higher_is_better(low, high, expected):
+    assert _interval(low, high).verdict(LIMIT, higher_is_better=True) == expected
+
+
+@pytest.mark.parametrize("low, high, expected", [
+    (LIMIT - 1, LIMIT, "pass"),                        # upper bound exactly on the limit
+    (LIMIT - 1, LIMIT + EPS, "pass"),                  # ... on the edge of the tolerance band
+    (LIMIT - 1, LIMIT + 3 * EPS, "inconclusive"),      # ... just outside the band
+    (LIMIT - 1, LIMIT - 1e-6, "pass"),
+    (LIMIT - 1, LIMIT + 1e-6, "inconclusive"),
+    (LIMIT, LIMIT + 1, "inconclusive"),                # lower bound exactly on the limit: not a failure
+    (LIMIT + EPS, LIMIT + 1, "inconclusive"),          # ... on the edge of the band
+    (LIMIT + 3 * EPS, LIMIT + 1, "fail"),              # ... just past it
+    (LIMIT + 1e-6, LIMIT + 1, "fail"),
+    (LIMIT, LIMIT, "pass"),
+    (LIMIT + 1e-6, LIMIT + 1e-6, "fail"),
+    (LIMIT - 1e-6, LIMIT - 1e-6, "pass"),
+])
+def test_verdict_boundaries_when_lower_is_better(low, high, expected):
+    assert _interval(low, high).verdict(LIMIT, higher_is_better=False) == expected
+
+
+def test_verdict_eps_is_the_width_of_the_band():
+    """A wider eps moves the edges by exactly that much; eps 0 makes the comparisons exact."""
+    i = _interval(LIMIT - 0.01, LIMIT + 1)
+    assert i.verdict(LIMIT, True, eps=0.01) == "pass" and i.verdict(LIMIT, True, eps=0.0099) == "inconclusive"
+    i = _interval(LIMIT - 1, LIMIT - 0.01)
+    assert i.verdict(LIMIT, True, eps=0.01) == "inconclusive" and i.verdict(LIMIT, True, eps=0.0099) == "fail"
+    i = _interval(LIMIT - 1, LIMIT + 0.01)
+    assert i.verdict(LIMIT, False, eps=0.01) == "pass" and i.verdict(LIMIT, False, eps=0.0099) == "inconclusive"
+    i = _interval(LIMIT + 0.01, LIMIT + 1)
+    assert i.verdict(LIMIT, False, eps=0.01) == "inconclusive" and i.verdict(LIMIT, False, eps=0.0099) == "fail"
+    exact = _interval(LIMIT - 1e-12, LIMIT + 1)
+    assert exact.verdict(LIMIT, True) == "pass" and exact.verdict(LIMIT, True, eps=0.0) == "inconclusive"
+
+
+@pytest.mark.parametrize("score, flagged", [(-3.0, False), (-3.0 - 1e-9, True), (-2.999, False), (-3.001, True)])
+def test_history_z_flag_boundary(score, flagged):
+    """A score exactly on the threshold is not unusual; only beyond it."""
+    assert history_flagged(score, 10, 3.0, "z") is flagged
+
+
+def test_history_t_flag_boundary():
+    """The t test flags where Student's t cdf (prediction scale) falls below the normal tail of the threshold."""
+    from statistics import NormalDist
+
+    from scipy.stats import t
+
+    window, threshold = 8, 2.0
+    alpha = NormalDist().cdf(-threshold)
+    edge = float(t.ppf(alpha, window - 1)) * math.sqrt(1 + 1 / window)  # the score whose cdf is exactly alpha
+    assert history_flagged(edge - 1e-6, window, threshold, "t")
+    assert not history_flagged(edge + 1e-6, window, threshold, "t")
+    with pytest.raises(ValueError, match="unknown history test"):
+        history_flagged(-5.0, window, threshold, "w")
