@@ -390,6 +390,7 @@ def build_task(splits: dict[str, list[Sentence]], files: dict[str, str], source:
     ``label_names`` (a teacher's tags, say) replaces the list taken from the training split; a
     missing validation or test split is carved out of train (80/10/10, seeded).
     """
+    files = dict(files)
     scheme = detect_scheme(splits, files, scheme)
     names = list(label_names) if label_names else label_list(splits["train"], scheme, files["train"])
     problems = [p for split in SPLIT_NAMES if split in splits for s in splits[split]
@@ -419,7 +420,7 @@ def build_task(splits: dict[str, list[Sentence]], files: dict[str, str], source:
     from compress.data import _fingerprint
 
     dd = DatasetDict({split: Dataset.from_dict(rows[split]) for split in SPLIT_NAMES if split in rows})
-    return TokenTaskData(dd, names, scheme, source, dict(files), _fingerprint(dd), problems, list(notes or []))
+    return TokenTaskData(dd, names, scheme, source, files, _fingerprint(dd), problems, list(notes or []))
 
 
 def load_token_data(spec: str, token_column: str | None = None, tag_column: str | None = None, scheme: str = "auto",
