@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_OUT ?= runs/demo
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean mutation
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,20 @@ demo: install
 
 test: install
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+# Mutation testing (mutmut, pinned in the `mutation` extra) of the modules where a silent bug costs
+# users most: the gate's statistics and verdicts, the checkpoint fingerprint, the soft-label cache keys,
+# Predictor's batching and ordering, pruning importance and removal, the quantize fallback loop. Each
+# module runs against only its own tests, one module after the other, and prints its score and its
+# surviving mutants (tools/mutation/mutate.py lists the functions and tests; MUTATION_MODULES="stats gate"
+# runs some). Not part of `make test`: it takes tens of minutes (times per module: docs/development.md).
+MUTATION_MODULES ?=
+$(VENV)/.mutation: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install --quiet -e '.[mutation]'
+	touch $@
+
+mutation: $(VENV)/.mutation
+	HF_HUB_OFFLINE=1 nice -n 15 $(PY) tools/mutation/mutate.py $(MUTATION_MODULES)
 
 clean:
 	rm -rf $(VENV) runs

@@ -1,0 +1,170 @@
+"""Predictor's batching: texts are sorted by length, padded per batch, and every output goes back to its input.
+
+A batching bug is silent: a label lands on the wrong sentence, or padding leaks into a score, and
+every number still looks plausible. The expected answers here are the model run on one text at a
+time (no padding, no reordering), and the arrays a hand-written padding of the token ids gives.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compress.errors import CompressError
+from compress.runtime import Predictor, encode_batches, normalize_texts, softmax
+
+TEXTS = ["good", "a really wonderful and moving film with a superb cast", "bad plot", "the movie",
+         "the story was quite dull and the acting was weak", "funny", "a charming film", "tedious"]
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory) -> Path:
+    from conftest import make_bert
+
+    folder = make_bert(tmp_path_factory.mktemp("batching") / "clf", layers=1, head=True, num_labels=3, seed=3)
+    import json
+
+    config = json.loads((folder / "config.json").read_text())
+    config["id2label"] = {"0": "neg", "1": "neu", "2": "pos"}
+    config["label2id"] = {"neg": 0, "neu": 1, "pos": 2}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _one_at_a_time(folder: Path, texts, pairs=None) -> np.ndarray:
+    """The model's logits for each text alone: nothing to pad, nothing to reorder."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    rows = []
+    with torch.inference_mode():
+        for i, text in enumerate(texts):
+            enc = tok(text, pairs[i], return_tensors="pt") if pairs else tok(text, return_tensors="pt")
+            rows.append(model(**enc).logits[0].numpy())
+    return np.stack(rows)
+
+
+# ----------------------------------------------------------------------------- encode_batches
+
+
+def test_batches_are_sorted_by_length_and_padded_to_their_own_longest_row(tokenizer):
+    ids = tokenizer(TEXTS)["input_ids"]
+    n, batches = encode_batches(tokenizer, TEXTS, max_length=128, batch_size=3, need_token_types=False)
+    assert n == len(TEXTS) and [len(idx) for idx, _ in batches] == [3, 3, 2]
+    order = np.concatenate([idx for idx, _ in batches])
+    assert sorted(order.tolist()) == list(range(len(TEXTS)))  # every text once
+    lengths = [len(ids[i]) for i in order]
+    assert lengths == sorted(lengths, reverse=True)  # longest first, across and within batches
+    for idx, arrays in batches:
+        assert set(arrays) == {"input_ids", "attention_mask"}  # no token types unless the model takes them
+        width = max(len(ids[i]) for i in idx)
+        assert arrays["input_ids"].shape == arrays["attention_mask"].shape == (len(idx), width)
+        assert arrays["input_ids"].dtype == arrays["attention_mask"].dtype == np.int64
+        for row, i in enumerate(idx):
+            k = len(ids[i])
+            assert arrays["input_ids"][row, :k].tolist() == ids[i]
+            assert (arrays["input_ids"][row, k:] == tokenizer.pad_token_id).all()
+            assert arrays["attention_mask"][row].tolist() == [1] * k + [0] * (width - k)
+
+
+def test_equal_lengths_keep_the_input_order(tokenizer):
+    texts = ["good", "bad", "dull", "funny", "a charming film"]
+    _, batches = encode_batches(tokenizer, texts, max_length=128, batch_size=2, need_token_types=False)
+    assert [i for idx, _ in batches for i in idx.tolist()] == [4, 0, 1, 2, 3]  # a stable sort
+
+
+def test_pairs_get_their_token_types_and_the_second_text(tokenizer):
+    pairs = [("good", "a really wonderful film"), ("the plot", "bad")]
+    n, batches = encode_batches(tokenizer, pairs, max_length=128, batch_size=8, need_token_types=True)
+    (idx, arrays), = batches
+    enc = tokenizer(["good", "the plot"], ["a really wonderful film", "bad"])
+    for row, i in enumerate(idx):
+        k = len(enc["input_ids"][i])
+        assert arrays["input_ids"][row, :k].tolist() == enc["input_ids"][i]
+        assert arrays["token_type_ids"][row, :k].tolist() == enc["token_type_ids"][i]
+        assert (arrays["token_type_ids"][row, k:] == 0).all()
+    assert n == 2 and arrays["token_type_ids"].max() == 1
+
+
+def test_long_texts_are_cut_at_max_length_and_empty_input_is_no_batch(tokenizer):
+    long = " ".join(["good"] * 50)
+    _, batches = encode_batches(tokenizer, [long, "bad"], max_length=16, batch_size=4, need_token_types=False)
+    assert batches[0][1]["input_ids"].shape == (2, 16)
+    assert encode_batches(tokenizer, [], max_length=16, batch_size=4, need_token_types=False) == (0, [])
+
+
+def test_a_tokenizer_without_a_pad_token_pads_with_zero(tokenizer):
+    tokenizer.pad_token = None
+    assert tokenizer.pad_token_id is None
+    _, batches = encode_batches(tokenizer, ["good", "a wonderful film"], 128, 2, need_token_types=False)
+    ids = batches[0][1]["input_ids"]
+    assert ids[1, -1] == 0 and ids[0, -1] != 0
+
+
+@pytest.mark.parametrize("batch_size", [0, -1])
+def test_batch_size_below_one_is_refused(tokenizer, batch_size):
+    with pytest.raises(CompressError, match="batch-size"):
+        encode_batches(tokenizer, TEXTS, 128, batch_size, need_token_types=False)
+
+
+def test_batch_size_one_is_one_row_per_batch(tokenizer):
+    _, batches = encode_batches(tokenizer, TEXTS[:3], 128, 1, need_token_types=False)
+    assert [len(idx) for idx, _ in batches] == [1, 1, 1]
+
+
+def test_normalize_texts_splits_pairs_and_keeps_order():
+    assert normalize_texts("one") == (["one"], None)
+    assert normalize_texts(("a", "b")) == (["a"], ["b"])  # one pair, not two texts
+    assert normalize_texts([("a", "b"), ["c", "d"]]) == (["a", "c"], ["b", "d"])
+    assert normalize_texts(["x", "y"]) == (["x", "y"], None)
+    assert normalize_texts([]) == ([], None)
+    with pytest.raises(CompressError, match="mix"):
+        normalize_texts(["x", ("a", "b")])
+    with pytest.raises(CompressError, match="input 1"):
+        normalize_texts([("a", "b"), ("c", "d", "e")])
+    with pytest.raises(CompressError, match="input 0 is a int"):
+        normalize_texts([3])
+
+
+def test_softmax_is_stable_and_sums_to_one():
+    p = softmax(np.array([[1000.0, 1001.0], [0.0, 0.0]]))
+    assert np.allclose(p, [[1 / (1 + np.e), np.e / (1 + np.e)], [0.5, 0.5]])
+    p = softmax(np.log(np.array([[1.0, 2.0, 7.0]])))
+    assert np.allclose(p, [[0.1, 0.2, 0.7]])
+
+
+# ----------------------------------------------------------------------------- Predictor
+
+
+def test_logits_come_back_in_the_input_order_whatever_the_batch_size(classifier):
+    expected = _one_at_a_time(classifier, TEXTS)
+    predictor = Predictor.load(classifier, threads=1)
+    for batch_size in (1, 3, 32):
+        got = predictor.logits(TEXTS, batch_size=batch_size)
+        assert got.shape == (len(TEXTS), 3) and got.dtype == np.float32
+        np.testing.assert_allclose(got, expected, atol=1e-5, err_msg=f"batch_size={batch_size}")
+    assert predictor.logits([]).shape == (0, 3)
+    np.testing.assert_allclose(predictor.logits(TEXTS[1]), expected[1:2], atol=1e-5)  # one text
+
+
+def test_pairs_come_back_in_order_with_their_token_types(classifier):
+    firsts = ["good", "the story was quite dull", "a film"]
+    seconds = ["a really wonderful and moving film", "bad", "the acting was weak and the plot tedious"]
+    expected = _one_at_a_time(classifier, firsts, seconds)
+    predictor = Predictor.load(classifier, threads=1)
+    got = predictor.logits(list(zip(firsts, seconds)), batch_size=2)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_predict_names_the_argmax_label_of_each_input(classifier):
+    predictor = Predictor.load(classifier, threads=1)
+    logits = _one_at_a_time(classifier, TEXTS)
+    labels, probs = predictor.predict(TEXTS, batch_size=3)
+    names = ["neg", "neu", "pos"]
+    assert labels == [names[i] for i in logits.argmax(-1)]
+    np.testing.assert_allclose(probs, softmax(logits), atol=1e-5)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)

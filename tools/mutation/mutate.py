@@ -1,0 +1,312 @@
+"""Mutation testing of the modules where a silent bug costs users most, one module at a time (``make mutation``).
+
+Why a driver around mutmut: mutmut reads one ``[tool.mutmut]`` table per project, but each module
+here should be checked against only the tests that concern it (so a mutant costs seconds, not the
+whole suite), and only in the functions that decide something (the gate's verdicts, not its table
+formatting; the quantize fallback loop, not the argument checks before it). So for every module this
+script copies the working tree into a scratch folder, writes that folder's ``[tool.mutmut]`` table
+(the one file to mutate, the test files to run), generates the mutants, keeps those in the listed
+functions (and line ranges), runs mutmut on exactly those, and prints a score.
+
+Mutants that only change the wording of a message (a string literal with a space in it, such as an
+error message or a log line) are counted apart and not run: they cannot make a verdict, a key, a
+pruned unit or a chosen candidate wrong, and a test pinning every message's wording would test the
+prose. String literals without spaces (``"pass"``, ``"fail"``, dictionary keys, key formats) are
+mutated like any other code.
+
+Usage::
+
+    python tools/mutation/mutate.py                 # every module, one after the other
+    python tools/mutation/mutate.py stats gate      # some modules
+    python tools/mutation/mutate.py --list          # the modules, their functions and tests
+
+The score of a module is killed / (killed + survived): "killed" includes timeouts and crashes (the
+mutant broke the run), "survived" includes mutants no selected test reaches. Surviving mutants are
+printed as diffs; ``--json FILE`` also writes the numbers and survivors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: What the scratch copy holds: the packages and what their tests read.
+COPY = ("compress", "benchmarks", "students", "tests", "recipes", "docs", "pyproject.toml", "README.md", "Makefile",
+        "requirements-serve.txt")
+PACKAGES = ("compress", "benchmarks", "students")
+
+
+@dataclass
+class Target:
+    """The functions of one source file to mutate, and the tests that concern them."""
+
+    file: str
+    #: ``name`` for a module-level function, ``Class.method`` for a method.
+    functions: list[str]
+    tests: list[str]
+    #: ``{function: (first line, last line)}``: substrings of the first and last source line of the
+    #: part of that function to mutate (for a long function of which only a loop decides).
+    ranges: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @property
+    def module(self) -> str:
+        return self.file[:-3].replace("/", ".")
+
+    def pattern(self, function: str) -> str:
+        cls, _, name = function.rpartition(".")
+        mangled = f"x\u01c1{cls}\u01c1{name}" if cls else f"x_{name}"
+        return f"{self.module}.{mangled}__mutmut_"
+
+
+MODULES: dict[str, list[Target]] = {
+    # The gate's interval arithmetic and every verdict it takes.
+    "stats": [Target("benchmarks/stats.py", [
+        "Interval.verdict", "_check_confidence", "percentile_interval", "block_length", "block_bootstrap_indices",
+        "_paired_ratios", "speedup_replicates", "speedup_interval", "ratio_of_independent", "series_median_interval",
+        "throughput_interval", "paired_table", "accuracy_drop_interval", "unpaired_accuracy_drop_interval",
+        "detectable_drop", "proportion_interval", "mean_over_seeds_interval", "history_score", "history_flagged"],
+        ["tests/test_stats.py", "tests/test_gate.py"])],
+    # The gate's decisions (not its loading, messages or output formats).
+    "gate": [Target("benchmarks/gate.py", [
+        "GateRules.for_artifact", "combine", "_select", "_Context.correct", "_Context.rounds", "_Context.speedup",
+        "_subjects", "evaluate", "_evaluate_rule", "_latency_rule", "_quality_samples", "_accuracy_drop", "_agreement",
+        "_regression", "_baseline_of", "_accuracy_regression_check", "_accuracy_regression", "_same_predictions",
+        "_welch_drop", "outcome"],
+        ["tests/test_gate.py"])],
+    # What makes a finished stage current or a checkpoint resumable.
+    "fingerprint": [Target("compress/fingerprint.py", [
+        "data_fingerprint", "corpus_fingerprint", "model_fingerprint", "_path_fingerprint", "stage_inputs",
+        "stage_identity", "identity_sha256"],
+        ["tests/test_fingerprint_keys.py", "tests/test_pipeline.py"])],
+    # The soft-label cache: its key, and the store that fills and writes it.
+    "soft_labels": [
+        Target("compress/teacher.py", ["_ids_digest", "soft_label_cache_path", "teacher_logits"],
+               ["tests/test_fingerprint_keys.py", "tests/test_loss_registry.py"]),
+        Target("compress/distill/soft_labels.py", [
+            "SoftLabelStore.__init__", "SoftLabelStore.complete", "SoftLabelStore.missing", "SoftLabelStore.get",
+            "SoftLabelStore.put", "SoftLabelStore.save"],
+            ["tests/test_fingerprint_keys.py", "tests/test_loss_registry.py"])],
+    # Predictor's batching: sorting by length, padding, and putting outputs back in the caller's order.
+    "runtime": [Target("compress/runtime.py", [
+        "normalize_texts", "encode_batches", "softmax", "Predictor.logits", "Predictor.predict",
+        "ChoicePredictor.for_batch_size", "ChoicePredictor._run"],
+        ["tests/test_batching_order.py", "tests/test_runtimes.py"])],
+    # Which heads and neurons pruning removes, and the removal itself.
+    "prune": [
+        Target("compress/prune/importance.py", [
+            "importance_criterion", "score_units", "_finite", "select_units", "_nearest", "accumulate_task_gradients"],
+            ["tests/test_prune*.py"]),
+        Target("compress/prune/removal.py", ["remove_units", "prune_model", "_synthetic_inputs"],
+               ["tests/test_prune*.py"])],
+    # The INT8 fallback plan, the loop that tries it, and the choice of the kept candidate.
+    "quantize": [Target("compress/quantize.py", ["CandidateSpec.name", "candidate_plan", "quantize", "_choose"],
+                        ["tests/test_quantize*.py", "tests/test_export_quantize.py"],
+                        ranges={"quantize": ("candidates: list[dict[str, Any]] = []",
+                                             "print(f\"warning: {notes[-1]}\", file=sys.stderr)")})],
+}
+
+KILLED = {"killed", "timeout", "segfault", "caught by type check"}
+
+
+def _mutmut() -> str:
+    exe = Path(sys.executable).with_name("mutmut")
+    if not exe.exists():
+        sys.exit("mutmut is not installed in this environment: pip install -e '.[mutation]'")
+    return str(exe)
+
+
+def prepare(work: Path, targets: list[Target], source: Path = ROOT) -> None:
+    """A fresh scratch copy of the tree at ``source`` with this module's ``[tool.mutmut]`` table."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+    for name in COPY:
+        src = source / name
+        if src.is_dir():
+            shutil.copytree(src, work / name, ignore=ignore)
+        elif src.exists():
+            shutil.copy2(src, work / name)
+    tests = sorted({str(p.relative_to(work)) for t in targets for pattern in t.tests for p in work.glob(pattern)})
+    if not tests:
+        raise SystemExit(f"no test file matches {[t.tests for t in targets]}")
+
+    def toml_list(items) -> str:
+        return "[" + ", ".join(json.dumps(str(i)) for i in items) + "]"
+
+    with open(work / "pyproject.toml", "a", encoding="utf-8") as handle:
+        handle.write("\n[tool.mutmut]\n"
+                     f"source_paths = {toml_list(PACKAGES)}\n"
+                     f"only_mutate = {toml_list(sorted({t.file for t in targets}))}\n"
+                     f"also_copy = {toml_list(n for n in COPY if n not in PACKAGES + ('tests', 'pyproject.toml'))}\n"
+                     f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
+                     'pytest_add_cli_args = ["-q", "-x", "-p", "no:cacheprovider", "-m", "not slow"]\n'
+                     "use_git_change_detection = false\n")
+
+
+GENERATE = """
+import difflib, json, sys
+from pathlib import Path
+from mutmut.__main__ import create_mutants
+from mutmut.utils.file_utils import copy_src_dir, copy_also_copy_files
+from mutmut.mutation.data import MutantLineSpans
+from mutmut.mutation.diff_apply import generated_function_names
+copy_src_dir(); copy_also_copy_files(); create_mutants(1)
+out = {}
+for path in json.loads(sys.argv[1]):
+    names = list(json.loads(Path("mutants", path + ".meta").read_text())["exit_code_by_key"])
+    pairs = {n: generated_function_names(n) for n in names}
+    wanted = sorted({f for pair in pairs.values() for f in pair})
+    spans = MutantLineSpans.load(path)  # one read of the mutated file, no parsing
+    source = dict(zip(wanted, spans.read_function_sources(wanted)))
+    for name, (orig, mutant) in pairs.items():
+        a = source[orig].splitlines()
+        b = source[mutant].replace(mutant, orig, 1).splitlines()
+        out[name] = "\\n".join(difflib.unified_diff(a, b, path, path, lineterm="", n=1))
+print(json.dumps(out))
+"""
+
+
+def changed_lines(diff: str) -> tuple[list[str], list[str]]:
+    """The removed and added lines of a unified diff."""
+    body = [line for line in diff.splitlines() if not line.startswith(("---", "+++", "@@"))]
+    return [line[1:] for line in body if line.startswith("-")], [line[1:] for line in body if line.startswith("+")]
+
+
+def is_message_mutant(diff: str) -> bool:
+    """Whether the mutant only rewords a string literal that holds a space (a message, not a key or a verdict)."""
+    old, new = changed_lines(diff)
+    if len(old) != 1 or len(new) != 1:
+        return False
+    a, b = old[0], new[0]
+    start = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    end_a, end_b = len(a), len(b)
+    while end_a > start and end_b > start and a[end_a - 1] == b[end_b - 1]:
+        end_a, end_b = end_a - 1, end_b - 1
+    changed = a[start:end_a]
+    if b.replace("XX", "") == a:  # "text" -> "XXtextXX": the literal is what lies between the insertions
+        first = b.find("XX")
+        literal = b[first + 2:b.find("XX", first + 2)]
+        return " " in literal
+    if a.lower() == b.lower() or a.upper() == b.upper():  # a literal's case changed
+        quote_before = max(a.rfind('"', 0, start + 1), a.rfind("'", 0, start + 1))
+        return " " in changed or (quote_before >= 0 and " " in a[quote_before:end_a])
+    return False
+
+
+def in_range(diff: str, source_lines: list[str], bounds: tuple[str, str]) -> bool:
+    """Whether the lines a mutant changes lie in the part of the function between the two marker lines."""
+    first = next(i for i, line in enumerate(source_lines) if bounds[0] in line)
+    last = next(i for i, line in enumerate(source_lines) if i >= first and bounds[1] in line)
+    allowed = {line.strip() for line in source_lines[first:last + 1]}
+    old, _ = changed_lines(diff)
+    return bool(old) and all(line.strip() in allowed for line in old)
+
+
+def select(work: Path, targets: list[Target]) -> tuple[dict[str, str], dict[str, str]]:
+    """``(to_run, messages)``: mutants of the listed functions, each with its diff."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    files = [t.file for t in targets]
+    proc = subprocess.run([sys.executable, "-c", GENERATE, json.dumps(files)], cwd=work, env=env, text=True,
+                          capture_output=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"mutant generation failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    diffs: dict[str, str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    run, messages = {}, {}
+    for target in targets:
+        source = (work / target.file).read_text(encoding="utf-8").splitlines()
+        for function in target.functions:
+            prefix = target.pattern(function)
+            names = [n for n in diffs if n.startswith(prefix) and n[len(prefix):].isdigit()]
+            if not names:
+                raise SystemExit(f"{target.file}: no mutant of {function} (renamed? update tools/mutation/mutate.py)")
+            for name in names:
+                diff = diffs[name]
+                if function in target.ranges and not in_range(diff, source, target.ranges[function]):
+                    continue
+                (messages if is_message_mutant(diff) else run)[name] = diff
+    return run, messages
+
+
+def results(work: Path, targets: list[Target]) -> dict[str, str]:
+    from mutmut.stats import status_by_exit_code
+
+    status = {}
+    for target in targets:
+        meta = json.loads((work / "mutants" / (target.file + ".meta")).read_text(encoding="utf-8"))
+        for name, code in meta["exit_code_by_key"].items():
+            status[name] = status_by_exit_code[code]
+    return status
+
+
+def run_module(name: str, work_root: Path, max_children: int, source: Path = ROOT) -> dict:
+    targets = MODULES[name]
+    work = work_root / name
+    t0 = time.monotonic()
+    prepare(work, targets, source)
+    to_run, messages = select(work, targets)
+    print(f"== {name}: {len(to_run)} mutants in {sum(len(t.functions) for t in targets)} functions "
+          f"({len(messages)} message-only mutants not run); tests: {', '.join(t for x in targets for t in x.tests)}",
+          flush=True)
+    log = work_root / f"{name}.mutmut.log"
+    with open(log, "w", encoding="utf-8") as handle:
+        proc = subprocess.run([_mutmut(), "run", "--max-children", str(max_children), *sorted(to_run)], cwd=work,
+                              env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=handle, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        print(log.read_text(encoding="utf-8")[-4000:])
+        raise SystemExit(f"mutmut failed on {name} (exit {proc.returncode}); its log: {log}")
+    status = results(work, targets)
+    counted = {n: status.get(n, "not checked") for n in to_run}
+    killed = sorted(n for n, s in counted.items() if s in KILLED)
+    survived = sorted(n for n, s in counted.items() if s not in KILLED)
+    score = len(killed) / len(counted) if counted else 1.0
+    minutes = (time.monotonic() - t0) / 60
+    print(f"== {name}: {len(killed)} of {len(counted)} killed ({100 * score:.1f}%), {minutes:.1f} min", flush=True)
+    for n in survived:
+        print(f"-- {n} ({counted[n]})\n{to_run[n]}")
+    return {"module": name, "killed": len(killed), "mutants": len(counted), "score": round(score, 4),
+            "messages_not_run": len(messages), "minutes": round(minutes, 1),
+            "survivors": {n: {"status": counted[n], "diff": to_run[n]} for n in survived}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help=f"some of {', '.join(MODULES)} (default: all)")
+    parser.add_argument("--work", default=os.environ.get("MUTATION_WORK", "/tmp/bert-compress-mutation"),
+                        help="scratch folder (a copy of the tree per module)")
+    parser.add_argument("--max-children", type=int, default=int(os.environ.get("MUTATION_CHILDREN", "2")))
+    parser.add_argument("--source", type=Path, default=ROOT,
+                        help="the tree whose code and tests are copied (default: this checkout; another checkout, "
+                             "such as `git archive` of an older commit, measures that commit)")
+    parser.add_argument("--json", help="also write the scores and survivors to this file")
+    parser.add_argument("--list", action="store_true", help="print the modules, functions and tests, run nothing")
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown module(s) {', '.join(unknown)}; choose among {', '.join(MODULES)}")
+    chosen = args.modules or list(MODULES)
+    if args.list:
+        for m in chosen:
+            for t in MODULES[m]:
+                print(f"{m}: {t.file}: {', '.join(t.functions)}\n    tests: {', '.join(t.tests)}")
+        return 0
+    reports = [run_module(m, Path(args.work), args.max_children, args.source.resolve()) for m in chosen]
+    print("\nmodule        killed / mutants   score")
+    for r in reports:
+        print(f"{r['module']:<13} {r['killed']:>6} / {r['mutants']:<7}  {100 * r['score']:5.1f}%")
+    if args.json:
+        Path(args.json).write_text(json.dumps(reports, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
