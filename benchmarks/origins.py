@@ -1,0 +1,213 @@
+"""Where the gap is: a distilled student's agreement with its teacher by the origin of the rows.
+
+    python -m benchmarks.origins --teacher runs/teacher runs/student-s0 runs/student-s1 [--per-origin 2000]
+
+For every student (a ``distill`` artifact) it rebuilds, from the student's own ``compress.json``,
+the rows it was trained on: the labelled training rows of its data, the augmented variants (read
+back from the augmentation cache the distill stage recorded under ``transfer.augment.cache``) and
+the unlabelled corpus rows (read and filtered again with the recorded settings: the same corpus,
+limit and seed give the same rows); then the validation and test splits. Each origin is sampled
+(seeded, at most ``--per-origin`` rows; 0 = all), both models label the rows through the same
+``Predictor`` path serving uses, and it prints the agreement per origin with its Wilson interval
+and the diagnosis of :func:`benchmarks.agreement.gap_diagnosis`: the disagreement on the test split
+is split into the part already there on the training rows (optimisation) and the part lost from
+the training rows to new text (data). Predictions are cached per model weights and texts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from benchmarks.agreement import agreement_by_origin, gap_diagnosis
+from compress.errors import CompressError
+
+#: Origins in report order; the first three are rows the student trained on.
+TRAINED = ("train", "augmented", "unlabeled")
+HELD_OUT = ("test",)
+ORIGINS = TRAINED + ("validation",) + HELD_OUT
+DEFAULT_PER_ORIGIN = 2000
+
+
+def _texts(rows: list[dict], is_pair: bool) -> list[Any]:
+    return [(r["text"], r["text_pair"]) if is_pair else r["text"] for r in rows]
+
+
+def origin_texts(meta: dict[str, Any], task, where: str = "STUDENT") -> tuple[dict[str, list[Any]], list[str]]:
+    """``({origin: texts}, notes)``: the rows a distill artifact trained on, by origin, and the held-out splits.
+
+    ``meta`` is the student's ``compress.json``, ``task`` its data loaded from the recorded options.
+    A transfer part that cannot be rebuilt (a cleared augmentation cache) is left out with a note.
+    """
+    from compress.transfer.corpus import filter_unlabeled, load_unlabeled
+    from compress.transfer.texts import split_keys
+
+    cfg = meta.get("config") or {}
+    transfer = meta.get("transfer") or {}
+    out: dict[str, list[Any]] = {"train": list(task.texts("train"))}
+    notes: list[str] = []
+    augment = transfer.get("augment") or {}
+    if transfer.get("augmented"):
+        cache = Path(augment.get("cache") or "")
+        if not augment.get("cache") or not cache.is_file():
+            notes.append(f"{where}: its {transfer['augmented']} augmented rows are not at {cache} (the augmentation cache "
+                         "was cleared or the artifact was made elsewhere); run distill again with the same settings "
+                         "to rebuild them, or read the other origins")
+        else:
+            with open(cache, encoding="utf-8") as handle:
+                rows = [json.loads(line) for line in handle if line.strip()]
+            out["augmented"] = _texts(rows, task.is_pair)
+    if transfer.get("unlabeled") and cfg.get("unlabeled"):
+        corpus = load_unlabeled(cfg["unlabeled"], cfg.get("unlabeled_text_column", "text"),
+                                cfg.get("unlabeled_text_pair_column"), task.is_pair)
+        seed = int((cfg.get("train") or {}).get("seed", 0))
+        texts, pairs, _ = filter_unlabeled(corpus, split_keys(task, ("validation", "test")), split_keys(task, ("train",)),
+                                           cfg.get("unlabeled_limit"), seed)
+        if len(texts) != transfer["unlabeled"]:
+            notes.append(f"{where}: the unlabelled corpus {cfg['unlabeled']} now gives {len(texts)} rows, the student "
+                         f"trained on {transfer['unlabeled']} (the corpus changed); its agreement is on today's rows")
+        out["unlabeled"] = list(zip(texts, pairs)) if pairs is not None else texts
+    for split in ("validation", "test"):
+        if split in task.splits:
+            out[split] = list(task.texts(split))
+    return out, notes
+
+
+def sample(texts: list[Any], limit: int, seed: int = 0) -> list[Any]:
+    """At most ``limit`` of ``texts`` (seeded, in their original order); all of them for ``limit`` 0."""
+    if not limit or len(texts) <= limit:
+        return list(texts)
+    return [texts[i] for i in sorted(random.Random(seed).sample(range(len(texts)), limit))]
+
+
+def _with_mask_token(texts: list[Any], tokenizer) -> list[Any]:
+    """Augmentation writes ``[MASK]`` for a masked word; distill showed each model its own mask token."""
+    from compress.transfer.augment import MASK
+
+    token = getattr(tokenizer, "mask_token", None) or MASK
+    if token == MASK:
+        return texts
+    swap = (lambda t: t.replace(MASK, token))  # noqa: E731
+    return [(swap(t[0]), swap(t[1])) if isinstance(t, tuple) else swap(t) for t in texts]
+
+
+def predicted_labels(path: Path, texts_by_origin: dict[str, list[Any]], batch_size: int = 64) -> dict[str, np.ndarray]:
+    """Argmax labels of one artifact per origin, cached under ``cache_dir()/predictions`` by weights and texts."""
+    from compress.artifact import read_meta, weights_sha256
+    from compress.assets import cache_dir
+    from compress.runtime import Predictor
+
+    meta = read_meta(path) or {}
+    weights = meta.get("weights_sha256") or weights_sha256(path)
+    folder = cache_dir() / "predictions"
+    folder.mkdir(parents=True, exist_ok=True)
+    predictor, out = None, {}
+    for origin, texts in texts_by_origin.items():
+        digest = hashlib.sha256(weights.encode())
+        for t in texts:
+            digest.update(json.dumps(t, ensure_ascii=False).encode("utf-8") + b"\x00")
+        cached = folder / f"origin-{digest.hexdigest()[:32]}.npy"
+        if cached.exists():
+            out[origin] = np.load(cached, allow_pickle=False)
+            continue
+        if predictor is None:
+            predictor = Predictor.load(path)
+        out[origin] = predictor.logits(_with_mask_token(texts, predictor.tokenizer), batch_size=batch_size).argmax(-1)
+        tmp = cached.with_suffix(".tmp.npy")
+        np.save(tmp, out[origin], allow_pickle=False)
+        os.replace(tmp, cached)  # a cache file is whole or absent
+    return out
+
+
+def origin_report(student: Path, teacher: Path, per_origin: int = DEFAULT_PER_ORIGIN, seed: int = 0) -> dict[str, Any]:
+    """``{"student", "by_origin", "diagnosis", "notes"}`` for one distill artifact against its teacher."""
+    from compress.artifact import read_meta
+    from compress.config import DataOptions
+
+    meta = read_meta(student)
+    if not meta or meta.get("stage") != "distill":
+        raise CompressError(f"{student}: not a distill artifact (its compress.json records stage "
+                            f"{(meta or {}).get('stage')!r}); give the folder bert-compress distill wrote, whose "
+                            "compress.json says what it was trained on.")
+    options = DataOptions.from_dict((meta.get("config") or {}).get("data") or {}, where="config.data", check=False)
+    task = options.load()
+    recorded = (meta.get("data") or {}).get("fingerprint")
+    if recorded and recorded != task.fingerprint:
+        raise CompressError(f"{student}: its data {options.data!r} no longer loads the rows it was trained on "
+                            "(the data fingerprint in compress.json differs). Run this where that data is unchanged.")
+    texts, notes = origin_texts(meta, task, str(student))
+    chosen = {o: sample(texts[o], per_origin, seed) for o in ORIGINS if texts.get(o)}
+    ours, theirs = predicted_labels(student, chosen), predicted_labels(teacher, chosen)
+    origins = [o for o in chosen for _ in chosen[o]]
+    pred = np.concatenate([ours[o] for o in chosen])
+    ref = np.concatenate([theirs[o] for o in chosen])
+    by_origin = agreement_by_origin(pred, ref, origins)
+    for o in by_origin:
+        by_origin[o]["of"] = len(texts[o])
+    trained, held_out = [o for o in TRAINED if o in by_origin], [o for o in HELD_OUT if o in by_origin]
+    diagnosis = gap_diagnosis(by_origin, trained, held_out) if trained and held_out else None
+    if diagnosis is None:
+        notes.append(f"{student}: no diagnosis without both training rows and a test split")
+    return {"student": str(student), "teacher": str(teacher), "by_origin": by_origin, "diagnosis": diagnosis,
+            "notes": notes, "per_origin": per_origin, "seed": seed}
+
+
+def render(reports: Sequence[dict[str, Any]]) -> str:
+    """The Markdown table and one diagnosis line per student."""
+    head = ["student", "origin", "rows (of)", "agreement with teacher", "95% Wilson"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---:|"]
+    for rep in reports:
+        name = Path(rep["student"]).name
+        for origin, row in rep["by_origin"].items():
+            lines.append(f"| {name} | {origin} | {row['n']:,} ({row['of']:,}) | {100 * row['agreement']:.2f}% | "
+                         f"[{100 * row['low']:.2f}, {100 * row['high']:.2f}] |")
+    lines.append("")
+    for rep in reports:
+        d = rep["diagnosis"]
+        if d is None:
+            lines += [f"  - note: {n}" for n in rep["notes"]]
+            continue
+        g_low, g_high = d["generalisation_interval"]
+        lines.append(f"- {Path(rep['student']).name}: **{d['verdict']}**. Disagreement on {'+'.join(d['held_out'])}: "
+                     f"{100 * (1 - d['held_out_agreement']):.2f} points = fit {100 * d['fit']:.2f} (disagreement on the "
+                     f"rows it trained on: {'+'.join(d['trained'])}) + generalisation {100 * d['generalisation']:.2f} "
+                     f"[{100 * g_low:.2f}, {100 * g_high:.2f}]: {d['explanation']}.")
+        lines += [f"  - note: {n}" for n in rep["notes"]]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.origins", description=__doc__.split("\n\n")[0])
+    parser.add_argument("students", nargs="+", help="distill artifact folders (one per seed, or several levers)")
+    parser.add_argument("--teacher", required=True, help="the teacher artifact the students were distilled from")
+    parser.add_argument("--per-origin", type=int, default=DEFAULT_PER_ORIGIN,
+                        help=f"rows sampled per origin (seeded; 0 = all; default {DEFAULT_PER_ORIGIN})")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the per-origin sample (default 0)")
+    parser.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    args = parser.parse_args(argv)
+    if args.per_origin < 0:
+        print(f"--per-origin must be 0 (all rows) or more, got {args.per_origin}", file=sys.stderr)
+        return 2
+    try:
+        reports = [origin_report(Path(s), Path(args.teacher), args.per_origin, args.seed) for s in args.students]
+    except CompressError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(render(reports))
+    if args.json:
+        from compress.transfer.texts import atomic_write_text
+
+        atomic_write_text(Path(args.json), json.dumps(reports, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
