@@ -214,3 +214,35 @@ def test_protocol_refuses_unpaired_or_too_few_seeds(capsys):
     assert code == 2 and "l has 2 seed(s) and the baseline b has 3" in capsys.readouterr().err
     code = main(["--protocol", "b=x0,x1,x2", "l=y0,y1,y2"])
     assert code == 2 and "--protocol needs --baseline" in capsys.readouterr().err
+
+
+def test_compare_protocol_command_on_tiny_models(tmp_path, capsys):
+    """The command end to end: predictions of real (tiny) artifacts on validation + test, decided as by hand."""
+    import json
+
+    from compress.runtime import Predictor
+    from tests.conftest import make_bert, sentiment_rows, write_csv
+    from tests.test_traffic_agreement import _shifted_copy
+
+    data = write_csv(tmp_path / "sentiment.csv", sentiment_rows(80, seed=3))
+    from compress.config import DataOptions
+
+    task = DataOptions(data=str(data)).load()
+    texts = list(task.texts("validation")) + list(task.texts("test"))
+    labels = np.concatenate([np.asarray(task.splits[s]["label"]) for s in ("validation", "test")])
+    base = [make_bert(tmp_path / f"b{i}", layers=1, hidden=32, heads=2, ffn=64, head=True, seed=i) for i in range(3)]
+    lever = [_shifted_copy(b, tmp_path / f"l{i}", texts) for i, b in enumerate(base)]
+    out = tmp_path / "table.json"
+    code = main(["--data", str(data), "--protocol", "--baseline", "base=" + ",".join(map(str, base)),
+                 "base=" + ",".join(map(str, base)), "lever=" + ",".join(map(str, lever)), "--json", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    correct = {name: np.stack([Predictor.load(p).logits(texts).argmax(-1) == labels for p in paths])
+               for name, paths in (("base", base), ("lever", lever))}
+    expected = decide(correct["lever"], correct["base"])
+    got = json.loads(out.read_text())["lever"]["protocol"]
+    assert got["baseline"] == "base" and got["verdict"] == expected.verdict
+    assert got["pooled"]["difference"] == pytest.approx(expected.pooled.difference)
+    assert got["pooled"]["p_value"] == pytest.approx(expected.pooled.p_value)
+    assert got["seeds"]["differences"] == pytest.approx(list(expected.seeds.differences))
+    assert f"| lever | 3 x {len(texts)} | {100 * expected.pooled.difference:+.2f} |" in printed
