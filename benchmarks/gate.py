@@ -392,6 +392,19 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
                                          "file was edited or damaged; run the benchmark again.")
     if reference not in names:
         raise GateInputError(f"{path}: the reference {reference!r} is not among the artifacts. Run the benchmark again.")
+    if version >= 2:
+        # Paired statistics divide round i of the reference by round i of each artifact: equal counts, checked here
+        # where the file is known, not in the middle of an evaluation.
+        ref_rounds = {(e["batch_size"], e["seq_len"]): len(e["rounds_ns"])
+                      for e in next(a for a in artifacts if a["name"] == reference)["latency"]}
+        for i, art in enumerate(artifacts):
+            for j, entry in enumerate(art["latency"]):
+                want = ref_rounds.get((entry["batch_size"], entry["seq_len"]))
+                if want is not None and len(entry["rounds_ns"]) != want:
+                    raise GateInputError(
+                        f"{path}: artifacts[{i}].latency[{j}].rounds_ns holds {len(entry['rounds_ns'])} rounds but the "
+                        f"reference's at batch {entry['batch_size']} seq {entry['seq_len']} holds {want}: the rounds "
+                        "are not paired. The file was edited or damaged; run the benchmark again.")
     groups = doc.get("groups") or []
     if not isinstance(groups, list):
         raise GateInputError(f"{path}: $.groups should be a list. The file was edited or damaged; run the benchmark again.")

@@ -118,13 +118,11 @@ def run_interleaved(runners: Mapping[str, Callable[[], Any]], warmup: int, runs:
 
 
 def position_limit(config: Any) -> int | None:
-    """The longest sequence the model's position table allows (RoBERTa-style models lose two)."""
-    positions = getattr(config, "max_position_embeddings", None)
-    if not isinstance(positions, int):
-        return None
-    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
-        positions -= 2
-    return positions
+    """The longest sequence the model's position table allows (RoBERTa-style models and MPNet lose two):
+    :func:`compress.runtime.position_limit`, the one place that knows which families those are."""
+    from compress.runtime import position_limit as limit
+
+    return limit(config)
 
 
 def fixed_shape_inputs(predictor, texts: Sequence[Any], batch_size: int, seq_len: int) -> dict[str, np.ndarray]:

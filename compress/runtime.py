@@ -68,17 +68,34 @@ def default_max_length(tokenizer, config: Any, meta: dict[str, Any] | None) -> i
         value = None
     limit = getattr(tokenizer, "model_max_length", None)
     limit = limit if isinstance(limit, int) and 0 < limit < 100_000 else 512
-    positions = getattr(config, "max_position_embeddings", None) or limit
-    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
-        positions -= 2  # these count positions from padding_idx + 1
-    cap = min(limit, positions)
+    positions = position_limit(config)
+    cap = min(limit, positions) if positions else limit
     return min(value, cap) if value else cap
+
+
+#: Families whose position ids count from ``padding_idx + 1`` (= 2): their table of N rows holds N - 2 tokens.
+#: MPNet is one (its embeddings copy RoBERTa's), so mpnet-base's 514 rows hold 512 tokens.
+POSITION_OFFSET_TYPES = ("roberta", "xlm-roberta", "camembert", "mpnet")
+
+
+def position_limit(config: Any) -> int | None:
+    """The longest sequence the model's position table allows, or ``None`` when the config has none."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if not isinstance(positions, int) or isinstance(positions, bool) or positions <= 0:
+        return None
+    if getattr(config, "model_type", "") in POSITION_OFFSET_TYPES:
+        positions -= 2
+    return positions
 
 
 def normalize_texts(texts: Text | Sequence[Text]) -> tuple[list[str], list[str] | None]:
     """Split inputs into first and (for sentence pairs) second texts, refusing mixed or empty input."""
     if isinstance(texts, str) or (isinstance(texts, tuple) and len(texts) == 2 and all(isinstance(t, str) for t in texts)):
         texts = [texts]  # one text, or one pair
+    if isinstance(texts, (bytes, bytearray, dict)) or not hasattr(texts, "__iter__"):
+        hint = " (decode bytes first: data.decode('utf-8'))" if isinstance(texts, (bytes, bytearray)) else ""
+        raise CompressError(f"predict: got a {type(texts).__name__}, not a text or a list of texts{hint}; give a "
+                            "string, a (text, pair) tuple, or a list of either.")
     items = list(texts)
     firsts: list[str] = []
     seconds: list[str] = []
@@ -106,8 +123,8 @@ def encode_batches(tokenizer, texts: Text | Sequence[Text], max_length: int, bat
     outputs at ``row_indices`` restores the caller's order. Sorting by length keeps the padding
     (wasted compute) small when texts vary in length, as they do in real traffic.
     """
-    if batch_size < 1:
-        raise CompressError(f"--batch-size must be at least 1, got {batch_size}.")
+    if not _is_count(batch_size):
+        raise CompressError(f"--batch-size must be a whole number of at least 1, got {batch_size!r}.")
     firsts, seconds = normalize_texts(texts)
     if not firsts:
         return 0, []
@@ -135,6 +152,11 @@ def encode_batches(tokenizer, texts: Text | Sequence[Text], max_length: int, bat
             arrays["token_type_ids"] = token_types
         batches.append((idx, arrays))
     return len(firsts), batches
+
+
+def _is_count(value: Any) -> bool:
+    """A whole number of at least 1 (``True`` and ``2.0`` are not: they hide a caller's mix-up)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= 1
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -167,6 +189,12 @@ class Predictor:
         self.tokenizer = tokenizer
         self.config = config
         self.meta = meta or {}
+        if max_length is not None:
+            positions = position_limit(config)
+            if not _is_count(max_length) or (positions and max_length > positions):
+                raise CompressError(f"--max-length {max_length!r}: {path} runs sequences of 1 to "
+                                    f"{positions or 'any number of'} tokens (its position table); give a whole "
+                                    "number in that range, or leave it out to use the artifact's own.")
         self.max_length = max_length or default_max_length(tokenizer, config, meta)
         self.need_token_types = need_token_types
         self.num_parameters = num_parameters
@@ -199,8 +227,8 @@ class Predictor:
         if not path.is_dir():
             raise CompressError(f"--model {path} does not exist or is not a folder. Give an artifact folder "
                                 "(from teacher, distill, export or quantize) or a save_pretrained folder.")
-        if threads is not None and threads < 1:
-            raise CompressError(f"--threads must be at least 1, got {threads}.")
+        if threads is not None and not _is_count(threads):
+            raise CompressError(f"--threads must be a whole number of at least 1, got {threads!r}.")
         if device is not None:
             from compress.device import check_device_spec
 

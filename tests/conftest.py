@@ -1,5 +1,6 @@
-"""Shared fixtures: tiny BERT models built in-process with the real bert-base-uncased vocabulary,
-and small but learnable sentiment data written to disk like a user's file."""
+"""Shared fixtures: tiny BERT and MPNet models built in-process with the real bert-base-uncased
+vocabulary (MPNet's in its real layout: shifted by four ids), and small but learnable sentiment
+data written to disk like a user's file."""
 
 from __future__ import annotations
 
@@ -31,22 +32,74 @@ def make_tokenizer():
 
 
 def make_bert(path: Path, layers: int = 4, hidden: int = 32, heads: int = 4, ffn: int = 64, seed: int = 0,
-              head: bool = False, num_labels: int = 2) -> Path:
-    """Save a tiny random BERT (encoder only, or with a classifier head) and the tokenizer to ``path``."""
+              head: bool = False, num_labels: int = 2, max_positions: int = 128,
+              model_max_length: int = 128) -> Path:
+    """Save a tiny random BERT (encoder only, or with a classifier head) and the tokenizer to ``path``.
+
+    ``max_positions`` below ``model_max_length`` gives a position table shorter than the
+    tokenizer's limit, as a compact student under a 512-token tokenizer has."""
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=ffn, max_position_embeddings=128, num_labels=num_labels)
+                        intermediate_size=ffn, max_position_embeddings=max_positions, num_labels=num_labels)
     model = BertForSequenceClassification(config) if head else BertModel(config)
     model.save_pretrained(path, safe_serialization=True)
-    make_tokenizer().save_pretrained(path)
+    tok = make_tokenizer()
+    tok.model_max_length = model_max_length
+    tok.save_pretrained(path)
+    return path
+
+
+#: MPNet's special tokens before bert-base-uncased's vocabulary, and its mask token after it: the
+#: layout of the real mpnet-base vocabulary (30,527 ids; /work/shared/ASSETS.md).
+MPNET_HEAD_TOKENS = ("<s>", "<pad>", "</s>", "<unk>")
+MPNET_VOCAB_SIZE = 30527
+MPNET_SHIFT = len(MPNET_HEAD_TOKENS)
+
+
+def make_mpnet_tokenizer(model_max_length: int = 512):
+    """MPNet's real tokenizer layout over tests/fixtures/vocab.txt: bert-base-uncased's word pieces at
+    their id + 4, ``<s> <pad> </s> <unk>`` at 0..3, ``<mask>`` last (30526); ``<s> A </s>`` and
+    ``<s> A </s></s> B </s>`` framing, no token types, unknown words as ``[UNK]`` (104), as mpnet-base's
+    tokenizer_config says. The limit is the real one's 512 unless given."""
+    from transformers import MPNetTokenizer
+
+    words = (FIXTURES / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    vocab = {token: i for i, token in enumerate([*MPNET_HEAD_TOKENS, *words, "<mask>"])}
+    assert len(vocab) == MPNET_VOCAB_SIZE
+    tok = MPNetTokenizer(vocab=vocab, model_max_length=model_max_length)
+    bert_ids = {w: i for i, w in enumerate(words)}
+    ids = tok("wonderful")["input_ids"]
+    assert tok.convert_ids_to_tokens(ids) == ["<s>", "wonderful", "</s>"], ids
+    assert ids[1] == bert_ids["wonderful"] + MPNET_SHIFT and tok.mask_token_id == MPNET_VOCAB_SIZE - 1
+    return tok
+
+
+def make_mpnet(path: Path, layers: int = 2, hidden: int = 32, heads: int = 4, ffn: int = 64, seed: int = 0,
+               head: bool = False, num_labels: int = 2, max_positions: int = 66,
+               model_max_length: int = 512) -> Path:
+    """Save a tiny random MPNet (encoder only, or ``MPNetForSequenceClassification``) and its tokenizer.
+
+    As in the real mpnet-base, positions count from ``padding_idx + 1`` (= 2), so a table of
+    ``max_positions`` rows holds sequences of ``max_positions - 2`` tokens; the default 66 rows (64
+    tokens) under the tokenizer's 512 make the position cap, not the tokenizer, decide the length."""
+    import torch
+    from transformers import MPNetConfig, MPNetForSequenceClassification, MPNetModel
+
+    torch.manual_seed(seed)
+    config = MPNetConfig(vocab_size=MPNET_VOCAB_SIZE, hidden_size=hidden, num_hidden_layers=layers,
+                         num_attention_heads=heads, intermediate_size=ffn, max_position_embeddings=max_positions,
+                         num_labels=num_labels)  # 32 relative-attention buckets, as the real one (and the code) has
+    model = MPNetForSequenceClassification(config) if head else MPNetModel(config)
+    model.save_pretrained(path, safe_serialization=True)
+    make_mpnet_tokenizer(model_max_length).save_pretrained(path)
     return path
 
 
 def train_briefly(folder: Path, steps: int = 30, seed: int = 5) -> Path:
-    """A few AdamW steps on sentiment rows for a ``make_bert(..., head=True)`` folder, saved in place:
+    """A few AdamW steps on sentiment rows for a ``make_bert``/``make_mpnet(..., head=True)`` folder, saved in place:
     a classifier clearly better than chance (the teacher and distill stages test for that)."""
     import json
 
@@ -67,7 +120,7 @@ def train_briefly(folder: Path, steps: int = 30, seed: int = 5) -> Path:
         opt.zero_grad()
     model.save_pretrained(folder, safe_serialization=True)
     config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["BertForSequenceClassification"]}))
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": [type(model).__name__]}))
     return folder
 
 
@@ -117,3 +170,9 @@ def sentiment_csv(tmp_path) -> Path:
 @pytest.fixture
 def tiny_encoder(tmp_path) -> Path:
     return make_bert(tmp_path / "tiny-encoder")
+
+
+@pytest.fixture
+def tiny_mpnet_encoder(tmp_path) -> Path:
+    """A tiny MPNet encoder (no head) in the real mpnet-base layout: the default teacher's shape."""
+    return make_mpnet(tmp_path / "tiny-mpnet-encoder")

@@ -777,3 +777,19 @@ def test_combine_and_outcome_precedence():
     assert outcome(checks("inconclusive"), "pass")[1] == EXIT_PASS
     assert outcome(checks("inconclusive"), "fail")[1] == EXIT_FAIL
     assert outcome(checks("inconclusive", "fail"), "pass")[1] == EXIT_FAIL
+
+
+@pytest.mark.parametrize("bound, offset, expected", [
+    ("low", 0.0, "pass"), ("low", +TINY, "inconclusive"), ("high", 0.0, "inconclusive"), ("high", +TINY, "fail"),
+])
+def test_traffic_agreement_on_the_clopper_pearson_bounds(tmp_path, bound, offset, expected):
+    """190 of 200 traffic texts get the reference's label: the same Beta-quantile bounds as min_agreement."""
+    from scipy.stats import beta
+
+    doc = make_results()
+    reference = [i % 3 for i in range(200)]
+    doc["artifacts"][0]["traffic_agreement"] = {"predictions": reference}
+    doc["artifacts"][1]["traffic_agreement"] = {"predictions": [(p + 1) % 3 if i < 10 else p
+                                                                for i, p in enumerate(reference)]}
+    bounds = {"low": beta.ppf(0.025, 190, 11), "high": beta.ppf(0.975, 191, 10)}
+    assert _status(tmp_path, f"min_traffic_agreement = {float(bounds[bound]) + offset!r}", doc) == expected
