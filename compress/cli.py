@@ -151,7 +151,7 @@ def cmd_predict(a: argparse.Namespace) -> int:
     from compress.device import check_device_spec
 
     predictor = Predictor.load(a.model, threads=a.threads, max_length=a.max_length, device=check_device_spec(a.device),
-                               precision=a.precision, announce=True)
+                               precision=a.precision, announce=True, stride=a.stride, pooling=a.pooling)
     labels, probs = predictor.predict(a.texts, batch_size=a.batch_size)
     for text, label, row in zip(a.texts, labels, probs):
         scores = " ".join(f"{name}={p:.4f}" for name, p in zip(predictor.label_names, row))
@@ -234,6 +234,8 @@ def cmd_gate(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from compress.windows import POOLINGS
+
     parser = argparse.ArgumentParser(
         prog="bert-compress",
         description="Distil, prune, quantize and export BERT-family classifiers, and measure the result.")
@@ -396,7 +398,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("texts", nargs="+", help="texts to classify")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: the runtime's choice)")
     p.add_argument("--batch-size", type=int, default=32, help="texts per batch (default 32)")
-    p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: the artifact's)")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="window length in tokens; longer texts are read in overlapping windows (default: the artifact's)")
+    p.add_argument("--stride", type=int, default=None,
+                   help="tokens two neighbouring windows share (default: the artifact's, else a quarter of the window)")
+    p.add_argument("--pooling", choices=POOLINGS, default=None,
+                   help="how a long text's window logits become one: mean or max (default: the artifact's, else mean)")
     _add_device_flag(p, "the artifact (ONNX: CUDAExecutionProvider when onnxruntime-gpu is installed)")
     _add_precision_flag(p, "a PyTorch fp32 artifact (other kinds keep their own)")
     p.set_defaults(func=cmd_predict)

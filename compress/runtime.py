@@ -3,8 +3,9 @@
 The benchmark, the quantization accuracy check and ``bert-compress predict`` all need to run a
 model without caring whether it is a PyTorch fp32 folder, a PyTorch dynamic-INT8 folder or an ONNX
 graph (fp32 or INT8). Putting tokenization, batching and dynamic padding in one place means the
-kinds are compared on identical inputs: same tokenizer, same truncation, same padding, so any
-difference in the outputs comes from the model, not from how it was fed.
+kinds are compared on identical inputs: same tokenizer, same windows for long texts
+(:mod:`compress.windows`), same padding, so any difference in the outputs comes from the model, not
+from how it was fed.
 
 Artifact kinds (``compress.json`` ``"kind"``, or detected from the files when there is none):
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
@@ -29,6 +30,8 @@ from compress.artifact import folder_size_bytes, read_meta
 from compress.errors import CompressError
 from compress.formats.onnx import ONNX_FILE, is_int8_graph
 from compress.formats.torch_int8 import TORCH_INT8_FILE
+from compress.windows import (DEFAULT_POOLING, POOLINGS, Windows, check_pooling, check_stride, default_stride,
+                              encode_windows, length_sorted_batches, pad_rows, pool_windows)
 
 KINDS = ("pytorch", "torch-int8", "onnx-fp32", "onnx-int8", "torch-bf16", "choice")
 
@@ -59,13 +62,7 @@ def default_max_length(tokenizer, config: Any, meta: dict[str, Any] | None) -> i
     Without it, the tokenizer's limit, capped by the position table (a bigger value would index
     past the position embeddings and crash or, worse, read garbage in an ONNX graph).
     """
-    meta = meta or {}
-    for source in (meta, meta.get("config") or {}, (meta.get("parent_meta") or {}).get("config") or {}):
-        value = source.get("max_length") if isinstance(source, dict) else None
-        if isinstance(value, int) and value > 0:
-            break
-    else:
-        value = None
+    value = recorded_setting(meta, "max_length", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0)
     limit = getattr(tokenizer, "model_max_length", None)
     limit = limit if isinstance(limit, int) and 0 < limit < 100_000 else 512
     positions = position_limit(config)
@@ -86,6 +83,17 @@ def position_limit(config: Any) -> int | None:
     if getattr(config, "model_type", "") in POSITION_OFFSET_TYPES:
         positions -= 2
     return positions
+
+
+def recorded_setting(meta: dict[str, Any] | None, key: str, valid: Callable[[Any], bool] = lambda v: v is not None) -> Any:
+    """``key`` as the artifact recorded it: in ``compress.json`` itself, its stage config, or its parent's
+    config (later stages copy what the training stage used), the first ``valid`` value; else ``None``."""
+    meta = meta or {}
+    for source in (meta, meta.get("config") or {}, (meta.get("parent_meta") or {}).get("config") or {}):
+        value = source.get(key) if isinstance(source, dict) else None
+        if valid(value):
+            return value
+    return None
 
 
 def normalize_texts(texts: Text | Sequence[Text]) -> tuple[list[str], list[str] | None]:
@@ -117,11 +125,12 @@ def normalize_texts(texts: Text | Sequence[Text]) -> tuple[list[str], list[str] 
 
 def encode_batches(tokenizer, texts: Text | Sequence[Text], max_length: int, batch_size: int,
                    need_token_types: bool) -> tuple[int, list[tuple[np.ndarray, dict[str, np.ndarray]]]]:
-    """Tokenize, sort by length and pad each batch to its own longest row.
+    """Tokenize, sort by length and pad each batch to its own longest row, one row per text: a text
+    longer than ``max_length`` is cut there (:meth:`Predictor.logits` windows it instead).
 
     Returns ``(n, batches)`` where each batch is ``(row_indices, arrays)``; writing a batch's
-    outputs at ``row_indices`` restores the caller's order. Sorting by length keeps the padding
-    (wasted compute) small when texts vary in length, as they do in real traffic.
+    outputs at ``row_indices`` restores the caller's order. For inputs of a fixed shape per text:
+    export's parity check, calibration batches, the traffic benchmark's requests.
     """
     if not _is_count(batch_size):
         raise CompressError(f"--batch-size must be a whole number of at least 1, got {batch_size!r}.")
@@ -132,25 +141,10 @@ def encode_batches(tokenizer, texts: Text | Sequence[Text], max_length: int, bat
     enc = tokenizer(*args, truncation=True, max_length=max_length)
     ids = enc["input_ids"]
     types = enc.get("token_type_ids")
-    order = np.argsort([-len(x) for x in ids], kind="stable")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    batches = []
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        width = max(len(ids[i]) for i in idx)
-        input_ids = np.full((len(idx), width), pad_id, dtype=np.int64)
-        mask = np.zeros((len(idx), width), dtype=np.int64)
-        token_types = np.zeros((len(idx), width), dtype=np.int64)
-        for row, i in enumerate(idx):
-            n = len(ids[i])
-            input_ids[row, :n] = ids[i]
-            mask[row, :n] = 1
-            if types is not None:
-                token_types[row, :n] = types[i]
-        arrays = {"input_ids": input_ids, "attention_mask": mask}
-        if need_token_types:
-            arrays["token_type_ids"] = token_types
-        batches.append((idx, arrays))
+    batches = [(idx, pad_rows([ids[i] for i in idx], [types[i] for i in idx] if types is not None else None, pad_id,
+                              need_token_types))
+               for idx in length_sorted_batches([len(x) for x in ids], batch_size)]
     return len(firsts), batches
 
 
@@ -202,12 +196,35 @@ class Predictor:
         id2label = getattr(config, "id2label", None) or {}
         self.num_labels = int(getattr(config, "num_labels", len(id2label) or 2))
         self.label_names = [str(id2label.get(i, id2label.get(str(i), i))) for i in range(self.num_labels)]
+        self.set_windows()
+
+    def set_windows(self, stride: int | None = None, pooling: str | None = None) -> "Predictor":
+        """How a text longer than ``max_length`` is read: windows overlapping by ``stride`` tokens, whose logits
+        are pooled by ``pooling`` (:mod:`compress.windows`); returns ``self``.
+
+        Unset, each is what the artifact recorded (``stride``/``pooling`` in ``compress.json`` or its
+        config, as for ``max_length``; a recorded stride that does not fit this ``max_length`` is not
+        used), else ``max_length // 4`` (:func:`compress.windows.default_stride` says why) and ``mean``.
+        ``.stride`` and ``.pooling`` say what is used; the benchmark records them.
+        """
+        if stride is None:
+            recorded = recorded_setting(self.meta, "stride")
+            fits = isinstance(recorded, int) and not isinstance(recorded, bool) and 0 <= recorded < self.max_length - 2
+            stride = recorded if fits else default_stride(self.max_length)
+        self.stride = check_stride(stride, self.max_length)
+        self.pooling = check_pooling(pooling or recorded_setting(self.meta, "pooling", lambda v: v in POOLINGS)
+                                     or DEFAULT_POOLING)
+        return self
 
     @classmethod
     def load(cls, folder: str | os.PathLike, threads: int | None = None, max_length: int | None = None,
              allow_pickle: bool = False, spinning: bool = True, device: str | None = None,
-             precision: str = "fp32", announce: bool = False) -> "Predictor":
+             precision: str = "fp32", announce: bool = False, stride: int | None = None,
+             pooling: str | None = None) -> "Predictor":
         """Open any artifact folder; ``threads`` fixes the intra-op thread count (benchmarks need it fixed).
+
+        Texts longer than ``max_length`` are split into windows overlapping by ``stride`` tokens and
+        their logits pooled by ``pooling`` (``mean`` or ``max``); see :meth:`set_windows` for the defaults.
 
         ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``; ``None``: the CPU): PyTorch kinds are moved
         there (PyTorch dynamic INT8 has CPU kernels only and stays on the CPU, with a warning); ONNX
@@ -233,20 +250,46 @@ class Predictor:
             from compress.device import check_device_spec
 
             check_device_spec(device)
+        if pooling is not None:
+            check_pooling(pooling)  # before the model is opened: a typo should not cost a load
         kind = artifact_kind(path)
         if kind == "choice":
-            return ChoicePredictor._open(path, threads, max_length, allow_pickle, spinning, device, precision)
-        if kind in ("onnx-fp32", "onnx-int8"):
-            return OnnxPredictor._open(path, kind, threads, max_length, spinning, device)
-        return TorchPredictor._open(path, kind, threads, max_length, allow_pickle, device, precision, announce)
+            opened: Predictor = ChoicePredictor._open(path, threads, max_length, allow_pickle, spinning, device, precision)
+        elif kind in ("onnx-fp32", "onnx-int8"):
+            opened = OnnxPredictor._open(path, kind, threads, max_length, spinning, device)
+        else:
+            opened = TorchPredictor._open(path, kind, threads, max_length, allow_pickle, device, precision, announce)
+        return opened.set_windows(stride, pooling)
 
     def logits(self, texts: Text | Sequence[Text], batch_size: int = 32) -> np.ndarray:
-        """Raw logits, one row per input, in the input order."""
-        n, batches = encode_batches(self.tokenizer, texts, self.max_length, batch_size, self.need_token_types)
-        out = np.zeros((n, self.num_labels), dtype=np.float32)
-        for idx, arrays in batches:
-            out[idx] = self._run(arrays)
-        return out
+        """Raw logits, one row per input, in the input order.
+
+        A text longer than ``max_length`` is not cut: its windows run in the same length-sorted batches
+        as the other inputs and their logits are pooled (``.pooling``); a text that fits is one window,
+        fed exactly as a truncating tokenizer call would feed it.
+        """
+        windows = self.encode(texts)
+        if not len(windows):
+            return np.zeros((0, self.num_labels), dtype=np.float32)
+        return pool_windows(np.stack(self.run_windows(windows, batch_size)), windows.sample, windows.n_samples,
+                            self.pooling)
+
+    def encode(self, texts: Text | Sequence[Text]) -> Windows:
+        """``texts`` (or ``(text, pair)`` tuples: the second is windowed) cut into this model's windows."""
+        firsts, seconds = normalize_texts(texts)
+        return encode_windows(self.tokenizer, firsts, seconds, max_length=self.max_length, stride=self.stride)
+
+    def run_windows(self, windows: Windows, batch_size: int = 32) -> list[np.ndarray]:
+        """The model's output for every window, in window order, ``batch_size`` windows to a batch: a logit
+        row for a classifier on the whole text, a ``(window tokens, labels)`` array trimmed of padding for a
+        head on every token (merge those with :func:`compress.windows.merge_token_outputs`)."""
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        rows: list[np.ndarray] = [np.zeros(0)] * len(windows)
+        for idx, arrays in windows.batches(batch_size, pad_id, self.need_token_types):
+            out = self._run(arrays)
+            for row, w in enumerate(idx):
+                rows[w] = out[row, :len(windows.input_ids[w])] if out.ndim > 2 else out[row]
+        return rows
 
     def predict(self, texts: Text | Sequence[Text], batch_size: int = 32) -> tuple[list[str], np.ndarray]:
         """``(labels, probabilities)``: the label name and the softmax over labels for each input."""
@@ -265,7 +308,8 @@ class Predictor:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(kind={self.kind!r}, path={str(self.path)!r}, max_length={self.max_length})"
+        return (f"{type(self).__name__}(kind={self.kind!r}, path={str(self.path)!r}, max_length={self.max_length}, "
+                f"stride={self.stride}, pooling={self.pooling!r})")
 
 
 class TorchPredictor(Predictor):
@@ -409,7 +453,7 @@ class ChoicePredictor(Predictor):
     """A ``choice`` folder (:mod:`compress.formats.choice`): each batch goes to the artifact chosen for its size.
 
     The sub-artifacts are opened once each (a runtime chosen for several batch sizes is shared).
-    Tokenization and truncation are the first sub-artifact's: every candidate of one model carries
+    Tokenization and the window length are the first sub-artifact's: every candidate of one model carries
     the same tokenizer and ``max_length``, which :func:`compress.optimize` checks before it writes.
     """
 

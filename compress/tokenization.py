@@ -82,6 +82,12 @@ class ArtifactTokenizer:
         backend.no_padding()
         return cls(backend, settings, path)
 
+    @property
+    def backend_tokenizer(self) -> Any:
+        """The ``tokenizers.Tokenizer`` (as on a transformers fast tokenizer): :mod:`compress.windows` cuts
+        long texts with its overflow support."""
+        return self._backend
+
     def __len__(self) -> int:
         return self._backend.get_vocab_size(with_added_tokens=True)
 
