@@ -280,3 +280,60 @@ def test_history_t_flag_boundary():
     assert not history_flagged(edge + 1e-6, window, threshold, "t")
     with pytest.raises(ValueError, match="unknown history test"):
         history_flagged(-5.0, window, threshold, "w")
+
+
+# ----------------------------------------------------------------------------- edges of the estimators
+# (found by mutation testing: each case below fails when one operator or constant of the estimator changes)
+
+
+def test_history_score_edges():
+    with pytest.raises(ValueError):
+        history_score(1.0, [1.0])
+    assert history_score(5.0, [1, 2, 3]) == (3.0, 2.0, 1.0)  # sd exactly 1: still the plain z-score
+    assert history_score(1.5, [1.0, 2.0])[0] == pytest.approx(0.0)  # two runs are enough
+    # No spread and no floor: equal is 0, any change is infinitely unusual, with its sign.
+    assert history_score(0.88, [0.88, 0.88, 0.88]) == (0.0, 0.88, 0.0)
+    assert history_score(0.87, [0.88] * 3)[0] == -math.inf and history_score(0.89, [0.88] * 3)[0] == math.inf
+
+
+def test_mean_over_seeds_edges():
+    from scipy.stats import t
+
+    no_spread = mean_over_seeds_interval(np.full((3, 4), 0.5))
+    assert (no_spread.estimate, no_spread.low, no_spread.high, no_spread.confidence) == (0.5, 0.5, 0.5, 0.95)
+    # Two seeds of two examples is the least it takes; here the example term is exactly 1 and the seed term 0.
+    i = mean_over_seeds_interval(np.array([[1.0, -1.0], [1.0, -1.0]]))
+    assert (i.estimate, i.high) == (0.0, pytest.approx(t.ppf(0.975, 1)))
+    for bad in (np.zeros((1, 5)), np.zeros((5, 1)), np.zeros(5)):
+        with pytest.raises(ValueError):
+            mean_over_seeds_interval(bad)
+
+
+def test_mean_over_seeds_welch_satterthwaite_by_hand():
+    """Three seeds of five examples: both variance terms non-zero, df from the textbook formula."""
+    from scipy.stats import t
+
+    x = np.array([[1, 0, 1, 1, 0], [1, 1, 1, 0, 0], [0, 0, 1, 1, 1]], dtype=float)
+    col, row = x.mean(axis=0), x.mean(axis=1)
+    v_e = sum((c - col.mean()) ** 2 for c in col) / 4 / 5
+    v_s = sum((r - row.mean()) ** 2 for r in row) / 2 / 3
+    df = (v_e + v_s) ** 2 / (v_e ** 2 / 4 + v_s ** 2 / 2)
+    i = mean_over_seeds_interval(x)
+    assert i.estimate == pytest.approx(x.mean())
+    assert i.high - i.estimate == pytest.approx(t.ppf(0.975, df) * math.sqrt(v_e + v_s), rel=1e-12)
+    assert f"{df:.1f} df" in i.method
+
+
+def test_detectable_drop_of_identical_models_is_one_examples_worth():
+    ref, _ = _pairs(800, 60, 40, 100)
+    assert detectable_drop(ref, ref) == pytest.approx((1.959964 + 0.841621) * math.sqrt(1 / 1000 / 1000), rel=1e-5)
+
+
+def test_speedup_interval_is_a_function_of_its_seed():
+    rng = np.random.default_rng(2)
+    reference, artifact = _series(120, 3.0, 0.05, rng)
+    a, b = speedup_interval(reference, artifact), speedup_interval(reference, artifact)
+    assert (a.low, a.high) == (b.low, b.high)  # the gate's verdict never changes on a rerun
+    other = speedup_interval(reference, artifact, seed=1)
+    assert (other.low, other.high) != (a.low, a.high)
+    assert "120 paired rounds" in a.method and a.confidence == 0.95

@@ -9,10 +9,12 @@ script copies the working tree into a scratch folder, writes that folder's ``[to
 functions (and line ranges), runs mutmut on exactly those, and prints a score.
 
 Mutants that only change the wording of a message (a string literal with a space in it, such as an
-error message or a log line) are counted apart and not run: they cannot make a verdict, a key, a
+error message, a log line or an interval's description, reworded or replaced by ``None``) are counted
+apart and not run: they cannot make a verdict, a key, a
 pruned unit or a chosen candidate wrong, and a test pinning every message's wording would test the
 prose. String literals without spaces (``"pass"``, ``"fail"``, dictionary keys, key formats) are
-mutated like any other code.
+mutated like any other code. mutmut leaves ``@property`` methods alone (its trampoline cannot wrap them),
+so ``SoftLabelStore.complete`` and ``CandidateSpec.name`` are not in the lists.
 
 Usage::
 
@@ -50,12 +52,15 @@ class Target:
     """The functions of one source file to mutate, and the tests that concern them."""
 
     file: str
-    #: ``name`` for a module-level function, ``Class.method`` for a method.
+    #: ``name`` for a module-level function, ``Class.method`` for a method; a trailing ``?`` marks one that
+    #: older trees lack (``--source`` of an earlier commit), skipped there instead of stopping the run.
     functions: list[str]
     tests: list[str]
     #: ``{function: (first line, last line)}``: substrings of the first and last source line of the
     #: part of that function to mutate (for a long function of which only a loop decides).
     ranges: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: A file that older trees lack: skipped there.
+    optional: bool = False
 
     @property
     def module(self) -> str:
@@ -66,6 +71,9 @@ class Target:
         mangled = f"x\u01c1{cls}\u01c1{name}" if cls else f"x_{name}"
         return f"{self.module}.{mangled}__mutmut_"
 
+
+#: The pruning tests, without test_prune_recipe.py (a whole recipe run per mutant).
+PRUNE_TESTS = ["tests/test_prune.py", "tests/test_prune_[!r]*.py"]
 
 MODULES: dict[str, list[Target]] = {
     # The gate's interval arithmetic and every verdict it takes.
@@ -80,7 +88,7 @@ MODULES: dict[str, list[Target]] = {
         "GateRules.for_artifact", "combine", "_select", "_Context.correct", "_Context.rounds", "_Context.speedup",
         "_subjects", "evaluate", "_evaluate_rule", "_latency_rule", "_quality_samples", "_accuracy_drop", "_agreement",
         "_regression", "_baseline_of", "_accuracy_regression_check", "_accuracy_regression", "_same_predictions",
-        "_welch_drop", "outcome"],
+        "_welch_drop", "outcome", "_traffic_agreement?"],
         ["tests/test_gate.py"])],
     # What makes a finished stage current or a checkpoint resumable.
     "fingerprint": [Target("compress/fingerprint.py", [
@@ -92,24 +100,31 @@ MODULES: dict[str, list[Target]] = {
         Target("compress/teacher.py", ["_ids_digest", "soft_label_cache_path", "teacher_logits"],
                ["tests/test_fingerprint_keys.py", "tests/test_loss_registry.py"]),
         Target("compress/distill/soft_labels.py", [
-            "SoftLabelStore.__init__", "SoftLabelStore.complete", "SoftLabelStore.missing", "SoftLabelStore.get",
+            "SoftLabelStore.__init__", "SoftLabelStore.missing", "SoftLabelStore.get",
             "SoftLabelStore.put", "SoftLabelStore.save"],
             ["tests/test_fingerprint_keys.py", "tests/test_loss_registry.py"])],
     # Predictor's batching: sorting by length, padding, and putting outputs back in the caller's order.
-    "runtime": [Target("compress/runtime.py", [
-        "normalize_texts", "encode_batches", "softmax", "Predictor.logits", "Predictor.predict",
-        "ChoicePredictor.for_batch_size", "ChoicePredictor._run"],
-        ["tests/test_batching_order.py", "tests/test_runtimes.py"])],
+    "runtime": [
+        Target("compress/runtime.py", [
+            "normalize_texts", "encode_batches", "softmax", "Predictor.logits", "Predictor.predict",
+            "Predictor.encode?", "Predictor.run_windows?", "ChoicePredictor.for_batch_size", "ChoicePredictor._run"],
+            ["tests/test_batching_order.py", "tests/test_windows.py"]),
+        # Where the batching moved with long-text windows: sorting by length and padding.
+        Target("compress/windows.py", ["Windows.batches", "length_sorted_batches", "pad_rows"],
+               ["tests/test_batching_order.py", "tests/test_windows.py"], optional=True)],
     # Which heads and neurons pruning removes, and the removal itself.
     "prune": [
         Target("compress/prune/importance.py", [
             "importance_criterion", "score_units", "_finite", "select_units", "_nearest", "accumulate_task_gradients"],
-            ["tests/test_prune*.py"]),
-        Target("compress/prune/removal.py", ["remove_units", "prune_model", "_synthetic_inputs"],
-               ["tests/test_prune*.py"])],
+            PRUNE_TESTS),
+        Target("compress/prune/removal.py", ["remove_units", "prune_model", "_synthetic_inputs"], PRUNE_TESTS)],
     # The INT8 fallback plan, the loop that tries it, and the choice of the kept candidate.
-    "quantize": [Target("compress/quantize.py", ["CandidateSpec.name", "candidate_plan", "quantize", "_choose"],
-                        ["tests/test_quantize*.py", "tests/test_export_quantize.py"],
+    "quantize": [Target("compress/quantize.py", ["candidate_plan", "quantize", "_choose"],
+                        # The fallback tests only: every other quantize test trains and exports a model
+                        # for each mutant, and reaches the loop only through its first candidate.
+                        ["tests/test_quantize*.py",
+                         "tests/test_export_quantize.py::test_accuracy_budget_fallbacks_keep_the_best_candidate",
+                         "tests/test_export_quantize.py::test_torch_fallbacks_keep_fp32_sensitive_layers"],
                         ranges={"quantize": ("candidates: list[dict[str, Any]] = []",
                                              "print(f\"warning: {notes[-1]}\", file=sys.stderr)")})],
 }
@@ -124,6 +139,13 @@ def _mutmut() -> str:
     return str(exe)
 
 
+def _matching(work: Path, pattern: str) -> list[str]:
+    """Test files matching a glob, or a ``file::test`` node id when its file exists."""
+    if "::" in pattern:
+        return [pattern] if (work / pattern.split("::")[0]).exists() else []
+    return [str(p.relative_to(work)) for p in work.glob(pattern)]
+
+
 def prepare(work: Path, targets: list[Target], source: Path = ROOT) -> None:
     """A fresh scratch copy of the tree at ``source`` with this module's ``[tool.mutmut]`` table."""
     if work.exists():
@@ -136,7 +158,7 @@ def prepare(work: Path, targets: list[Target], source: Path = ROOT) -> None:
             shutil.copytree(src, work / name, ignore=ignore)
         elif src.exists():
             shutil.copy2(src, work / name)
-    tests = sorted({str(p.relative_to(work)) for t in targets for pattern in t.tests for p in work.glob(pattern)})
+    tests = sorted({test for t in targets for pattern in t.tests for test in _matching(work, pattern)})
     if not tests:
         raise SystemExit(f"no test file matches {[t.tests for t in targets]}")
 
@@ -193,6 +215,8 @@ def is_message_mutant(diff: str) -> bool:
     while end_a > start and end_b > start and a[end_a - 1] == b[end_b - 1]:
         end_a, end_b = end_a - 1, end_b - 1
     changed = a[start:end_a]
+    if b[start:end_b].strip() in ("None", "") and _is_text_literal(changed):  # the message replaced by None
+        return True
     if b.replace("XX", "") == a:  # "text" -> "XXtextXX": the literal is what lies between the insertions
         first = b.find("XX")
         literal = b[first + 2:b.find("XX", first + 2)]
@@ -201,6 +225,20 @@ def is_message_mutant(diff: str) -> bool:
         quote_before = max(a.rfind('"', 0, start + 1), a.rfind("'", 0, start + 1))
         return " " in changed or (quote_before >= 0 and " " in a[quote_before:end_a])
     return False
+
+
+def _is_text_literal(code: str) -> bool:
+    """Whether ``code`` is one string literal (an f-string too) holding a space: a message or a description."""
+    import ast
+
+    try:
+        node = ast.parse(code.strip().rstrip(","), mode="eval").body
+    except SyntaxError:
+        return False
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return " " in node.value
+    return isinstance(node, ast.JoinedStr) and any(isinstance(v, ast.Constant) and " " in str(v.value)
+                                                     for v in node.values)
 
 
 def in_range(diff: str, source_lines: list[str], bounds: tuple[str, str]) -> bool:
@@ -225,8 +263,13 @@ def select(work: Path, targets: list[Target]) -> tuple[dict[str, str], dict[str,
     for target in targets:
         source = (work / target.file).read_text(encoding="utf-8").splitlines()
         for function in target.functions:
+            optional = function.endswith("?")
+            function = function.rstrip("?")
             prefix = target.pattern(function)
             names = [n for n in diffs if n.startswith(prefix) and n[len(prefix):].isdigit()]
+            if not names and optional:
+                print(f"   ({target.file}: no {function} in this tree; skipped)")
+                continue
             if not names:
                 raise SystemExit(f"{target.file}: no mutant of {function} (renamed? update tools/mutation/mutate.py)")
             for name in names:
@@ -248,22 +291,24 @@ def results(work: Path, targets: list[Target]) -> dict[str, str]:
     return status
 
 
-def run_module(name: str, work_root: Path, max_children: int, source: Path = ROOT) -> dict:
-    targets = MODULES[name]
+def run_module(name: str, work_root: Path, max_children: int, source: Path = ROOT, report_only: bool = False) -> dict:
+    targets = [t for t in MODULES[name] if not t.optional or (source / t.file).exists()]
     work = work_root / name
     t0 = time.monotonic()
-    prepare(work, targets, source)
+    if not report_only:
+        prepare(work, targets, source)
     to_run, messages = select(work, targets)
     print(f"== {name}: {len(to_run)} mutants in {sum(len(t.functions) for t in targets)} functions "
           f"({len(messages)} message-only mutants not run); tests: {', '.join(t for x in targets for t in x.tests)}",
           flush=True)
     log = work_root / f"{name}.mutmut.log"
-    with open(log, "w", encoding="utf-8") as handle:
-        proc = subprocess.run([_mutmut(), "run", "--max-children", str(max_children), *sorted(to_run)], cwd=work,
-                              env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=handle, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        print(log.read_text(encoding="utf-8")[-4000:])
-        raise SystemExit(f"mutmut failed on {name} (exit {proc.returncode}); its log: {log}")
+    if not report_only:
+        with open(log, "w", encoding="utf-8") as handle:
+            proc = subprocess.run([_mutmut(), "run", "--max-children", str(max_children), *sorted(to_run)], cwd=work,
+                                  env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=handle, stderr=subprocess.STDOUT)
+        if proc.returncode != 0:
+            print(log.read_text(encoding="utf-8")[-4000:])
+            raise SystemExit(f"mutmut failed on {name} (exit {proc.returncode}); its log: {log}")
     status = results(work, targets)
     counted = {n: status.get(n, "not checked") for n in to_run}
     killed = sorted(n for n, s in counted.items() if s in KILLED)
@@ -288,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the tree whose code and tests are copied (default: this checkout; another checkout, "
                              "such as `git archive` of an older commit, measures that commit)")
     parser.add_argument("--json", help="also write the scores and survivors to this file")
+    parser.add_argument("--report-only", action="store_true",
+                        help="score the last run's mutants in --work again (after a change to this script), run nothing")
     parser.add_argument("--list", action="store_true", help="print the modules, functions and tests, run nothing")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in MODULES]
@@ -299,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             for t in MODULES[m]:
                 print(f"{m}: {t.file}: {', '.join(t.functions)}\n    tests: {', '.join(t.tests)}")
         return 0
-    reports = [run_module(m, Path(args.work), args.max_children, args.source.resolve()) for m in chosen]
+    reports = [run_module(m, Path(args.work), args.max_children, args.source.resolve(), args.report_only) for m in chosen]
     print("\nmodule        killed / mutants   score")
     for r in reports:
         print(f"{r['module']:<13} {r['killed']:>6} / {r['mutants']:<7}  {100 * r['score']:5.1f}%")
