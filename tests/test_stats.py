@@ -337,3 +337,44 @@ def test_speedup_interval_is_a_function_of_its_seed():
     other = speedup_interval(reference, artifact, seed=1)
     assert (other.low, other.high) != (a.low, a.high)
     assert "120 paired rounds" in a.method and a.confidence == 0.95
+
+
+def test_unpaired_accuracy_drop_approaches_the_two_sample_wald_interval():
+    """900/1000 against 850/1000 on other examples: drop 0.05, SE sqrt(p1 q1 / n1 + p2 q2 / n2)."""
+    from benchmarks.stats import unpaired_accuracy_drop_interval
+
+    old = np.array([True] * 900 + [False] * 100)
+    new = np.array([True] * 850 + [False] * 150)
+    se = math.sqrt(0.9 * 0.1 / 1000 + 0.85 * 0.15 / 1000)
+    i = unpaired_accuracy_drop_interval(old, new, resamples=20000)
+    assert i.estimate == pytest.approx(0.05)
+    assert i.low == pytest.approx(0.05 - 1.96 * se, abs=0.002) and i.high == pytest.approx(0.05 + 1.96 * se, abs=0.002)
+    assert "not paired" in i.method and i.confidence == 0.95
+    rel = unpaired_accuracy_drop_interval(old, new, relative=True, resamples=20000)
+    assert rel.estimate == pytest.approx(0.05 / 0.9)
+    assert rel.low == pytest.approx((0.05 - 1.96 * se) / 0.9, abs=0.004)
+    assert rel.high == pytest.approx((0.05 + 1.96 * se) / 0.9, abs=0.004)
+    again = unpaired_accuracy_drop_interval(old, new, resamples=20000)
+    assert (again.low, again.high) == (i.low, i.high)  # seeded
+    # A baseline that got nothing right: the relative drop is defined as 0, never a division by zero.
+    none_right = unpaired_accuracy_drop_interval(np.zeros(50, bool), np.ones(50, bool), relative=True)
+    assert (none_right.estimate, none_right.low, none_right.high) == (0.0, 0.0, 0.0)
+
+
+def test_throughput_and_latency_intervals_of_constant_and_noisy_rounds():
+    from benchmarks.stats import series_median_interval, throughput_interval
+
+    flat = [10_000_000] * 100  # 10 ms a call
+    t = throughput_interval(flat, batch_size=8)
+    assert (t.estimate, t.low, t.high) == (pytest.approx(800.0, rel=1e-12),) * 3
+    m = series_median_interval(flat)
+    assert (m.estimate, m.low, m.high) == (pytest.approx(10.0, rel=1e-12),) * 3
+    rng = np.random.default_rng(4)
+    noisy = [int(x) for x in 10_000_000 * np.exp(0.1 * rng.standard_normal(200))]
+    t = throughput_interval(noisy, batch_size=8)
+    assert t.estimate == pytest.approx(8 / (np.mean(noisy) / 1e9))
+    assert t.low < t.estimate < t.high and t.high - t.low > 10  # one batch-mean per replicate, not one overall
+    assert throughput_interval(noisy, 8).low == t.low and throughput_interval(noisy, 8, seed=3).low != t.low
+    m = series_median_interval(noisy)
+    assert m.estimate == pytest.approx(np.median(noisy) / 1e6) and m.low < m.estimate < m.high
+    assert series_median_interval(noisy).low == m.low and series_median_interval(noisy, seed=3).low != m.low
