@@ -4,8 +4,7 @@ The syntax check (:func:`device_problem`) imports nothing, so configs can valida
 torch loads. :func:`resolve_device` turns the setting into a ``torch.device``: ``auto`` is the
 first GPU when torch sees one, else the CPU; ``cuda`` or ``cuda:N`` on a machine where torch sees
 no such GPU is refused with a message saying what to use instead, rather than failing later deep
-inside a forward pass. :func:`mixed_precision` says which reduced precision a device runs well,
-so ``--bf16`` on a GPU without bf16 falls back to fp16 (with the Trainer's grad scaler).
+inside a forward pass. :func:`mixed_precision` says which reduced precision a device runs well.
 
 ``--precision auto|fp32|bf16|fp16`` is decided here too, once per stage, from the device: bf16
 autocast only where the device runs it natively (a CPU with ``avx512_bf16`` or ``amx_bf16``, a GPU
@@ -121,11 +120,6 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
     return frozenset()
 
 
-def cpu_supports_bf16(flags: Collection[str] | None = None) -> bool:
-    """Whether a CPU with ``flags`` (default: this one's) has native bf16 matrix instructions (AVX-512 BF16 or AMX)."""
-    return bool(set(cpu_flags() if flags is None else flags) & set(NATIVE_BF16_FLAGS))
-
-
 @dataclass(frozen=True)
 class PrecisionChoice:
     """What ``--precision SETTING`` means on one device: the precision used, why, and a warning if any."""
@@ -162,8 +156,6 @@ def decide_precision(setting: str, device_type: str, flags: Collection[str] = ()
     without bf16, as the Trainer cannot run it; ``fp16`` is refused on a CPU (no grad scaler there,
     and no native fp16 matmuls on the CPUs this targets). ``device`` only names the device in reasons.
     """
-    from compress.errors import CompressError
-
     problem = precision_problem(setting)
     if problem:
         raise CompressError(problem)

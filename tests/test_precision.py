@@ -28,7 +28,7 @@ EMULATED = "precision auto -> fp32: this CPU has no avx512_bf16/AMX; bf16 autoca
 ZEN3 = {"avx2", "fma", "sse4_2"}  # AMD EPYC Zen 3: AVX2 + FMA only
 XEON_VNNI = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}  # AVX-512 VNNI, no BF16, no AMX
 EPYC_BF16 = XEON_VNNI | {"avx512_bf16"}  # AVX-512 BF16, no AMX
-XEON_AMX = XEON_VNNI | {"amx_tile", "amx_int8", "amx_bf16"}  # AMX (this kernel hides avx512_bf16 on some VMs)
+XEON_AMX = XEON_VNNI | {"amx_tile", "amx_int8", "amx_bf16"}  # AMX; the rule needs amx_bf16 alone
 PRECISION_STAGES = ("teacher", "pretrain", "distill", "prune", "quantize", "bench")
 
 
