@@ -349,10 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("quantize", help="INT8 (ONNX Runtime or PyTorch) or bf16, checked against fp32 accuracy")
     p.add_argument("--model", required=True, help="PyTorch fp32 folder, or an onnx-fp32 artifact (ort-dynamic, ort-static)")
     p.add_argument("--out", required=True, help="artifact folder to write")
-    p.add_argument("--method", choices=("ort-dynamic", "torch-dynamic", "ort-static", "torch-bf16"), default="ort-dynamic",
+    p.add_argument("--method", choices=("ort-dynamic", "torch-dynamic", "ort-static", "torch-bf16", "openvino-fp32",
+                                        "openvino-int8"), default="ort-dynamic",
                    help="ort-dynamic: ONNX Runtime dynamic INT8 (exports first if needed); torch-dynamic: PyTorch INT8 "
                         "Linear; ort-static: ONNX Runtime static INT8 (QDQ, per-channel) calibrated on training texts "
-                        "of --data; torch-bf16: PyTorch with bfloat16 weights (fast on AMX / AVX-512 BF16 CPUs, GPUs)")
+                        "of --data; torch-bf16: PyTorch with bfloat16 weights (fast on AMX / AVX-512 BF16 CPUs, GPUs); "
+                        "openvino-fp32 / openvino-int8: OpenVINO IR, INT8 by NNCF calibrated on training texts of "
+                        "--data (needs the openvino extra)")
     p.add_argument("--max-accuracy-drop", type=float, default=0.01,
                    help="largest validation-accuracy drop accepted before fallbacks are tried (default 0.01)")
     p.add_argument("--per-channel", action="store_true", help="per-channel weight scales from the start")
@@ -364,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated ONNX operator types to quantize (ort-dynamic default: "
                         "MatMul,Attention,Gather,EmbedLayerNormalization; ort-static: MatMul)")
     p.add_argument("--calibration-size", type=int, default=256,
-                   help="training texts that calibrate ort-static (default 256)")
+                   help="training texts that calibrate ort-static and openvino-int8 (default 256)")
     _add_data_flags(p, required=False)
     _add_device_flag(p, "the accuracy check")
     _add_precision_flag(p, "the accuracy check's PyTorch fp32 model")
@@ -376,7 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--candidates", default=None,
                    help="comma-separated runtimes to build (default all): onnx-fp32, onnx-int8-fused, "
                         "onnx-int8-fp32-embeddings, onnx-int8-unfused, onnx-static-unfused, onnx-static-fused, "
-                        "torch-bf16, torch-int8")
+                        "torch-bf16, torch-int8, openvino-fp32, openvino-int8 (the OpenVINO ones only where the "
+                        "openvino extra is installed)")
     p.add_argument("--artifacts", nargs="+", default=None, metavar="DIR",
                    help="choose among these existing artifacts of --model instead of building candidates")
     p.add_argument("--batch-sizes", type=_int_list, default=[1, 32], help="batch sizes to choose for (default 1,32)")

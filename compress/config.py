@@ -35,7 +35,7 @@ SAMPLINGS = ("group_by_length", "random", "sequential")
 SCHEDULES = ("joint", "two-stage")
 IMPORTANCES = ("magnitude", "taylor")
 SCOPES = ("uniform", "global")
-QUANTIZE_METHODS = ("ort-dynamic", "torch-dynamic", "ort-static", "torch-bf16")
+QUANTIZE_METHODS = ("ort-dynamic", "torch-dynamic", "ort-static", "torch-bf16", "openvino-fp32", "openvino-int8")
 #: The fp32 ONNX graph the ONNX Runtime methods quantize (``None``: the method's default).
 QUANTIZE_GRAPHS = ("fused", "unfused")
 INIT_CHOICES = ("random", "teacher-layers", "minilm", "pretrained:PATH")
@@ -915,6 +915,11 @@ class QuantizeConfig(ConfigBase):
         if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not math.isfinite(drop):
             problems.append(_problem("max_accuracy_drop", f"--max-accuracy-drop must be a finite number (0.01 = one "
                                                           f"point), got {drop!r}."))
+        if self.method.startswith("openvino-") and (self.graph is not None or self.op_types or self.reduce_range):
+            problems.append(_problem("graph" if self.graph is not None else "op_types" if self.op_types else
+                                     "reduce_range", f"--method {self.method} converts the unfused fp32 graph and lets "
+                                                     "NNCF choose the quantized operators; drop --graph, --op-types "
+                                                     "and --reduce-range."))
         if self.method in ("torch-dynamic", "torch-bf16") and self.reduce_range:
             problems.append(_problem("reduce_range", "--reduce-range applies to the ONNX Runtime methods only: "
                                                      "PyTorch's dynamic INT8 kernels already reduce the activation "
@@ -1077,7 +1082,9 @@ class GateConfig(ConfigBase):
 
 #: The runtimes ``bert-compress optimize`` can build, in the order it builds them.
 OPTIMIZE_CANDIDATES = ("onnx-fp32", "onnx-int8-fused", "onnx-int8-fp32-embeddings", "onnx-int8-unfused",
-                       "onnx-static-unfused", "onnx-static-fused", "torch-bf16", "torch-int8")
+                       "onnx-static-unfused", "onnx-static-fused", "torch-bf16", "torch-int8",
+                       # OpenVINO (optional extra): skipped with a message when it is not installed.
+                       "openvino-fp32", "openvino-int8")
 
 
 @dataclass

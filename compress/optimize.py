@@ -8,7 +8,8 @@ that will serve, and recorded with the CPU it was made on:
 1. **Build** the candidates from one PyTorch fp32 artifact (:data:`CANDIDATES`): ONNX fp32, ORT
    dynamic INT8 on the fused graph (with and without the embedding table quantized) and on the
    unfused graph, ORT static INT8 (QDQ, calibrated) on both
-   graphs, PyTorch bf16 and PyTorch dynamic INT8; the fp32 model itself is always a candidate and
+   graphs, PyTorch bf16, PyTorch dynamic INT8, and OpenVINO fp32 and NNCF INT8 where the optional
+   ``openvino`` extra is installed (skipped with a message otherwise); the fp32 model itself is always a candidate and
    the reference. Each quantized one goes through ``quantize`` with its accuracy check and
    fallbacks. A candidate that fails to build is recorded with its error; the others go on.
    ``artifacts=`` chooses among existing folders instead.
@@ -45,6 +46,7 @@ import numpy as np
 from compress.artifact import read_meta, weights_sha256, write_artifact
 from compress.config import OPTIMIZE_CANDIDATES, OptimizeConfig
 from compress.errors import CompressError
+from compress.formats.openvino import openvino_missing
 from compress.progress import bars_enabled
 
 CANDIDATES = OPTIMIZE_CANDIDATES
@@ -95,10 +97,16 @@ def _builders(parent: Path, cfg: OptimizeConfig) -> dict[str, Callable[[Path, di
     def torch_int8(out: Path, built: dict[str, Path]) -> Path:
         return quantize(parent, out, method="torch-dynamic", **common)
 
+    def openvino(method: str):
+        def build(out: Path, built: dict[str, Path]) -> Path:
+            return quantize(parent, out, method=method, calibration_size=cfg.calibration_size, **common)
+        return build
+
     return {"onnx-fp32": onnx_fp32, "onnx-int8-fused": ort_dynamic_fused,
             "onnx-int8-fp32-embeddings": ort_dynamic_fp32_embeddings, "onnx-int8-unfused": ort_dynamic_unfused,
             "onnx-static-unfused": ort_static("unfused"), "onnx-static-fused": ort_static("fused"),
-            "torch-bf16": torch_bf16, "torch-int8": torch_int8}
+            "torch-bf16": torch_bf16, "torch-int8": torch_int8,
+            "openvino-fp32": openvino("openvino-fp32"), "openvino-int8": openvino("openvino-int8")}
 
 
 def build_candidates(parent: Path, cfg: OptimizeConfig, work: Path) -> tuple[dict[str, Path], dict[str, str]]:
@@ -107,6 +115,11 @@ def build_candidates(parent: Path, cfg: OptimizeConfig, work: Path) -> tuple[dic
     built: dict[str, Path] = {}
     errors: dict[str, str] = {}
     for name in cfg.candidate_names():
+        missing = openvino_missing(need_nncf=name == "openvino-int8") if name.startswith("openvino-") else None
+        if missing:  # an optional runtime: say so and measure the others
+            errors[name] = f"skipped: {missing}"
+            print(f"optimize: skipping candidate {name}: {missing}", file=sys.stderr, flush=True)
+            continue
         print(f"optimize: building {name}", file=sys.stderr, flush=True)
         try:
             built[name] = builders[name](work / name, built)

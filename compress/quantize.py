@@ -14,6 +14,11 @@ Four methods:
   every weight MatMul (Q/K/V included) can be quantized.
 - ``torch-bf16``: the PyTorch model with its weights in bfloat16 (:mod:`compress.formats.bf16`),
   run in bf16: the fast path on CPUs with AMX or AVX-512 BF16, and on GPUs.
+- ``openvino-int8``: NNCF post-training INT8 of the unfused fp32 graph converted to an OpenVINO IR
+  (:mod:`compress.formats.openvino`), calibrated on a few hundred training texts of ``data`` like
+  ``ort-static``; fallbacks: NNCF's ``mixed`` preset (asymmetric activations), then the sensitive
+  layers kept in fp32. ``openvino-fp32`` converts without quantizing (the fp32 IR, accuracy-checked
+  too). Both need the optional ``openvino`` extra.
 
 ``graph`` (fused/unfused) and ``op_types`` choose the ONNX graph and the operator types quantized;
 :mod:`compress.optimize` builds several such variants and keeps the fastest on the machine.
@@ -57,8 +62,10 @@ from compress.runtime import Predictor, artifact_kind
 METHODS = QUANTIZE_METHODS
 #: The artifact kind each method writes.
 METHOD_KINDS = {"ort-dynamic": "onnx-int8", "ort-static": "onnx-int8", "torch-dynamic": "torch-int8",
-                "torch-bf16": "torch-bf16"}
+                "torch-bf16": "torch-bf16", "openvino-fp32": "openvino-fp32", "openvino-int8": "openvino-int8"}
 ONNX_METHODS = ("ort-dynamic", "ort-static")
+#: Methods that convert the unfused fp32 ONNX graph to an OpenVINO IR (optional dependency).
+OPENVINO_METHODS = ("openvino-fp32", "openvino-int8")
 GRAPHS = QUANTIZE_GRAPHS
 #: Static INT8 quantizes the MatMuls with constant weights (see compress.ort_static).
 ORT_STATIC_OP_TYPES = ["MatMul"]
@@ -115,6 +122,13 @@ def candidate_plan(method: str, per_channel: bool = False, reduce_range: bool = 
                 CandidateSpec(True, reduce_range, True, "percentile")]
     elif method == "torch-bf16":
         plan = [CandidateSpec(False, False, False, precision="bf16")]
+    elif method == "openvino-fp32":
+        plan = [CandidateSpec(False, False, False, precision="fp32")]
+    elif method == "openvino-int8":
+        # NNCF's transformer recipe: per-channel symmetric weights; the presets choose the activations'
+        # scheme (performance: symmetric, mixed: asymmetric, which fits GELU outputs better).
+        plan = [CandidateSpec(True, False, False, "nncf-performance"), CandidateSpec(True, False, False, "nncf-mixed"),
+                CandidateSpec(True, False, True, "nncf-mixed")]
     else:
         plan = [CandidateSpec(per_channel, False, False), CandidateSpec(True, False, False),
                 CandidateSpec(True, False, True)]
@@ -181,6 +195,17 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
         grand = (parent_meta.get("parent") or {}).get("path")
         raise CompressError(f"--model {source} is a {kind} artifact, not an fp32 model; quantizing it again only loses "
                             f"accuracy. Quantize its fp32 parent instead{f' ({grand})' if grand else ''}.")
+    if kind.startswith("openvino-"):
+        grand = (parent_meta.get("parent") or {}).get("path")
+        raise CompressError(f"--model {source} is an OpenVINO artifact ({kind}), which is converted, not converted "
+                            f"again. Give the fp32 model it was made from{f' ({grand})' if grand else ''}.")
+    if method in OPENVINO_METHODS:
+        from compress.formats.openvino import require_openvino
+
+        require_openvino(f"--method {method}", need_nncf=method == "openvino-int8")
+        if graph is not None or op_types or reduce_range:
+            raise CompressError(f"--method {method} converts the unfused fp32 graph and lets NNCF choose what is "
+                                "quantized; drop --graph, --op-types and --reduce-range.")
     if method in ("torch-dynamic", "torch-bf16") and kind != "pytorch":
         raise CompressError(f"--method {method} needs the PyTorch fp32 folder, but {source} is {kind}. Give the "
                             "folder it was exported from, or use --method ort-dynamic on this one.")
@@ -192,10 +217,10 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                             "runs PyTorch. Drop them, or use --method ort-dynamic or ort-static.")
     if graph is not None and graph not in GRAPHS:
         raise CompressError(f"--graph {graph!r} is unknown; use {' or '.join(GRAPHS)}.")
-    if method == "ort-static" and data is None:
-        raise CompressError("--method ort-static calibrates on training texts of the task: pass --data (and the column "
+    if method in ("ort-static", "openvino-int8") and data is None:
+        raise CompressError(f"--method {method} calibrates on training texts of the task: pass --data (and the column "
                             "flags of your data).")
-    if method == "ort-static" and (not isinstance(calibration_size, int) or calibration_size < 1):
+    if method in ("ort-static", "openvino-int8") and (not isinstance(calibration_size, int) or calibration_size < 1):
         raise CompressError(f"--calibration-size must be a whole number of at least 1, got {calibration_size!r}.")
     if method in ONNX_METHODS:
         op_types = list(op_types) if op_types else list(ORT_OP_TYPES if method == "ort-dynamic" else ORT_STATIC_OP_TYPES)
@@ -215,6 +240,11 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
         if method in ONNX_METHODS:
             fp32_dir, exported, graph = _fp32_graph(source, kind, parent_meta, graph, method, work, timings, notes)
             builder: _Builder | None = _OrtBuilder(fp32_dir, op_types) if method == "ort-dynamic" else None
+        elif method in OPENVINO_METHODS:
+            # The unfused graph: plain ONNX operators, which OpenVINO fuses its own way and NNCF's transformer
+            # patterns recognise (ORT's com.microsoft fusions would hide the MatMuls from them).
+            fp32_dir, exported, graph = _fp32_graph(source, kind, parent_meta, "unfused", method, work, timings, notes)
+            builder = _OpenVinoBuilder(fp32_dir) if method == "openvino-fp32" else None
         elif method == "torch-bf16":
             fp32_dir = source
             builder = _Bf16Builder(source)
@@ -228,6 +258,10 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             from compress.ort_static import calibration_texts
 
             builder = _OrtStaticBuilder(fp32_dir, op_types, fp32, calibration_texts(evaluation.task, calibration_size))
+        elif method == "openvino-int8":
+            from compress.ort_static import calibration_texts
+
+            builder = _OpenVinoBuilder(fp32_dir, fp32, calibration_texts(evaluation.task, calibration_size))
         if evaluation is None:
             print("warning: no --data given: INT8 accuracy is not measured and no fallback is tried; pass --data to "
                   "check the accuracy change against fp32", file=sys.stderr)
@@ -278,7 +312,8 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
 
         fp32_size = folder_size_bytes(fp32_dir)
         quantization: dict[str, Any] = {
-            "method": method, "weight_type": "BF16" if method == "torch-bf16" else "QInt8", "candidates": candidates,
+            "method": method, "weight_type": {"torch-bf16": "BF16", "openvino-fp32": "FP32"}.get(method, "QInt8"),
+            "candidates": candidates,
             "chosen": chosen["name"],
             "max_accuracy_drop": max_accuracy_drop, "within_budget": within,
             "accuracy_fp32": evaluation.accuracy_fp32 if evaluation else None,
@@ -318,6 +353,8 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                             "int8_ops": _int8_op_counts(chosen_dir / ONNX_FILE), "graph": graph, "op_types": op_types,
                             "optimized": graph == "fused"}
         if evaluation is not None:
+        if method in OPENVINO_METHODS:
+            meta["openvino"] = builder.describe(chosen)
             # What a user sees as churn: how many answers the deployed artifact changes against its parent.
             meta["agreement_with_parent"] = {"split": "validation", "agreement": chosen.get("agreement"),
                                              "n": evaluation.n}
@@ -491,6 +528,67 @@ class _OrtStaticBuilder(_OrtBuilder):
 
 
 class _Bf16Builder(_Builder):
+class _OpenVinoBuilder(_Builder):
+    """The unfused fp32 graph as an OpenVINO IR, as it is (``texts`` None) or NNCF INT8 calibrated on ``texts``.
+
+    The calibration batches are built like ort-static's (:class:`compress.ort_static.TextCalibrationReader`:
+    the serving tokenization, real lengths), so NNCF sees the activations of real use.
+    """
+
+    def __init__(self, fp32_dir: Path, fp32: Predictor | None = None, texts: list[Any] | None = None):
+        from transformers import AutoConfig
+
+        self.fp32_dir = Path(fp32_dir)
+        self.graph = self.fp32_dir / ONNX_FILE
+        self.layers = int(getattr(AutoConfig.from_pretrained(str(self.fp32_dir)), "num_hidden_layers", 0) or 0)
+        self.feeds: list[dict[str, np.ndarray]] = []
+        self.texts = len(texts or ())
+        if texts:
+            from compress.ort_static import TextCalibrationReader, graph_inputs
+
+            reader = TextCalibrationReader(fp32, texts, graph_inputs(self.graph))
+            self.feeds = list(iter(reader.get_next, None))
+
+    def build(self, spec: CandidateSpec, folder: Path) -> list[str]:
+        from compress.formats.openvino import convert_onnx, save_ir
+
+        _copy_side_files(self.fp32_dir, folder)
+        model = convert_onnx(self.graph)
+        exclude: list[str] = []
+        if spec.precision == "int8":
+            import nncf
+
+            exclude = sensitive_onnx_nodes(self.graph, self.layers) if spec.exclude_sensitive else []
+            preset = nncf.QuantizationPreset.MIXED if spec.calibration == "nncf-mixed" else nncf.QuantizationPreset.PERFORMANCE
+            nncf.set_log_level(logging.ERROR)
+            with _quiet_quantizer():
+                model = nncf.quantize(model, nncf.Dataset(self.feeds), preset=preset, model_type=nncf.ModelType.TRANSFORMER,
+                                      subset_size=max(1, sum(len(f["input_ids"]) for f in self.feeds)),
+                                      # ONNX node names survive the conversion; names NNCF does not quantize anyway
+                                      # (LayerNorm, Add) are not an error.
+                                      ignored_scope=nncf.IgnoredScope(names=exclude, validate=False) if exclude else None)
+        save_ir(model, folder)
+        return exclude
+
+    def describe(self, chosen: dict[str, Any]) -> dict[str, Any]:
+        """``compress.json``'s ``openvino`` section: files, what was converted, calibration, versions."""
+        import importlib.metadata
+
+        from compress.formats.openvino import OPENVINO_BIN, OPENVINO_XML
+
+        def version(name: str) -> str | None:
+            try:
+                return importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                return None
+
+        return {"files": [OPENVINO_XML, OPENVINO_BIN], "converted_from": "unfused fp32 ONNX graph",
+                "precision": "int8" if self.feeds else "fp32", "inference_precision_hint": "f32",
+                "preset": (chosen.get("calibration") or "").removeprefix("nncf-") or None,
+                "calibration_texts": self.texts or None, "calibration_batches": len(self.feeds) or None,
+                "versions": {"openvino": version("openvino"), "nncf": version("nncf") if self.feeds else None}}
+
+
     """The fp32 PyTorch model with its weights cast to bfloat16 (:mod:`compress.formats.bf16`)."""
 
     def __init__(self, source: Path):

@@ -14,6 +14,8 @@ Artifact kinds (``compress.json`` ``"kind"``, or detected from the files when th
 - ``onnx-fp32``  ``model.onnx`` written by :mod:`compress.export`
 - ``onnx-int8``  ``model.onnx`` with integer operators, written by :mod:`compress.quantize`
 - ``torch-bf16`` ``model.safetensors`` in bfloat16 (:mod:`compress.formats.bf16`), run in bf16
+- ``openvino-fp32`` / ``openvino-int8``  ``openvino_model.xml`` + ``.bin``, an OpenVINO IR (NNCF INT8 for the
+  second), written by :mod:`compress.quantize` (:mod:`compress.formats.openvino`); optional dependency
 - ``choice``     a folder pointing at the fastest artifact per batch size (:mod:`compress.formats.choice`),
   written by ``bert-compress optimize``
 """
@@ -29,11 +31,12 @@ import numpy as np
 from compress.artifact import folder_size_bytes, read_meta
 from compress.errors import CompressError
 from compress.formats.onnx import ONNX_FILE, is_int8_graph
+from compress.formats.openvino import OPENVINO_KINDS, OPENVINO_XML
 from compress.formats.torch_int8 import TORCH_INT8_FILE
 from compress.windows import (DEFAULT_POOLING, POOLINGS, Windows, check_pooling, check_stride, default_stride,
                               encode_windows, length_sorted_batches, pad_rows, pool_windows)
 
-KINDS = ("pytorch", "torch-int8", "onnx-fp32", "onnx-int8", "torch-bf16", "choice")
+KINDS = ("pytorch", "torch-int8", "onnx-fp32", "onnx-int8", "torch-bf16", "choice") + OPENVINO_KINDS
 
 Text = Union[str, tuple[str, str]]
 
@@ -48,6 +51,10 @@ def artifact_kind(folder: str | os.PathLike) -> str:
         return "onnx-int8" if is_int8_graph(path / ONNX_FILE) else "onnx-fp32"
     if (path / TORCH_INT8_FILE).exists():
         return "torch-int8"
+    if (path / OPENVINO_XML).exists():
+        from compress.formats.openvino import is_int8_ir
+
+        return "openvino-int8" if is_int8_ir(path / OPENVINO_XML) else "openvino-fp32"
     from compress.formats.bf16 import is_bf16_weights
 
     if is_bf16_weights(path):
@@ -284,6 +291,8 @@ class Predictor:
         row for a classifier on the whole text, a ``(window tokens, labels)`` array trimmed of padding for a
         head on every token (merge those with :func:`compress.windows.merge_token_outputs`)."""
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        elif kind in OPENVINO_KINDS:
+            opened = OpenVinoPredictor._open(path, kind, threads, max_length, spinning, device)
         rows: list[np.ndarray] = [np.zeros(0)] * len(windows)
         for idx, arrays in windows.batches(batch_size, pad_id, self.need_token_types):
             out = self._run(arrays)
@@ -489,6 +498,50 @@ class ChoicePredictor(Predictor):
 
     def for_batch_size(self, batch_size: int) -> Predictor:
         """The artifact that serves batches of ``batch_size`` rows."""
+class OpenVinoPredictor(Predictor):
+    """An OpenVINO IR (fp32 or NNCF INT8, :mod:`compress.formats.openvino`) compiled for the CPU.
+
+    Like :class:`OnnxPredictor` it needs no torch: openvino, tokenizers and numpy. A compiled model
+    serves concurrent callers through one infer request per thread (a request is not thread-safe;
+    the load benchmark calls one Predictor from several threads).
+    """
+
+    @classmethod
+    def _open(cls, path: Path, kind: str, threads: int | None, max_length: int | None,
+              spinning: bool = True, device: str | None = None) -> "OpenVinoPredictor":
+        import threading
+
+        from compress.formats.openvino import compile_ir
+        from compress.tokenization import ArtifactConfig, ArtifactTokenizer
+
+        if not (path / "config.json").exists():
+            raise CompressError(f"{path} has {OPENVINO_XML} but no config.json, which holds the label names. Build the "
+                                "artifact again with bert-compress quantize --method openvino-int8.")
+        config = ArtifactConfig.from_folder(path)
+        tokenizer = ArtifactTokenizer.from_folder(path)
+        compiled, inputs = compile_ir(path, threads, spinning)
+        if device not in (None, "cpu", "auto"):
+            import sys
+
+            print(f"warning: {path} is an OpenVINO artifact, which bert-compress runs on the CPU only; it runs on the "
+                  f"CPU, not {device}. Use an onnx-int8 or torch-bf16 artifact on the GPU.", file=sys.stderr)
+        meta = read_meta(path)
+        self = cls(path, tokenizer, config, meta, max_length, "token_type_ids" in inputs, (meta or {}).get("parameters"))
+        self.kind = kind
+        self.compiled = compiled
+        self.input_names = inputs
+        self.provider = "OpenVINO CPU"
+        self._requests = threading.local()
+        return self
+
+    def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        request = getattr(self._requests, "request", None)
+        if request is None:
+            request = self._requests.request = self.compiled.create_infer_request()
+        result = request.infer({name: arrays[name] for name in self.input_names})
+        return np.array(result[self.compiled.output("logits")], dtype=np.float32)  # a copy: the request reuses it
+
+
         from compress.formats.choice import pick
 
         return self.by_batch_size[pick(list(self.by_batch_size), batch_size)]
