@@ -39,12 +39,16 @@ def _rows(**counts: tuple[int, int]) -> dict:
 
 
 def test_gap_diagnosis_by_hand():
-    # trained rows 99% of 2000, test 90% of 1000: fit 1 point, generalisation 9 points,
-    # se = sqrt(.99 * .01 / 2000 + .9 * .1 / 1000) = 0.009744: [7.09, 10.91] points, all above 1: data
+    # trained rows 99% of 2000, test 90% of 1000: fit 1 point, generalisation 9 points (se 0.009744);
+    # generalisation - fit = 8 points, se = sqrt(4 * .99 * .01 / 2000 + .9 * .1 / 1000) = 0.010479: [5.95, 10.05]
     d = gap_diagnosis(_rows(augmented=(2000, 1980), test=(1000, 900)), ["augmented"], ["test"])
     assert d["verdict"] == "data" and d["fit"] == pytest.approx(0.01) and d["generalisation"] == pytest.approx(0.09)
     se = math.sqrt(0.99 * 0.01 / 2000 + 0.9 * 0.1 / 1000)
     assert d["generalisation_interval"] == pytest.approx([0.09 - 1.959964 * se, 0.09 + 1.959964 * se])
+    lead = math.sqrt(4 * 0.99 * 0.01 / 2000 + 0.9 * 0.1 / 1000)
+    assert d["lead_interval"] == pytest.approx([0.08 - 1.959964 * lead, 0.08 + 1.959964 * lead])
+    # a generalisation part larger than the fit, but not by more than the noise: undecided
+    assert gap_diagnosis(_rows(train=(300, 297), test=(300, 291)), ["train"], ["test"])["verdict"] == "undecided"
     # trained rows pooled (train + unlabeled): 90% of 3000 against 89% of 1000: fit 10 points, generalisation 1
     d = gap_diagnosis(_rows(train=(1000, 900), unlabeled=(2000, 1800), test=(1000, 890)), ["train", "unlabeled"],
                       ["test"])
@@ -100,7 +104,7 @@ def test_origins_command_on_tiny_models(task_and_meta, tmp_path, capsys):
 
     task, meta, variants = task_and_meta
     teacher = make_bert(tmp_path / "teacher", layers=2, hidden=32, heads=2, ffn=64, head=True, seed=1)
-    student = _shifted_copy(teacher, tmp_path / "student", list(task.texts("train")))
+    student = _shifted_copy(teacher, tmp_path / "student", list(task.texts("test")), quantile=0.5)
     (student / "compress.json").write_text(json.dumps(meta), encoding="utf-8")
     out = tmp_path / "origins.json"
     assert main(["--teacher", str(teacher), str(student), "--per-origin", "20", "--json", str(out)]) == 0
@@ -112,6 +116,7 @@ def test_origins_command_on_tiny_models(task_and_meta, tmp_path, capsys):
     teach, stud = Predictor.load(teacher), Predictor.load(student)
     test = task.texts("test")
     agree = float((teach.logits(test).argmax(-1) == stud.logits(test).argmax(-1)).mean())
+    assert 0 < agree < 1, "the two models should disagree on some test rows for this test to mean something"
     assert report["by_origin"]["test"]["agreement"] == pytest.approx(agree)
     assert report["diagnosis"]["trained"] == ["train", "augmented", "unlabeled"]
     assert report["diagnosis"]["verdict"] in ("data", "optimisation", "undecided")

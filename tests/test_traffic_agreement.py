@@ -180,9 +180,9 @@ def test_gate_refuses_damaged_traffic_predictions(tmp_path, capsys):
 # ----------------------------------------------------------------------------- bench --traffic-file, end to end
 
 
-def _shifted_copy(teacher: Path, out: Path, texts: list[str]) -> Path:
-    """The teacher with its class-1 logit lowered by the first quartile of its margin on ``texts``: a random tiny
-    model predicts nearly one class everywhere, and this copy then disagrees with it on about a quarter of them."""
+def _shifted_copy(teacher: Path, out: Path, texts: list[str], quantile: float = 0.25) -> Path:
+    """The teacher with its class-1 logit lowered by the ``quantile`` of its margin on ``texts``: a random tiny
+    model predicts nearly one class everywhere, and this copy then disagrees with it on about that share of them."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -191,7 +191,7 @@ def _shifted_copy(teacher: Path, out: Path, texts: list[str]) -> Path:
     with torch.no_grad():
         logits = model(**tok(texts, padding=True, return_tensors="pt")).logits
         margin = (logits[:, 1] - logits[:, 0]).numpy()
-        model.classifier.bias[1] -= float(np.quantile(margin, 0.25))
+        model.classifier.bias[1] -= float(np.quantile(margin, quantile))
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     return out
