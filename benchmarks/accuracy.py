@@ -3,8 +3,9 @@
 Agreement (the share of inputs where an artifact's argmax equals the reference's) says how
 faithfully a compressed model reproduces the one it replaces, which accuracy alone hides: two
 models at 85% can disagree on a quarter of the inputs. The texts go through the same
-``Predictor.logits`` path serving uses (dynamic padding, the artifact's own truncation), not the
-fixed-shape benchmark inputs, so the numbers are those of real use.
+``Predictor.logits`` path serving uses (dynamic padding; a text longer than the artifact's window is
+read in overlapping windows whose logits are pooled, never cut), not the fixed-shape benchmark
+inputs, so the numbers are those of real use.
 """
 
 from __future__ import annotations

@@ -133,6 +133,8 @@ def _config_facts(entry: dict[str, Any]) -> dict[str, Any]:
         "size_bytes": predictor.size_bytes,
         "num_hidden_layers": layers if isinstance(layers, int) else None,
         "max_length": predictor.max_length,
+        "stride": predictor.stride,  # a longer text: windows overlapping by this many tokens (compress.windows),
+        "pooling": predictor.pooling,  # and how their logits became the text's
         "onnx": onnx_facts(Path(entry["path"]), meta) if predictor.kind.startswith("onnx") else None,
         "device": predictor.device,
         "provider": predictor.provider,

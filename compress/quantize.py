@@ -277,7 +277,8 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             try:
                 c0 = time.perf_counter()
                 record["excluded"] = builder.build(spec, folder)
-                candidate = Predictor.load(folder, max_length=fp32.max_length, device=run_on)
+                candidate = Predictor.load(folder, max_length=fp32.max_length, device=run_on, stride=fp32.stride,
+                                           pooling=fp32.pooling)
                 record["size_bytes"] = folder_size_bytes(folder)
                 record["max_abs_logit_diff"] = probe.max_diff(candidate)
                 if evaluation is not None:

@@ -264,6 +264,8 @@ class Predictor:
             opened: Predictor = ChoicePredictor._open(path, threads, max_length, allow_pickle, spinning, device, precision)
         elif kind in ("onnx-fp32", "onnx-int8"):
             opened = OnnxPredictor._open(path, kind, threads, max_length, spinning, device)
+        elif kind in OPENVINO_KINDS:
+            opened = OpenVinoPredictor._open(path, kind, threads, max_length, spinning, device)
         else:
             opened = TorchPredictor._open(path, kind, threads, max_length, allow_pickle, device, precision, announce)
         return opened.set_windows(stride, pooling)
@@ -291,8 +293,6 @@ class Predictor:
         row for a classifier on the whole text, a ``(window tokens, labels)`` array trimmed of padding for a
         head on every token (merge those with :func:`compress.windows.merge_token_outputs`)."""
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        elif kind in OPENVINO_KINDS:
-            opened = OpenVinoPredictor._open(path, kind, threads, max_length, spinning, device)
         rows: list[np.ndarray] = [np.zeros(0)] * len(windows)
         for idx, arrays in windows.batches(batch_size, pad_id, self.need_token_types):
             out = self._run(arrays)
@@ -458,46 +458,6 @@ class OnnxPredictor(Predictor):
         return np.asarray(self.session.run(["logits"], feed)[0], dtype=np.float32)
 
 
-class ChoicePredictor(Predictor):
-    """A ``choice`` folder (:mod:`compress.formats.choice`): each batch goes to the artifact chosen for its size.
-
-    The sub-artifacts are opened once each (a runtime chosen for several batch sizes is shared).
-    Tokenization and the window length are the first sub-artifact's: every candidate of one model carries
-    the same tokenizer and ``max_length``, which :func:`compress.optimize` checks before it writes.
-    """
-
-    @classmethod
-    def _open(cls, path: Path, threads: int | None, max_length: int | None, allow_pickle: bool,
-              spinning: bool, device: str | None = None, precision: str = "fp32") -> "ChoicePredictor":
-        from compress.formats.choice import read_choice
-
-        meta = read_meta(path) or {}
-        table = read_choice(path, meta)
-        opened: dict[Path, Predictor] = {}
-        for sub in table.values():
-            if sub not in opened:
-                if artifact_kind(sub) == "choice":
-                    raise CompressError(f"{sub}: a choice may not point at another choice; point at the artifact.")
-                opened[sub] = Predictor.load(sub, threads=threads, max_length=max_length, allow_pickle=allow_pickle,
-                                             spinning=spinning, device=device, precision=precision)
-        first = opened[next(iter(table.values()))]
-        self = cls(path, first.tokenizer, first.config, meta, first.max_length, first.need_token_types,
-                   first.num_parameters)
-        self.kind = "choice"
-        self.device = first.device
-        self.provider = first.provider
-        self.by_batch_size = {b: opened[sub] for b, sub in table.items()}
-        self.size_bytes = sum(p.size_bytes for p in opened.values())
-        self.cpu_mismatch = _cpu_mismatch((meta.get("optimize") or {}).get("decided_on") or {})
-        if self.cpu_mismatch:
-            import sys
-
-            print(f"warning: {path} was chosen on another CPU ({self.cpu_mismatch}); the fastest runtime here may "
-                  "differ. Run bert-compress optimize on this machine.", file=sys.stderr)
-        return self
-
-    def for_batch_size(self, batch_size: int) -> Predictor:
-        """The artifact that serves batches of ``batch_size`` rows."""
 class OpenVinoPredictor(Predictor):
     """An OpenVINO IR (fp32 or NNCF INT8, :mod:`compress.formats.openvino`) compiled for the CPU.
 
@@ -542,6 +502,46 @@ class OpenVinoPredictor(Predictor):
         return np.array(result[self.compiled.output("logits")], dtype=np.float32)  # a copy: the request reuses it
 
 
+class ChoicePredictor(Predictor):
+    """A ``choice`` folder (:mod:`compress.formats.choice`): each batch goes to the artifact chosen for its size.
+
+    The sub-artifacts are opened once each (a runtime chosen for several batch sizes is shared).
+    Tokenization and the window length are the first sub-artifact's: every candidate of one model carries
+    the same tokenizer and ``max_length``, which :func:`compress.optimize` checks before it writes.
+    """
+
+    @classmethod
+    def _open(cls, path: Path, threads: int | None, max_length: int | None, allow_pickle: bool,
+              spinning: bool, device: str | None = None, precision: str = "fp32") -> "ChoicePredictor":
+        from compress.formats.choice import read_choice
+
+        meta = read_meta(path) or {}
+        table = read_choice(path, meta)
+        opened: dict[Path, Predictor] = {}
+        for sub in table.values():
+            if sub not in opened:
+                if artifact_kind(sub) == "choice":
+                    raise CompressError(f"{sub}: a choice may not point at another choice; point at the artifact.")
+                opened[sub] = Predictor.load(sub, threads=threads, max_length=max_length, allow_pickle=allow_pickle,
+                                             spinning=spinning, device=device, precision=precision)
+        first = opened[next(iter(table.values()))]
+        self = cls(path, first.tokenizer, first.config, meta, first.max_length, first.need_token_types,
+                   first.num_parameters)
+        self.kind = "choice"
+        self.device = first.device
+        self.provider = first.provider
+        self.by_batch_size = {b: opened[sub] for b, sub in table.items()}
+        self.size_bytes = sum(p.size_bytes for p in opened.values())
+        self.cpu_mismatch = _cpu_mismatch((meta.get("optimize") or {}).get("decided_on") or {})
+        if self.cpu_mismatch:
+            import sys
+
+            print(f"warning: {path} was chosen on another CPU ({self.cpu_mismatch}); the fastest runtime here may "
+                  "differ. Run bert-compress optimize on this machine.", file=sys.stderr)
+        return self
+
+    def for_batch_size(self, batch_size: int) -> Predictor:
+        """The artifact that serves batches of ``batch_size`` rows."""
         from compress.formats.choice import pick
 
         return self.by_batch_size[pick(list(self.by_batch_size), batch_size)]

@@ -195,7 +195,7 @@ def test_merged_token_logits_are_the_max_context_windows_own(tok):
     really disagree on the shared tokens (position and context matter in this model), so picking the
     wrong one would show."""
     text = long_text(66)  # 3x the window's 22 text tokens
-    w = encode_windows(tok, [text, "short"], max_length=24, stride=6)
+    w = encode_windows(tok, [text, "short"], max_length=24, stride=7)  # odd: some shared tokens tie
     outputs = _run_windows(_tagger(512), w)
     merged = merge_token_outputs(w, outputs)
     assert [m.shape for m in merged] == [(w.doc_lengths[0], 5), (1, 5)]
@@ -209,7 +209,7 @@ def test_merged_token_logits_are_the_max_context_windows_own(tok):
         assert np.array_equal(merged[0][t], at(best[0]))
         shared += len(holders) > 1
         disagree += any(not np.allclose(at(k), at(best[0]), atol=1e-4) for k in holders)
-    assert shared == 6 * (len(spans) - 1) and disagree >= 0.75 * shared  # nearly every token two windows share
+    assert shared == 7 * (len(spans) - 1) and disagree >= 0.75 * shared  # nearly every token two windows share
     assert np.array_equal(merged[1][0], outputs[w.windows_of(1)[0]][1])
 
 
