@@ -152,6 +152,13 @@ def cmd_predict(a: argparse.Namespace) -> int:
 
     predictor = Predictor.load(a.model, threads=a.threads, max_length=a.max_length, device=check_device_spec(a.device),
                                precision=a.precision, announce=True, stride=a.stride, pooling=a.pooling)
+    if predictor.task == "token-classification":
+        from compress.tagging import format_tagged
+
+        for result in predictor.predict(a.texts, batch_size=a.batch_size, aggregation=a.aggregation,
+                                        word_tags=a.word_tags):
+            print(format_tagged(result))
+        return 0
     labels, probs = predictor.predict(a.texts, batch_size=a.batch_size)
     for text, label, row in zip(a.texts, labels, probs):
         scores = " ".join(f"{name}={p:.4f}" for name, p in zip(predictor.label_names, row))
@@ -235,6 +242,7 @@ def cmd_gate(a: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from compress.windows import POOLINGS
+    from compress.tagging import AGGREGATIONS, DEFAULT_AGGREGATION
 
     parser = argparse.ArgumentParser(
         prog="bert-compress",
@@ -410,6 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how a long text's window logits become one: mean or max (default: the artifact's, else mean)")
     _add_device_flag(p, "the artifact (ONNX: CUDAExecutionProvider when onnxruntime-gpu is installed)")
     _add_precision_flag(p, "a PyTorch fp32 artifact (other kinds keep their own)")
+    p.add_argument("--aggregation", choices=AGGREGATIONS, default=DEFAULT_AGGREGATION,
+                   help="a tagger: how a word's sub-tokens give its tag (default first, as it was trained)")
+    p.add_argument("--word-tags", action="store_true", help="a tagger: print every word's tag too")
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("run", help="run the stages a recipe (YAML) names, skipping finished ones")

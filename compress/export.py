@@ -82,7 +82,10 @@ def export_onnx(model_dir: str | os.PathLike, out: str | os.PathLike, opset: int
         kind = artifact_kind(source)
         if kind != "pytorch":
             raise CompressError(_not_exportable(source, kind))
-    model, tokenizer, has_head = load_classifier(source, eager_attention=True)
+    from compress.tasks.task_choice import SEQUENCE, model_head
+
+    head = model_head(source)[0]
+    model, tokenizer, has_head = load_classifier(source, eager_attention=True, task=head.name if head else SEQUENCE)
     if not has_head:
         raise CompressError(f"--model {source}: the model has no trained classification head, so the exported graph "
                             "would predict at random. Fine-tune it first: bert-compress teacher --model DIR --data DATA --out DIR")
@@ -118,6 +121,10 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
     import onnx
 
     from compress.modeling import accepts_token_types, count_parameters
+    from compress.tasks import get_task, task_for_architectures
+
+    # The task of the in-memory model's head decides the output's axes (per-token logits for a tagger).
+    task = task_for_architectures([type(model).__name__]) or get_task("sequence-classification")
 
     if opset < 14:
         raise CompressError(f"--opset {opset} is too old: these graphs need operators of opset 14 and later; "
@@ -138,7 +145,7 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
     try:
         raw = work / "raw.onnx"
         t0 = time.perf_counter()
-        _torch_export(model, tokenizer, names, raw, opset, max_length)
+        _torch_export(model, tokenizer, names, raw, opset, max_length, task.dynamic_axes(names))
         timings["export_s"] = round(time.perf_counter() - t0, 2)
         reference = _reference_inputs(tokenizer, max_length, need_types, model)
 
@@ -195,6 +202,7 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
         meta: dict[str, Any] = {
             "stage": "export",
             "kind": "onnx-fp32",
+            "task": task.name,
             "model_type": config.model_type,
             "parameters": count_parameters(model),
             "max_length": max_length,
@@ -260,7 +268,8 @@ def _logits_module(model):
     return LogitsOnly().eval()
 
 
-def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int, max_length: int) -> None:
+def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int, max_length: int,
+                  axes: dict[str, dict[int, str]] | None = None) -> None:
     import torch
 
     # A padded batch of two lengths: the trace must take the branch that applies the padding mask.
@@ -269,8 +278,9 @@ def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int, ma
     if arrays["attention_mask"].all():
         raise CompressError("internal: the export example batch has no padding; the trace would drop the mask.")
     args = tuple(torch.from_numpy(arrays[n]) for n in names)
-    axes = {n: {0: "batch", 1: "sequence"} for n in names}
-    axes["logits"] = {0: "batch"}
+    if axes is None:  # the registry's task gives them (compress.tasks: Task.dynamic_axes)
+        axes = {n: {0: "batch", 1: "sequence"} for n in names}
+        axes["logits"] = {0: "batch"}
     wrapper = _logits_module(model)
     try:
         with _quiet_export(), torch.no_grad():
@@ -354,7 +364,8 @@ def _reference_inputs(tokenizer, max_length: int, need_types: bool, model) -> li
 
 
 def _parity(graph_file: Path, reference: list[tuple[dict[str, np.ndarray], np.ndarray]]) -> float:
-    """Largest absolute logit difference between the graph (in ONNX Runtime) and PyTorch."""
+    """Largest absolute logit difference between the graph (in ONNX Runtime) and PyTorch; per-token
+    logits (a tagger's) are compared at real tokens only: padded positions are nobody's output."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -364,7 +375,10 @@ def _parity(graph_file: Path, reference: list[tuple[dict[str, np.ndarray], np.nd
     worst = 0.0
     for arrays, expected in reference:
         got = session.run(["logits"], {n: arrays[n] for n in inputs})[0]
-        diff = float(np.max(np.abs(got.astype(np.float64) - expected.astype(np.float64))))
+        gap = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+        if gap.ndim == 3:
+            gap = gap[arrays["attention_mask"].astype(bool)]
+        diff = float(np.max(gap))
         if not np.isfinite(diff):
             return float("nan")
         worst = max(worst, diff)

@@ -40,12 +40,19 @@ def load_tokenizer(folder: str | Path, model_vocab_size: int | None = None):
 
 
 def load_classifier(folder: str | Path, num_labels: int | None = None, label_names: list[str] | None = None,
-                    allow_pickle: bool = False, eager_attention: bool = False):
-    """Load a sequence classifier from a local folder; a missing head is created (to be trained).
+                    allow_pickle: bool = False, eager_attention: bool = False,
+                    task: str = "sequence-classification"):
+    """Load a classifier from a local folder; a missing head is created (to be trained).
 
+    ``task`` (a :mod:`compress.tasks` name) decides the head: a sequence classifier by default, a
+    tagger (``AutoModelForTokenClassification``) for ``token-classification``.
     Returns ``(model, tokenizer, has_trained_head)``.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import AutoConfig
+
+    from compress.tasks import get_task
+
+    spec = get_task(task)
 
     path = Path(folder)
     try:
@@ -56,7 +63,7 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
         if describe_folder(path) is None:
             raise
         raise CompressError(f"{describe_folder(path)}: {exc}") from exc
-    has_head = any(a.endswith("ForSequenceClassification") for a in raw.get("architectures") or [])
+    has_head = spec.has_head(raw.get("architectures"))
     kwargs: dict[str, Any] = {"trust_remote_code": False}
     if num_labels is not None:
         head = len(raw["id2label"]) if raw.get("id2label") else int(raw.get("num_labels", 2))
@@ -80,8 +87,8 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
         return model, tokenizer, has_head
     use_safe = any((path / n).exists() for n in ("model.safetensors", "model.safetensors.index.json"))
     with quiet_transformers():
-        model = AutoModelForSequenceClassification.from_pretrained(str(path), config=config, use_safetensors=use_safe,
-                                                                   trust_remote_code=False)
+        model = spec.model_class().from_pretrained(str(path), config=config, use_safetensors=use_safe,
+                                                   trust_remote_code=False)
     tokenizer = load_tokenizer(path, model.config.vocab_size)
     return model, tokenizer, has_head
 

@@ -39,12 +39,18 @@ from compress.training import (checkpoint_dir, checkpoint_fingerprint, gather_ro
 def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a teacher; write it as an artifact at ``out``."""
     from compress.device import device_name, resolve_precision, training_device
+    from compress.tasks.task_choice import SEQUENCE, TOKEN, check_model_task, data_task
 
+    if data_task(cfg.data.data) == TOKEN:  # tagging data: the tagger teacher (same Trainer machinery)
+        from compress.token_teacher import train_token_teacher
+
+        return train_token_teacher(cfg, out)
     cfg.validate()
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
+    check_model_task(source, SEQUENCE, cfg.data.data, cfg.model)  # a tagger given classification data: one line
     task = cfg.data.load()
     model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle)
     model.to(device)  # the head check and evaluation run where training does

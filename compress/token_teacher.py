@@ -1,0 +1,150 @@
+"""The teacher stage for tagging data: fine-tune a token classifier and score it on entities.
+
+:func:`compress.teacher.train_teacher` hands over here when the data is tagging data
+(:func:`compress.tasks.task_choice.data_task`: the built-in ``wnut17``, a CoNLL file, a JSONL file
+of ``tokens``/``tags``). The model is built through the registry's task object
+(``AutoModelForTokenClassification``: BERT, MPNet, RoBERTa, DistilBERT), with the label list of
+the data as ``config.id2label``/``label2id``; each word's tag sits on its first sub-token
+(:mod:`compress.tasks.token_training`). Training is the sentence teacher's machinery, unchanged:
+the guarded Trainer (seeded batch order, NaN guard), fingerprinted checkpoints and ``--resume``,
+Ctrl-C and full-disk handling, and an atomic artifact write. Validation entity F1 is logged after
+every epoch; the final validation and test scores (entity P/R/F1, per type, token accuracy) go to
+``compress.json`` beside ``"task": "token-classification"`` and the label list.
+
+A model folder whose head is for another task, or for another number of tags, is refused in one
+line before transformers loads it (:func:`compress.tasks.task_choice.check_model_task`). An
+existing tagging head is kept without training unless ``--finetune yes`` (scored either way).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from compress.artifact import write_model_artifact
+from compress.assets import resolve_model
+from compress.config import TeacherConfig
+from compress.errors import CompressError
+from compress.hub import snapshot_origin
+from compress.modeling import count_parameters, load_classifier
+from compress.tasks.task_choice import TOKEN, check_model_task
+from compress.tasks.token_data import TokenTaskData, load_token_data
+from compress.tasks.token_training import entity_f1_callback, evaluate_tagger, token_collator, tokenize_tagged_split
+from compress.training import (checkpoint_dir, checkpoint_fingerprint, guarded_trainer, interrupt_callback,
+                               is_main_process, resume_point, run_trainer, training_arguments)
+
+
+def _generic(names: list[str] | None) -> bool:
+    """transformers' placeholder names (``LABEL_0``...), which say nothing about the tags."""
+    return not names or all(n == f"LABEL_{i}" for i, n in enumerate(names))
+
+
+def load_tagging_data(cfg: TeacherConfig, label_names: list[str] | None = None) -> TokenTaskData:
+    """The teacher's tagging data (``--data``, cut to ``--limit`` sentences per split, seeded)."""
+    data = load_token_data(cfg.data.data, seed=cfg.data.split_seed, label_names=label_names)
+    limit = cfg.data.limit
+    if limit:
+        from datasets import DatasetDict
+
+        from compress.data import _fingerprint
+
+        cut = DatasetDict({name: split.shuffle(seed=cfg.data.split_seed).select(range(min(limit, len(split))))
+                           for name, split in data.splits.items()})
+        data = TokenTaskData(cut, data.label_names, data.scheme, f"{data.source}[:{limit}]", data.files,
+                             _fingerprint(cut), data.problems, data.notes)
+    return data
+
+
+def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
+    """Fine-tune (if needed) and evaluate a tagger teacher; write it as an artifact at ``out``."""
+    from compress.device import device_name, resolve_precision, training_device
+
+    cfg.validate()
+    device = training_device(cfg.device)
+    precision = resolve_precision(cfg.precision, device)
+    started = time.perf_counter()
+    data = load_tagging_data(cfg)  # before the model: a bad file should not cost a model fetch
+    source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
+    head, head_names = check_model_task(source, TOKEN, cfg.data.data, cfg.model, data.num_labels)
+    if head is not None and not _generic(head_names) and head_names != data.label_names:
+        if sorted(head_names) != sorted(data.label_names):
+            raise CompressError(f"--model {cfg.model}: the tagger's tags ({', '.join(head_names)}) are not the tags of "
+                                f"--data {cfg.data.data} ({', '.join(data.label_names)}). Use a tagger trained on this "
+                                "tag set, or a model without a head.")
+        data = load_tagging_data(cfg, head_names)  # the head's order, so its rows keep their meaning
+    model, tokenizer, has_head = load_classifier(source, data.num_labels, data.label_names, cfg.allow_pickle, task=TOKEN)
+    model.to(device)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    tokenized = {name: tokenize_tagged_split(split, tokenizer, cfg.max_length, with_length=(name == "train"))
+                 for name, split in data.splits.items()}
+    finetune = (not has_head) if cfg.finetune is None else bool(cfg.finetune)
+    timings: dict[str, float] = {}
+    train_log: dict[str, Any] = {}
+    if finetune and cfg.train.epochs > 0:
+        t0 = time.perf_counter()
+        train_log = _fine_tune(model, tokenizer, tokenized, data, cfg, out, device, precision.precision, pad_id)
+        timings["fine_tune_s"] = round(time.perf_counter() - t0, 1)
+    elif not has_head:
+        print("warning: the tagger has no trained head and --epochs is 0: its predictions are random", file=sys.stderr)
+    fine_tuned = bool(finetune and cfg.train.epochs > 0)
+
+    t0 = time.perf_counter()
+    metrics = {name: evaluate_tagger(model, tokenized[name], data.tags(name), data.label_names,
+                                     precision=precision.precision, pad_id=pad_id)
+               for name in ("validation", "test") if name in tokenized}
+    timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
+    timings["total_s"] = round(time.perf_counter() - started, 1)
+    meta = {
+        "stage": "teacher",
+        "kind": "pytorch",
+        "task": TOKEN,
+        "model_type": model.config.model_type,
+        "parameters": count_parameters(model),
+        "parent": {"model": cfg.model, "path": str(source), **(snapshot_origin(source) or {})},
+        "fine_tuned": fine_tuned,
+        "label_names": data.label_names,
+        "config": cfg.to_dict(),
+        "device": device_name(device),
+        "precision": precision.to_dict(),
+        "data": data.describe(),
+        "metrics": metrics,
+        "training": train_log,
+        "timings": timings,
+    }
+    if not is_main_process():
+        return Path(out)
+    path = write_model_artifact(out, model, tokenizer, meta)
+    folder = checkpoint_dir(out)
+    if folder.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+    parts = [f"{split} entity F1 {m['entity_f1']:.4f} (P {m['entity_precision']:.4f} R {m['entity_recall']:.4f}, "
+             f"token accuracy {m['token_accuracy']:.4f})" for split, m in metrics.items()]
+    print("teacher: " + "; ".join(parts) + f" ({timings['total_s']:.0f} s)")
+    return path
+
+
+def _fine_tune(model, tokenizer, tokenized, data: TokenTaskData, cfg: TeacherConfig, out, device, precision: str,
+               pad_id: int) -> dict[str, Any]:
+    train_ds = tokenized["train"]
+    keep = [c for c in ("input_ids", "attention_mask", "token_type_ids", "labels", "length") if c in train_ds.column_names]
+    train_ds = train_ds.select_columns(keep)
+    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device, precision=precision)
+    resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
+    stop = interrupt_callback()
+    callbacks: list[Any] = [stop]
+    scorer = None
+    if "validation" in tokenized:
+        scorer = entity_f1_callback(tokenized["validation"], data.tags("validation"), data.label_names, pad_id, precision)
+        callbacks.append(scorer)
+    trainer = guarded_trainer(out, model=model, args=args, train_dataset=train_ds,
+                              data_collator=token_collator(tokenizer), callbacks=callbacks)
+    result = run_trainer(trainer, resume, Path(out), stop)
+    log: dict[str, Any] = {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
+                           "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size}
+    if scorer is not None:
+        log["validation_by_epoch"] = scorer.history
+    return log

@@ -1,0 +1,272 @@
+"""Token classification through teacher, export and Predictor, on a tiny BERT and a toy CoNLL file.
+
+The toy task is learnable in a few dozen steps: city names (one or two words) are LOC, a few
+first names PER, everything else O. One tagger is trained per module and reused.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from compress.errors import CompressError
+
+from conftest import make_bert, sentiment_rows, write_csv
+
+CITIES = [["Paris"], ["London"], ["Berlin"], ["Madrid"], ["Rome"], ["New", "York"], ["San", "Francisco"]]
+PEOPLE = [["Alice"], ["Maria"], ["Peter"], ["John"]]
+FILLER = "the a we went to and saw with visited yesterday then later friends from".split()
+
+
+def toy_sentences(n: int, seed: int = 0, types: tuple[str, ...] = ("LOC", "PER")) -> list[tuple[list[str], list[str]]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words, tags = [], []
+        for _ in range(rng.randint(4, 9)):
+            r = rng.random()
+            pick = CITIES if r < 0.22 and "LOC" in types else PEOPLE if r < 0.34 and "PER" in types else None
+            if pick is None:
+                words.append(rng.choice(FILLER))
+                tags.append("O")
+            else:
+                name = rng.choice(pick)
+                kind = "LOC" if pick is CITIES else "PER"
+                words += name
+                tags += [f"B-{kind}"] + [f"I-{kind}"] * (len(name) - 1)
+        out.append((words, tags))
+    return out
+
+
+def write_conll(path: Path, sentences) -> Path:
+    path.write_text("\n\n".join("\n".join(f"{w}\t{t}" for w, t in zip(*s)) for s in sentences) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def teacher_config(model: Path, data: Path, epochs: float = 2.0):
+    from compress.config import TeacherConfig
+
+    return TeacherConfig.from_dict({"model": str(model), "data": {"data": str(data)}, "max_length": 48,
+                                    "train": {"epochs": epochs, "lr": 6e-3, "batch_size": 8, "save_steps": 100000,
+                                              "sampling": "sequential", "logging_steps": 1000}})
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tagger teacher fine-tuned on the toy CoNLL file (the stage under test), and that file."""
+    from compress.teacher import train_teacher
+
+    tmp = tmp_path_factory.mktemp("ner")
+    data = write_conll(tmp / "toy.conll", toy_sentences(200))
+    encoder = make_bert(tmp / "encoder", layers=2, hidden=32, heads=4, ffn=64)
+    path = train_teacher(teacher_config(encoder, data), tmp / "teacher")
+    return SimpleNamespace(path=path, data=data, tmp=tmp)
+
+
+@pytest.fixture(scope="module")
+def exported(trained):
+    from compress.export import export_onnx
+
+    return export_onnx(trained.path, trained.tmp / "onnx")
+
+
+def test_teacher_learns_the_toy_tags_and_records_entity_f1(trained):
+    meta = json.loads((trained.path / "compress.json").read_text())
+    config = json.loads((trained.path / "config.json").read_text())
+    names = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    assert meta["task"] == "token-classification" and meta["fine_tuned"]
+    assert meta["label_names"] == names and meta["data"]["label_names"] == names
+    assert config["architectures"] == ["BertForTokenClassification"]
+    assert [config["id2label"][str(i)] for i in range(5)] == names and config["label2id"]["B-PER"] == 3
+    for split in ("validation", "test"):
+        assert meta["metrics"][split]["entity_f1"] >= 0.9, meta["metrics"][split]
+        assert set(meta["metrics"][split]["per_type_f1"]) == {"LOC", "PER"}
+    epochs = meta["training"]["validation_by_epoch"]
+    assert len(epochs) == 2 and epochs[-1]["validation_entity_f1"] == pytest.approx(
+        meta["metrics"]["validation"]["entity_f1"], abs=1e-4)
+    assert not (trained.tmp / "teacher.checkpoints").exists()
+
+
+def test_first_subtoken_labels_in_the_training_rows(tokenizer):
+    from datasets import Dataset
+
+    from compress.tasks.token_training import tokenize_tagged_split
+
+    ds = Dataset.from_dict({"tokens": [["Gurez", "is", "in", "Kashmir"]], "tags": [[1, 0, 0, 1]]})
+    row = tokenize_tagged_split(ds, tokenizer, 32)[0]
+    pieces = tokenizer.convert_ids_to_tokens(row["input_ids"])
+    n_gurez = row["word_ids"].count(0)
+    assert pieces[1] == "gu" and n_gurez >= 2  # a word of several sub-tokens: only the first carries the tag
+    expected = [-100, 1] + [-100] * (n_gurez - 1) + [0, 0, 1] + [-100] * (len(pieces) - n_gurez - 4)
+    assert row["labels"] == expected and row["word_ids"][0] == row["word_ids"][-1] == -1
+    assert [pieces[p] for p, label in enumerate(row["labels"]) if label >= 0] == ["gu", "is", "in", "kashmir"]
+
+
+def _one_line(exc: pytest.ExceptionInfo) -> str:
+    message = str(exc.value)
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+def test_a_tagger_given_classification_data_is_one_line(trained, tmp_path):
+    from compress.teacher import train_teacher
+
+    csv = write_csv(tmp_path / "sentiment.csv", sentiment_rows(40))
+    with pytest.raises(CompressError) as exc:
+        train_teacher(teacher_config(trained.path, csv), tmp_path / "out")
+    message = _one_line(exc)
+    assert "is a tagger" in message and "classification data" in message and str(csv) in message
+
+
+def test_a_classifier_given_tagging_data_is_one_line(trained, tmp_path):
+    from compress.teacher import train_teacher
+
+    classifier = make_bert(tmp_path / "classifier", layers=1, hidden=32, head=True, num_labels=2)
+    config = json.loads((classifier / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    with pytest.raises(CompressError) as exc:
+        train_teacher(teacher_config(classifier, trained.data), tmp_path / "out")
+    message = _one_line(exc)
+    assert "sentence classifier" in message and "tagging data" in message
+
+
+def test_a_tagger_with_another_label_count_is_one_line(trained, tmp_path):
+    from compress.teacher import train_teacher
+
+    only_places = write_conll(tmp_path / "places.conll", toy_sentences(30, seed=3, types=("LOC",)))
+    with pytest.raises(CompressError) as exc:
+        train_teacher(teacher_config(trained.path, only_places), tmp_path / "out")
+    assert "predicts 5 labels" in _one_line(exc) and "has 3" in str(exc.value)
+
+
+def test_the_data_decides_the_task(tmp_path):
+    from compress.tasks.task_choice import data_task
+
+    tagged_tsv = write_conll(tmp_path / "tagged.tsv", toy_sentences(5))
+    table = tmp_path / "table.tsv"
+    table.write_text("text\tlabel\nfine film\t1\n", encoding="utf-8")
+    tagged_jsonl = tmp_path / "tagged.jsonl"
+    tagged_jsonl.write_text(json.dumps({"tokens": ["Paris"], "tags": ["B-LOC"]}) + "\n", encoding="utf-8")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"text": "fine", "label": 1}) + "\n", encoding="utf-8")
+    assert [data_task(str(p)) for p in (tagged_tsv, table, tagged_jsonl, rows)] == [
+        "token-classification", "sequence-classification", "token-classification", "sequence-classification"]
+    assert data_task("wnut17") == "token-classification" and data_task("movie-reviews") == "sequence-classification"
+    assert data_task(str(tmp_path / "typo.conll")) == "token-classification"
+
+
+def test_export_keeps_per_token_logits_within_parity(trained, exported):
+    import onnx
+    import onnxruntime as ort
+    import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    meta = json.loads((exported / "compress.json").read_text())
+    assert meta["task"] == "token-classification" and meta["parity"]["max_abs_diff"] <= meta["parity"]["atol"]
+    graph = onnx.load(str(exported / "model.onnx"))
+    dims = [d.dim_param or d.dim_value for d in graph.graph.output[0].type.tensor_type.shape.dim]
+    assert dims[:2] == ["batch", "sequence"] and dims[2] == 5
+    # Unseen lengths and batch sizes: every real token's logits agree with PyTorch.
+    tok = AutoTokenizer.from_pretrained(trained.path)
+    model = AutoModelForTokenClassification.from_pretrained(trained.path).eval()
+    texts = ["we went to San Francisco", "Maria", "later friends from Rome saw Peter and the London crowd"]
+    enc = tok(texts, padding=True, return_tensors="np")
+    session = ort.InferenceSession(str(exported / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(["logits"], {i.name: enc[i.name] for i in session.get_inputs()})[0]
+    with torch.no_grad():
+        want = model(**{k: torch.from_numpy(v) for k, v in enc.items()}).logits.numpy()
+    real = enc["attention_mask"].astype(bool)
+    assert got.shape == want.shape == (3, enc["input_ids"].shape[1], 5)
+    assert np.abs(got - want)[real].max() <= 1e-4
+
+
+TEXT = "yesterday we visited  New York with Alice"
+
+
+@pytest.mark.parametrize("which", ["torch", "onnx"])
+def test_predictor_entities_have_char_offsets(trained, exported, which):
+    from compress.runtime import Predictor
+
+    predictor = Predictor.load(trained.path if which == "torch" else exported)
+    assert predictor.task == "token-classification"
+    result = predictor.predict([TEXT, "the friends"], word_tags=True)
+    got = [(e["type"], e["start"], e["end"], e["text"]) for e in result[0]["entities"]]
+    assert got == [("LOC", 22, 30, "New York"), ("PER", 36, 41, "Alice")]
+    assert all(0.5 < e["score"] <= 1 for e in result[0]["entities"])
+    assert result[0]["words"] == TEXT.split() and result[0]["word_tags"][3:7] == ["B-LOC", "I-LOC", "O", "B-PER"]
+    assert result[1]["entities"] == [] and result[1]["word_tags"] == ["O", "O"]
+
+
+def test_torch_and_onnx_predictors_agree(trained, exported):
+    from compress.runtime import Predictor
+
+    texts = [TEXT, "Paris and Rome then Berlin", "Peter saw John in Madrid"]
+    torch_out = Predictor.load(trained.path).predict(texts, aggregation="average")
+    onnx_out = Predictor.load(exported).predict(texts, aggregation="average")
+    for a, b in zip(torch_out, onnx_out):
+        assert [(e["type"], e["start"], e["end"]) for e in a["entities"]] == [
+            (e["type"], e["start"], e["end"]) for e in b["entities"]]
+        assert [e["score"] for e in a["entities"]] == pytest.approx([e["score"] for e in b["entities"]], abs=1e-4)
+
+
+LABELS = ["O", "B-LOC", "I-LOC"]
+
+
+def test_aggregations_on_a_hand_checked_word():
+    from compress.tagging import tag_text
+
+    # "Gurez town": Gurez is two sub-tokens (0-2, 2-5), town one (6-10); a [CLS]/[SEP] around them.
+    probs = np.array([[1.0, 0.0, 0.0], [0.50, 0.45, 0.05], [0.10, 0.30, 0.60], [0.9, 0.05, 0.05], [1.0, 0.0, 0.0]])
+    offsets = [(0, 0), (0, 2), (2, 5), (6, 10), (0, 0)]
+    logits = np.log(np.clip(probs, 1e-12, None))
+    tags = {a: tag_text("Gurez town", logits, offsets, LABELS, a, word_tags=True) for a in ("first", "max", "average")}
+    assert tags["first"]["word_tags"] == ["O", "O"] and tags["first"]["entities"] == []
+    assert tags["max"]["word_tags"] == ["I-LOC", "O"]  # the sub-token with the top probability: 0.60
+    assert tags["average"]["word_tags"] == ["B-LOC", "O"]  # mean (0.30, 0.375, 0.325)
+    assert tags["average"]["entities"] == [
+        {"type": "LOC", "start": 0, "end": 5, "text": "Gurez", "score": pytest.approx(0.375)}]
+    assert tags["max"]["entities"][0]["score"] == pytest.approx(0.60)
+
+
+def test_word_aggregation_equals_the_transformers_pipeline():
+    from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
+
+    from compress.tagging import aggregate_words
+
+    fake = SimpleNamespace(tokenizer=SimpleNamespace(convert_tokens_to_string=" ".join),
+                           model=SimpleNamespace(config=SimpleNamespace(id2label=dict(enumerate(LABELS)))))
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        sizes = rng.integers(1, 4, size=rng.integers(1, 6))
+        words = [w for w, n in enumerate(sizes) for _ in range(n)]
+        probs = rng.dirichlet(np.ones(3), size=len(words))
+        for name in ("first", "max", "average"):
+            labels, scores = aggregate_words(probs, words, len(sizes), name)
+            for w in range(len(sizes)):
+                tokens = [{"word": "x", "scores": probs[t], "start": t, "end": t + 1}
+                          for t in range(len(words)) if words[t] == w]
+                want = TokenClassificationPipeline.aggregate_word(fake, tokens, AggregationStrategy(name))
+                assert LABELS[labels[w]] == want["entity"] and scores[w] == pytest.approx(float(want["score"]))
+
+
+def test_predict_cli_prints_entities(exported, capsys):
+    from compress.cli import main
+
+    assert main(["predict", "--model", str(exported), TEXT, "--word-tags"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == TEXT
+    assert out[1].split()[:3] == ["LOC", "22-30", "'New"] and out[2].split()[:3] == ["PER", "36-41", "'Alice'"]
+    assert out[3].startswith("  words: yesterday/O we/O visited/O New/B-LOC York/I-LOC")
+
+
+def test_bad_aggregation_is_one_line(exported):
+    from compress.runtime import Predictor
+
+    with pytest.raises(CompressError, match="--aggregation 'mean' is not one of first, average, max"):
+        Predictor.load(exported).predict(TEXT, aggregation="mean")
