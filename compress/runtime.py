@@ -155,6 +155,31 @@ def encode_batches(tokenizer, texts: Text | Sequence[Text], max_length: int, bat
     return len(firsts), batches
 
 
+def artifact_task(meta: dict[str, Any] | None, config: Any) -> str:
+    """The task an artifact's model is for: ``compress.json``'s ``task`` (or its parent's), else the head its
+    config's ``architectures`` name, else sequence classification (what artifacts were before tasks)."""
+    from compress.tasks import task_for_architectures
+
+    meta = meta or {}
+    recorded = meta.get("task") or (meta.get("parent_meta") or {}).get("task")
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    head = task_for_architectures(getattr(config, "architectures", None) if not isinstance(config, dict)
+                                  else config.get("architectures"))
+    return head.name if head else "sequence-classification"
+
+
+def _config_json(path: Path) -> dict[str, Any]:
+    """A folder's ``config.json`` as a dict (empty when unreadable: the loader reports that)."""
+    import json
+
+    try:
+        value = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def _is_count(value: Any) -> bool:
     """A whole number of at least 1 (``True`` and ``2.0`` are not: they hide a caller's mix-up)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= 1
@@ -203,6 +228,8 @@ class Predictor:
         id2label = getattr(config, "id2label", None) or {}
         self.num_labels = int(getattr(config, "num_labels", len(id2label) or 2))
         self.label_names = [str(id2label.get(i, id2label.get(str(i), i))) for i in range(self.num_labels)]
+        #: The compress.tasks name of what the model predicts: compress.json says, else config.json's architectures.
+        self.task = artifact_task(self.meta, config)
         self.set_windows()
 
     def set_windows(self, stride: int | None = None, pooling: str | None = None) -> "Predictor":
@@ -300,8 +327,20 @@ class Predictor:
                 rows[w] = out[row, :len(windows.input_ids[w])] if out.ndim > 2 else out[row]
         return rows
 
-    def predict(self, texts: Text | Sequence[Text], batch_size: int = 32) -> tuple[list[str], np.ndarray]:
-        """``(labels, probabilities)``: the label name and the softmax over labels for each input."""
+    def predict(self, texts: Text | Sequence[Text], batch_size: int = 32, aggregation: str = "first",
+                word_tags: bool = False) -> Any:
+        """``(labels, probabilities)``: the label name and the softmax over labels for each input.
+
+        For a tagger (``self.task == "token-classification"``): a list with one dict per text,
+        ``{"text", "entities": [{"type", "start", "end", "text", "score"}, ...]}``, character offsets
+        into the text; ``aggregation`` (``first``, ``average``, ``max``) is how a word's sub-tokens
+        become its tag, and ``word_tags`` adds ``words``, ``word_tags`` and ``word_scores`` (words are
+        split by whitespace; :mod:`compress.tagging` gives the rules).
+        """
+        if self.task == "token-classification":
+            from compress.tagging import tag_texts
+
+            return tag_texts(self, texts, batch_size, aggregation, word_tags)
         probs = softmax(self.logits(texts, batch_size))
         return [self.label_names[i] for i in probs.argmax(-1)], probs
 
@@ -353,7 +392,8 @@ class TorchPredictor(Predictor):
             model, tokenizer = load_bf16(path, allow_pickle=allow_pickle)
             params = count_parameters(model)
         else:
-            model, tokenizer, has_head = load_classifier(path, allow_pickle=allow_pickle)
+            model, tokenizer, has_head = load_classifier(path, allow_pickle=allow_pickle,
+                                                         task=artifact_task(meta, _config_json(path)))
             if not has_head:
                 raise CompressError(f"{path}: the model has no trained classification head, so its predictions would be "
                                     "random. Fine-tune it first: bert-compress teacher --model DIR --data DATA --out DIR")
