@@ -347,3 +347,32 @@ def test_windows_work_with_the_training_stack_unimportable(tmp_path, tok):
     assert got["input_ids"] == here.input_ids and len(here.windows_of(0)) >= 3
     assert got["merged"] == [tok(t, add_special_tokens=False)["input_ids"] for t in texts]  # merged ids = the text's
     assert got["pooled"] == [16.0, 3.0]
+
+
+SERVE_LONG_TEXTS = """
+import json, sys
+from compress.runtime import Predictor
+p = Predictor.load(sys.argv[1], max_length=24, stride=6, pooling="max")
+logits = p.logits(json.loads(sys.argv[2]), batch_size=2)
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+print(json.dumps({"kind": p.kind, "windows": len(p.encode(json.loads(sys.argv[2]))), "logits": logits.tolist(),
+                  "loaded": loaded}))
+"""
+
+
+def test_a_served_onnx_artifact_windows_long_texts_as_pytorch_does(classifier, tmp_path):
+    """The serving path: an ONNX artifact, in a process where torch cannot be imported, reads a long text
+    in the same windows and pools them as the PyTorch model it was exported from."""
+    from compress.export import export_onnx
+    from compress.runtime import Predictor
+    from tests.test_serving import BLOCKER, ROOT, TRAINING_STACK, _blocked_env
+
+    onnx_dir = export_onnx(classifier, tmp_path / "onnx")
+    texts = [long_text(66), "a wonderful film", long_text(40, offset=4)]
+    done = subprocess.run([sys.executable, "-c", BLOCKER + SERVE_LONG_TEXTS, ",".join(TRAINING_STACK), str(onnx_dir),
+                           json.dumps(texts)], capture_output=True, text=True, timeout=120, env=_blocked_env(), cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["kind"] == "onnx-fp32" and got["loaded"] == [] and got["windows"] >= len(texts) + 4
+    reference = Predictor.load(classifier, max_length=24, stride=6, pooling="max").logits(texts)
+    assert np.allclose(np.asarray(got["logits"], dtype=np.float32), reference, atol=1e-4)
