@@ -198,9 +198,6 @@ def measure_traffic_and_load(predictors: Mapping[str, Any], reference: str, task
     return per, settings
 
 
-TRAFFIC_FILE_SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl", ".json", ".parquet")
-
-
 def read_traffic_file(path: str | Path, text_column: str = "text", text_pair_column: str | None = None
                       ) -> tuple[list[Any], dict[str, Any]]:
     """The texts of a ``--traffic-file`` (one a line in ``.txt``; a column of a csv/tsv/jsonl/json/parquet table)
@@ -213,7 +210,7 @@ def read_traffic_file(path: str | Path, text_column: str = "text", text_pair_col
 
     import pandas as pd
 
-    from compress.data import read_table, require_column
+    from compress.data import SUPPORTED_SUFFIXES, read_table, require_column
 
     path = Path(path).expanduser()
     fix = ("Give a .txt file (one text a line) or a csv/tsv/jsonl/json/parquet file with a text column "
@@ -221,7 +218,7 @@ def read_traffic_file(path: str | Path, text_column: str = "text", text_pair_col
     if not path.is_file():
         raise CompressError(f"--traffic-file {path}: {'a folder' if path.is_dir() else 'no such file'}. {fix}")
     suffix = path.suffix.lower()
-    if suffix not in TRAFFIC_FILE_SUFFIXES:
+    if suffix not in (".txt", *SUPPORTED_SUFFIXES):
         raise CompressError(f"--traffic-file {path}: unsupported file type {suffix!r}. {fix}")
     raw = path.read_bytes()
     info: dict[str, Any] = {"path": str(path), "format": suffix.lstrip("."), "sha256": hashlib.sha256(raw).hexdigest()}
