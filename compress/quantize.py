@@ -353,9 +353,9 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             meta["onnx"] = {"file": ONNX_FILE, "fused_ops_fp32": count_fused_ops(fp32_dir / ONNX_FILE),
                             "int8_ops": _int8_op_counts(chosen_dir / ONNX_FILE), "graph": graph, "op_types": op_types,
                             "optimized": graph == "fused"}
-        if evaluation is not None:
         if method in OPENVINO_METHODS:
             meta["openvino"] = builder.describe(chosen)
+        if evaluation is not None:
             # What a user sees as churn: how many answers the deployed artifact changes against its parent.
             meta["agreement_with_parent"] = {"split": "validation", "agreement": chosen.get("agreement"),
                                              "n": evaluation.n}
@@ -528,7 +528,6 @@ class _OrtStaticBuilder(_OrtBuilder):
         return exclude
 
 
-class _Bf16Builder(_Builder):
 class _OpenVinoBuilder(_Builder):
     """The unfused fp32 graph as an OpenVINO IR, as it is (``texts`` None) or NNCF INT8 calibrated on ``texts``.
 
@@ -590,6 +589,7 @@ class _OpenVinoBuilder(_Builder):
                 "versions": {"openvino": version("openvino"), "nncf": version("nncf") if self.feeds else None}}
 
 
+class _Bf16Builder(_Builder):
     """The fp32 PyTorch model with its weights cast to bfloat16 (:mod:`compress.formats.bf16`)."""
 
     def __init__(self, source: Path):
