@@ -6,6 +6,19 @@ quantization is a CPU runtime of its own. Its weights are saved as int8 tensors 
 ``config.json`` (shrunk to its pruned shapes when it was pruned), quantizing it the same way and
 loading the tensors back (:func:`load_torch_int8`). The quantize stage writes this format; the
 runtime reads it; neither needs the other.
+
+**Deprecated upstream, kept on purpose.** The kernels behind this format are
+``torch.ao.quantization.quantize_dynamic`` and quantized-tensor creation
+(``torch._make_per_tensor_quantized_tensor``), which torch 2.13 warns "will be removed in a
+future PyTorch release" (pytorch/ao #2259). The supported successor, torchao 0.18.0's
+``quantize_(model, Int8DynamicActivationInt8WeightConfig())``, was measured against this path on a
+6L/384 BERT at sequence 128, 2 threads, interleaved in one process on an AMD EPYC Zen 3 (AVX2 + FMA,
+no AVX-512/VNNI), a shared machine: about 30x slower at batch 1, eager and with ``torch.compile``
+alike (its ``torch._int_mm`` has no fast kernel on that CPU), with a first call of minutes
+(``python -m benchmarks.torch_int8_probe`` reproduces it; the numbers are in the docs). So
+``torch-int8`` stays on this path. ``tests/test_torch_int8_api.py`` fails, naming what to do,
+the day torch drops the API: then measure torchao again on the CPUs served (or drop the kind and
+use ``onnx-int8`` / ``openvino-int8``, which never depended on it).
 """
 
 from __future__ import annotations
