@@ -28,12 +28,18 @@ Needs numpy and a ``tokenizers.Tokenizer`` backend only (a transformers fast tok
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from compress.errors import CompressError
+
+#: Held while a backend's truncation is set, used and put back: a Predictor serves several threads at once
+#: (the load benchmark, a web server's workers), and one thread's settings must not leak into another's
+#: encoding (nor its restore land mid-call: the tokenizers bindings refuse a change while encoding).
+_BACKEND_LOCK = threading.Lock()
 
 #: How the windows' logits of one text become that text's logits (sequence classification).
 POOLINGS = ("mean", "max")
@@ -98,7 +104,8 @@ class Windows:
     token in the windowed text (``None`` for special tokens and the pair's first text);
     ``segment[w] = (a, b)`` the positions in the window that hold the windowed text's tokens, and
     ``start[w]`` the index in that text's token sequence of position ``a``. Windows of one text are
-    consecutive and in reading order.
+    consecutive and in reading order. ``stride`` is the overlap asked for; a pair whose first text
+    leaves little room overlaps less (``start`` says where each window really begins).
     """
 
     input_ids: list[list[int]]
@@ -172,20 +179,20 @@ def encode_windows(tokenizer: Any, texts: Sequence[str], pairs: Sequence[str] | 
     is_pair = pairs is not None
     specials = backend.num_special_tokens_to_add(is_pair)
     stride = check_stride(stride, max_length, backend.num_special_tokens_to_add(False))  # a pair's may be lowered
-    saved_truncation, saved_padding = backend.truncation, backend.padding
-    try:
-        backend.no_padding()
-        groups = _stride_groups(backend, texts, max_length, stride, specials) if is_pair else {stride: range(len(texts))}
-        encodings: list[Any] = [None] * len(texts)
-        for group_stride, members in groups.items():
-            members = list(members)
-            backend.enable_truncation(max_length, stride=group_stride,
-                                      strategy="only_second" if is_pair else "longest_first", direction="right")
-            inputs = [(texts[i], pairs[i]) for i in members] if is_pair else [texts[i] for i in members]
-            for i, enc in zip(members, backend.encode_batch(inputs, add_special_tokens=True)):
-                encodings[i] = (enc, group_stride)
-    finally:
-        _restore(backend, saved_truncation, saved_padding)
+    encodings: list[Any] = [None] * len(texts)
+    with _BACKEND_LOCK:
+        saved_truncation, saved_padding = backend.truncation, backend.padding
+        try:
+            backend.no_padding()
+            groups = _stride_groups(backend, texts, max_length, stride, specials) if is_pair else {stride: range(len(texts))}
+            for group_stride, members in groups.items():
+                backend.enable_truncation(max_length, stride=group_stride,
+                                          strategy="only_second" if is_pair else "longest_first", direction="right")
+                inputs = [(texts[i], pairs[i]) for i in members] if is_pair else [texts[i] for i in members]
+                for i, enc in zip(members, backend.encode_batch(inputs, add_special_tokens=True)):
+                    encodings[i] = (enc, group_stride)
+        finally:
+            _restore(backend, saved_truncation, saved_padding)
     return _assemble(encodings, max_length, stride, is_pair)
 
 
@@ -232,8 +239,7 @@ def _assemble(encodings: list[tuple[Any, int]], max_length: int, stride: int, is
             types.append(list(enc.type_ids))
             masks.append(list(enc.attention_mask))
             offsets.append([tuple(o) for o in enc.offsets])
-            seq = enc.sequence_ids
-            words.append([w if s == target else None for w, s in zip(enc.word_ids, seq)])
+            words.append([w if s == target else None for w, s in zip(enc.word_ids, enc.sequence_ids)])
             sample.append(i)
             segment.append((a, b))
             start.append(k * step)

@@ -77,6 +77,30 @@ def test_the_tokenizer_is_left_as_it_was(tok):
     backend.no_truncation()
 
 
+def test_threads_sharing_one_tokenizer_get_their_own_windows(tok):
+    """A Predictor serves several threads at once (the load benchmark, a server's workers); pairs whose
+    first texts differ in length need different overlaps, so unguarded, one thread's truncation
+    setting lands in another's encoding (seen here without the lock: a few of 160 calls differ)."""
+    import threading
+
+    pairs = [("question " * (i % 9 + 1), long_text(200 + 13 * i)) for i in range(16)]
+    expected = [encode_windows(tok, [q] * 4, [p] * 4, max_length=24, stride=6).input_ids for q, p in pairs]
+    wrong: list[int] = []
+
+    def client(k: int) -> None:
+        for j in range(20):
+            i = (k * 5 + j) % len(pairs)
+            if encode_windows(tok, [pairs[i][0]] * 4, [pairs[i][1]] * 4, max_length=24, stride=6).input_ids != expected[i]:
+                wrong.append(i)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
+
+
 def test_windows_place_every_token_and_offsets_map_back_to_characters(tok):
     text = "Café naïve — “quoted” words! " + long_text(70)
     w = encode_windows(tok, [text, "good"], max_length=20, stride=5)
