@@ -378,3 +378,149 @@ def test_throughput_and_latency_intervals_of_constant_and_noisy_rounds():
     m = series_median_interval(noisy)
     assert m.estimate == pytest.approx(np.median(noisy) / 1e6) and m.low < m.estimate < m.high
     assert series_median_interval(noisy).low == m.low and series_median_interval(noisy, seed=3).low != m.low
+
+
+def _reference_block_length(x) -> int:
+    """Politis and White's (2004) automatic block length for the circular bootstrap, with Patton, Politis and
+    White's (2009) correction, written out with loops from the papers' definitions, and the documented clamps
+    (at least ceil(n^(1/3)), at most n/5; the floor for fewer than 10 rounds or no variance)."""
+    x = [float(v) for v in x]
+    n = len(x)
+    if n < 2:
+        return 1
+    floor, cap = math.ceil(n ** (1 / 3)), max(1, n // 5)
+    mean = sum(x) / n
+    d = [v - mean for v in x]
+    var = sum(v * v for v in d) / n
+    if var == 0 or n < 10:
+        return min(floor, cap)
+
+    def r(k: int) -> float:
+        return sum(d[i] * d[i + k] for i in range(n - k)) / n
+
+    k_n = max(5, math.ceil(math.sqrt(math.log10(n))))
+    max_lag = min(n - 1, math.ceil(math.sqrt(n)) + k_n + cap)
+    c = 2 * math.sqrt(math.log10(n) / n)
+    m_hat = max_lag - k_n
+    for m in range(0, max_lag - k_n + 1):  # the first lag after which k_n autocorrelations are all insignificant
+        if all(abs(r(m + j) / var) < c for j in range(1, k_n + 1)):
+            m_hat = m
+            break
+    big_m = min(2 * max(m_hat, 1), max_lag)
+
+    def flat_top(t: float) -> float:
+        return 1.0 if abs(t) <= 0.5 else 2 * (1 - abs(t)) if abs(t) <= 1 else 0.0
+
+    g0 = sum(flat_top(k / big_m) * r(abs(k)) for k in range(-big_m, big_m + 1))
+    g = sum(flat_top(k / big_m) * abs(k) * r(abs(k)) for k in range(-big_m, big_m + 1))
+    if g0 <= 0:
+        return min(floor, cap)
+    d_cb = (4 / 3) * g0 ** 2
+    return min(max(floor, math.ceil((2 * g ** 2 / d_cb) ** (1 / 3) * n ** (1 / 3))), cap)
+
+
+def _ar1(n: int, phi: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = np.zeros(n)
+    for i in range(1, n):
+        x[i] = phi * x[i - 1] + rng.standard_normal()
+    return x
+
+
+@pytest.mark.parametrize("series", [
+    pytest.param(_ar1(300, 0.0, 1), id="iid-300"),
+    pytest.param(_ar1(300, 0.5, 2), id="ar0.5-300"),
+    pytest.param(_ar1(400, 0.7, 3), id="ar0.7-400"),
+    pytest.param(_ar1(2000, 0.8, 4), id="ar0.8-2000"),
+    pytest.param(_ar1(1000, 0.95, 5), id="ar0.95-1000"),
+    pytest.param(_ar1(60, 0.6, 6), id="ar0.6-60"),
+    pytest.param(_ar1(10, 0.6, 7), id="ar0.6-10"),
+    pytest.param(np.tile([1.0, -1.0], 50), id="alternating"),
+    pytest.param(np.linspace(0, 1, 200), id="trend"),
+    pytest.param(np.arange(9, dtype=float), id="nine-rounds"),
+    pytest.param(np.full(100, 3.0), id="constant"),
+    pytest.param(np.array([5.0]), id="one-round"),
+    pytest.param(np.array([1.0, 2.0]), id="two-rounds"),
+])
+def test_block_length_matches_the_papers_formula(series):
+    assert block_length(series) == _reference_block_length(series)
+
+
+def test_block_length_spans_its_range():
+    """The reference cases above are not all clamped: some land strictly between the floor and the cap."""
+    lengths = {n: (block_length(_ar1(n, phi, s)), math.ceil(n ** (1 / 3)), n // 5)
+               for n, phi, s in [(2000, 0.8, 4), (400, 0.7, 3)]}
+    assert any(floor < got < cap for got, floor, cap in lengths.values()), lengths
+
+
+def test_block_bootstrap_indices_edges():
+    one = block_bootstrap_indices(1, 5, resamples=3, seed=0)
+    assert one.tolist() == [[0], [0], [0]]  # one round is a valid series
+    idx = block_bootstrap_indices(10, 1, resamples=2000, seed=0)
+    steps = (np.diff(idx, axis=1) % 10 == 1).mean()
+    assert steps < 0.2  # block 1: independent draws (1 in 10 consecutive by chance), not pairs
+    assert idx[:, 0].min() == 0 and idx[:, 0].max() == 9  # every round can start a block
+    again = block_bootstrap_indices(10, 1, resamples=2000, seed=0)
+    assert np.array_equal(idx, again) and not np.array_equal(idx, block_bootstrap_indices(10, 1, 2000, seed=1))
+    with pytest.raises(ValueError):
+        block_bootstrap_indices(0, 1)
+
+
+def test_paired_inputs_edges():
+    from benchmarks.stats import paired_table, speedup_replicates
+
+    # 0/1 integers count like booleans (not as bit patterns under ~).
+    assert paired_table([1, 1, 0, 0], [1, 0, 1, 0]).tolist() == [1, 1, 1, 1]
+    assert paired_table([1, 1, 0], [1, 0, 0]).dtype == np.int64
+    with pytest.raises(ValueError, match="3 and 2"):
+        paired_table([True] * 3, [True] * 2)
+    with pytest.raises(ValueError, match="2 reference, 3 artifact"):
+        speedup_interval([1, 2], [1, 2, 3])
+    with pytest.raises(ValueError):
+        speedup_interval([], [])
+    assert speedup_interval([10], [5]).estimate == 2.0  # one round is enough for an estimate
+    # A round timed as 0 ns counts as 1 ns (no division by zero), and only then.
+    est, reps, _ = speedup_replicates([10, 10], [0, 0])
+    assert est == 10.0 and speedup_replicates([10, 10], [1.5, 1.5])[0] == pytest.approx(10 / 1.5)
+
+
+def test_accuracy_drop_interval_edges():
+    one = accuracy_drop_interval([True], [False])
+    assert (one.estimate, one.low, one.high) == (1.0, 1.0, 1.0)  # one example: a drop of exactly one
+    with pytest.raises(ValueError):
+        accuracy_drop_interval([], [])
+    ref, art = _pairs(700, 100, 60, 140)
+    assert accuracy_drop_interval(ref, art).low == accuracy_drop_interval(ref, art).low  # seeded
+    assert accuracy_drop_interval(ref, art).low != accuracy_drop_interval(ref, art, seed=1).low
+    assert "relative accuracy drop" in accuracy_drop_interval(ref, art, relative=True).method
+    assert "(accuracy drop)" in accuracy_drop_interval(ref, art).method
+    # A reference that is never right: the relative drop is 0 on every resample, not a division by zero.
+    none_right = accuracy_drop_interval([False] * 20, [True] * 5 + [False] * 15, relative=True)
+    assert (none_right.estimate, none_right.low, none_right.high) == (0.0, 0.0, 0.0)
+
+
+def test_proportion_and_percentile_intervals_carry_their_confidence():
+    from benchmarks.stats import percentile_interval
+
+    i = proportion_interval(9, 10, confidence=0.9)
+    assert (i.estimate, i.confidence) == (0.9, 0.9)
+    from scipy.stats import beta
+
+    assert i.low == pytest.approx(beta.ppf(0.05, 9, 2)) and i.high == pytest.approx(beta.ppf(0.95, 10, 1))
+    assert proportion_interval(1, 1).estimate == 1.0  # one trial is a valid proportion
+    with pytest.raises(ValueError):
+        proportion_interval(0, 0)
+    p = percentile_interval(2.0, np.arange(101), 0.9, "how")
+    assert (p.estimate, p.low, p.high) == (2.0, pytest.approx(5.0), pytest.approx(95.0))
+    assert (p.confidence, p.method) == (0.9, "how")
+
+
+def test_ratio_of_independent_runs():
+    from benchmarks.stats import ratio_of_independent
+
+    new = (3.0, np.array([2.0, 3.0, 4.0, 6.0]))
+    old = (1.5, np.array([1.0, 1.0, 2.0, 2.0]))
+    i = ratio_of_independent(new, old, 0.5, "ratio")
+    reps = np.array([2.0, 3.0, 2.0, 3.0])  # paired by replicate index
+    assert i.estimate == 2.0 and (i.low, i.high) == tuple(np.quantile(reps, [0.25, 0.75]))
+    assert (i.confidence, i.method) == (0.5, "ratio")
