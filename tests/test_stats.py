@@ -524,3 +524,13 @@ def test_ratio_of_independent_runs():
     reps = np.array([2.0, 3.0, 2.0, 3.0])  # paired by replicate index
     assert i.estimate == 2.0 and (i.low, i.high) == tuple(np.quantile(reps, [0.25, 0.75]))
     assert (i.confidence, i.method) == (0.5, "ratio")
+
+
+@pytest.mark.parametrize("confidence, ok", [(0.5, True), (0.5 - 1e-12, False), (0.999, True), (1.0, False),
+                                            (1.5, False)])
+def test_confidence_must_be_from_one_half_to_below_one(confidence, ok):
+    if ok:
+        assert proportion_interval(5, 10, confidence).confidence == confidence
+    else:
+        with pytest.raises(ValueError, match="confidence"):
+            proportion_interval(5, 10, confidence)
