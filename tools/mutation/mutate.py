@@ -8,7 +8,8 @@ script copies the working tree into a scratch folder, writes that folder's ``[to
 (the one file to mutate, the test files to run), generates the mutants, keeps those in the listed
 functions (and line ranges), runs mutmut on exactly those, and prints a score.
 
-Mutants that only change the wording of a message (a string literal with a space in it, such as an
+Statements that only build text for people (``print``, warnings, and in the gate the "measured"
+column, the interval as shown and the messages) get no mutants, and mutants that only change the wording of a message (a string literal with a space in it, such as an
 error message, a log line or an interval's description, reworded or replaced by ``None``) are counted
 apart and not run: they cannot make a verdict, a key, a
 pruned unit or a chosen candidate wrong, and a test pinning every message's wording would test the
@@ -61,6 +62,9 @@ class Target:
     ranges: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: A file that older trees lack: skipped there.
     optional: bool = False
+    #: Regular expressions of source lines whose statements only build text for people (a message, the
+    #: "measured" column): mutmut generates no mutant there (its ``do_not_mutate_patterns``).
+    display: list[str] = field(default_factory=list)
 
     @property
     def module(self) -> str:
@@ -72,6 +76,12 @@ class Target:
         return f"{self.module}.{mangled}__mutmut_"
 
 
+#: Statements that only talk to people, in every module: printing and warnings.
+DISPLAY = [r"^\s*print\(", r"^\s*warnings\.warn\("]
+#: The gate's text: the measured value as shown, the interval as shown, the messages.
+GATE_DISPLAY = [r"^\s*(message|measured|shown|shown_ci|where|what|bound|other|unit|fmt|size|of|how)\s*(\+?=|,)",
+                r"^\s*(fell|shown), ", r"^\s*message \+= "]
+
 #: The pruning tests, without test_prune_recipe.py (a whole recipe run per mutant).
 PRUNE_TESTS = ["tests/test_prune.py", "tests/test_prune_[!r]*.py"]
 
@@ -82,14 +92,14 @@ MODULES: dict[str, list[Target]] = {
         "_paired_ratios", "speedup_replicates", "speedup_interval", "ratio_of_independent", "series_median_interval",
         "throughput_interval", "paired_table", "accuracy_drop_interval", "unpaired_accuracy_drop_interval",
         "detectable_drop", "proportion_interval", "mean_over_seeds_interval", "history_score", "history_flagged"],
-        ["tests/test_stats.py", "tests/test_gate.py"])],
-    # The gate's decisions (not its loading, messages or output formats).
+        ["tests/test_stats.py"])],
+    # The gate's verdicts: which rules apply, each rule's decision, how decisions combine into the exit
+    # code (not the loading and validation of its files, the plumbing between them, or the output formats).
     "gate": [Target("benchmarks/gate.py", [
-        "GateRules.for_artifact", "combine", "_select", "_Context.correct", "_Context.rounds", "_Context.speedup",
-        "_subjects", "evaluate", "_evaluate_rule", "_latency_rule", "_quality_samples", "_accuracy_drop", "_agreement",
-        "_regression", "_baseline_of", "_accuracy_regression_check", "_accuracy_regression", "_same_predictions",
-        "_welch_drop", "outcome", "_traffic_agreement?"],
-        ["tests/test_gate.py"])],
+        "GateRules.for_artifact", "combine", "outcome", "_evaluate_rule", "_latency_rule", "_accuracy_drop",
+        "_agreement", "_traffic_agreement?", "_regression", "_accuracy_regression_check", "_accuracy_regression",
+        "_same_predictions", "_welch_drop"],
+        ["tests/test_gate.py"], display=GATE_DISPLAY)],
     # What makes a finished stage current or a checkpoint resumable.
     "fingerprint": [Target("compress/fingerprint.py", [
         "data_fingerprint", "corpus_fingerprint", "model_fingerprint", "_path_fingerprint", "stage_inputs",
@@ -170,9 +180,13 @@ def prepare(work: Path, targets: list[Target], source: Path = ROOT) -> None:
                      f"source_paths = {toml_list(PACKAGES)}\n"
                      f"only_mutate = {toml_list(sorted({t.file for t in targets}))}\n"
                      f"also_copy = {toml_list(n for n in COPY if n not in PACKAGES + ('tests', 'pyproject.toml'))}\n"
+                     "do_not_mutate_patterns = ["
+                     + ", ".join("'" + p + "'" for p in DISPLAY + [p for t in targets for p in t.display]) + "]\n"
                      f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
                      'pytest_add_cli_args = ["-q", "-x", "-p", "no:cacheprovider", "-m", "not slow"]\n'
-                     "use_git_change_detection = false\n")
+                     "use_git_change_detection = false\n"
+                     # A mutant that makes a loop endless is killed after 3x its tests' normal time, not 15x.
+                     "timeout_multiplier = 3.0\n")
 
 
 GENERATE = """
