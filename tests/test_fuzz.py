@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import random
 import re
 from collections import Counter
@@ -337,11 +336,8 @@ def test_results_json_fuzz(tmp_path):
         error = _run(lambda: loaded.append(load_results(path)), what)
         if error is None:
             error = _run(lambda: evaluate(loaded[0], rules, baseline), f"{what}, evaluating")
-            outcome = "gated" if error is None else None
-        else:
-            outcome = None
         if error is None:
-            tally.record(outcome or "gated")
+            tally.record("gated")
             continue
         message = str(error)
         named = str(path) in message or (str(rules.path) in message and "names no artifact" in message)
@@ -584,4 +580,4 @@ def test_valid_seed_files_load(tmp_path):
         assert load_task_data(str(tmp_path / f"d{suffix}")).sizes() == {"train": 24, "validation": 3, "test": 3}
     results = load_results(_write(tmp_path / "r.json", json.dumps(valid_results())))
     checks = evaluate(results, load_rules(_write(tmp_path / "g.toml", VALID_RULES)), valid_results())
-    assert {c.status for c in checks} <= {"pass", "skip"} and not math.isnan(len(checks))
+    assert {c.status for c in checks} <= {"pass", "skip"} and len(checks) >= 20
