@@ -255,13 +255,23 @@ def test_word_aggregation_equals_the_transformers_pipeline():
                 assert LABELS[labels[w]] == want["entity"] and scores[w] == pytest.approx(float(want["score"]))
 
 
-def test_predict_cli_prints_entities(exported, capsys):
-    from compress.cli import main
+def test_predict_cli_prints_entities_without_the_training_stack(exported):
+    """``bert-compress predict`` on the ONNX tagger in a process where torch, transformers (and the rest
+    of the training stack) cannot be imported: the serving path of a tagger is torch-free too."""
+    import subprocess
+    import sys
 
-    assert main(["predict", "--model", str(exported), TEXT, "--word-tags"]) == 0
-    out = capsys.readouterr().out.splitlines()
+    from tests.test_serving import BLOCKER, ROOT, TRAINING_STACK, _blocked_env
+
+    code = BLOCKER + "import runpy\nrunpy.run_module('compress', run_name='__main__')\n"
+    done = subprocess.run([sys.executable, "-c", code, ",".join(TRAINING_STACK), "predict", "--model", str(exported),
+                           TEXT, "--word-tags", "--aggregation", "max"], capture_output=True, text=True, timeout=120,
+                          env=_blocked_env(), cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout.splitlines()
     assert out[0] == TEXT
-    assert out[1].split()[:3] == ["LOC", "22-30", "'New"] and out[2].split()[:3] == ["PER", "36-41", "'Alice'"]
+    assert out[1].split() == ["LOC", "22-30", "'New", "York'", out[1].split()[-1]]
+    assert out[2].split()[:3] == ["PER", "36-41", "'Alice'"]
     assert out[3].startswith("  words: yesterday/O we/O visited/O New/B-LOC York/I-LOC")
 
 
@@ -270,3 +280,51 @@ def test_bad_aggregation_is_one_line(exported):
 
     with pytest.raises(CompressError, match="--aggregation 'mean' is not one of first, average, max"):
         Predictor.load(exported).predict(TEXT, aggregation="mean")
+
+
+def test_word_soft_labels_line_up_across_tokenizers(trained, tmp_path):
+    import torch
+    from transformers import AutoTokenizer
+
+    from compress.modeling import load_classifier
+    from compress.token_distill import word_soft_labels
+
+    from conftest import make_mpnet
+
+    model, tok, _ = load_classifier(trained.path, task="token-classification")
+    words = [["Gurez", "is", "in", "New", "York"], ["Alice"]]
+    soft, reused = word_soft_labels(model, tok, words, [[0] * 5, [0]], 48, "teacher-sha")
+    assert not reused and [s.shape for s in soft] == [(5, 5), (1, 5)]
+    enc = tok(words[:1], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**enc).logits[0].numpy()
+    ids = enc.word_ids(0)
+    firsts = [ids.index(w) for w in range(5)]
+    assert firsts[:2] == [1, firsts[0] + ids.count(0)]  # Gurez: several BERT sub-tokens, the first one counts
+    assert np.allclose(soft[0], logits[firsts], atol=1e-5)
+    # The student's tokenizer frames and splits differently, yet gives one first sub-token per word.
+    student_tok = AutoTokenizer.from_pretrained(make_mpnet(tmp_path / "mpnet", layers=1))
+    s_enc = student_tok(words[:1], is_split_into_words=True)
+    assert s_enc["input_ids"][0][0] != enc["input_ids"][0][0].item()
+    assert sorted({w for w in s_enc.word_ids(0) if w is not None}) == list(range(5))
+    again, reused = word_soft_labels(model, tok, words, [[0] * 5, [0]], 48, "teacher-sha")
+    assert reused and all(np.array_equal(a, b) for a, b in zip(soft, again))
+
+
+def test_distilling_a_tagger_into_a_student_with_another_tokenizer(trained, tmp_path):
+    from compress.config import TrainSettings
+    from compress.runtime import Predictor
+    from compress.token_distill import distill_tagger
+
+    from conftest import make_mpnet
+
+    student = make_mpnet(tmp_path / "mpnet", layers=2, hidden=32)
+    settings = TrainSettings(epochs=2, lr=6e-3, batch_size=8, save_steps=100000, sampling="sequential",
+                             logging_steps=1000)
+    path = distill_tagger(trained.path, student, str(trained.data), tmp_path / "student", settings, max_length=48)
+    meta = json.loads((path / "compress.json").read_text())
+    assert meta["task"] == "token-classification" and meta["model_type"] == "mpnet"
+    validation = meta["metrics"]["validation"]
+    assert validation["entity_f1"] >= 0.8 and validation["token_agreement"] >= 0.9, validation
+    got = Predictor.load(path).predict(TEXT)[0]["entities"]
+    assert [(e["type"], e["text"]) for e in got] == [("LOC", "New York"), ("PER", "Alice")]

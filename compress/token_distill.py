@@ -1,0 +1,232 @@
+"""Distilling a tagger: soft labels cached per *word*, so the teacher and student may tokenize apart.
+
+A tagger's soft label for a sentence is one logit vector per word: the teacher's logits at each
+word's first sub-token (:func:`compress.tasks.alignment.word_logits`, the rule its labels were
+trained on). Because the unit is the word, a BERT teacher (``gu ##re ##z``, ``[CLS] ... [SEP]``)
+and an MPNet student (``<s> ... </s>``, other ids) give arrays of the same shape, row for row,
+and the student is trained on its own tokenization: at each word's first sub-token of *its*
+tokenization, soft cross-entropy at temperature T against the teacher's word row, plus hard
+cross-entropy on the gold tags (:func:`compress.losses.soft_cross_entropy`,
+:func:`compress.losses.hard_cross_entropy`):
+
+    loss = alpha_kd * T^2 * CE(softmax(z_T / T), softmax(z_S / T))  over words
+         + alpha_hard * CE(gold, z_S)                                over words
+
+A word the teacher's window cut off has no soft label (its row is NaN) and only the hard term.
+The soft labels are cached on disk keyed by the teacher's weights and the exact words, so a second
+student reuses them. Training is the stages' Trainer machinery (seeded batch order, NaN guard,
+checkpoints and resume, atomic artifact). Intermediate-layer losses are not applied here (they
+need the token positions of both models to align, which different tokenizers break).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from compress.artifact import read_meta, weights_sha256, write_model_artifact
+from compress.assets import cache_dir
+from compress.config import TrainSettings
+from compress.errors import CompressError
+from compress.modeling import count_parameters, load_classifier
+from compress.tasks.alignment import first_subtokens, word_logits
+from compress.tasks.task_choice import TOKEN, model_head
+from compress.tasks.token_data import TokenTaskData, load_token_data
+from compress.tasks.token_training import (NO_WORD, evaluate_tagger, token_collator, token_logits,
+                                           tokenize_tagged_split, word_tags)
+from compress.training import (check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
+                               is_main_process, resume_point, run_trainer, training_arguments)
+
+
+def _words_digest(sentences: Sequence[Sequence[str]], max_length: int) -> str:
+    digest = hashlib.sha256(f"max_length={max_length}".encode())
+    for words in sentences:
+        digest.update("\x1f".join(words).encode("utf-8"))
+        digest.update(b"\x1e")
+    return digest.hexdigest()
+
+
+def word_soft_labels(model, tokenizer, sentences: Sequence[Sequence[str]], tags: Sequence[Sequence[int]],
+                     max_length: int, weights: str, precision: str = "fp32") -> tuple[list[np.ndarray], bool]:
+    """The teacher's logits per word of every sentence, ``(words, labels)`` each (NaN rows for words its
+    window cut off); ``(arrays, reused)``, cached under the teacher's weights hash and the words."""
+    from datasets import Dataset
+
+    key = hashlib.sha256(f"{weights}|{_words_digest(sentences, max_length)}|{precision}|words".encode()).hexdigest()
+    path = cache_dir() / "soft-labels" / f"{key}.npz"
+    lengths = [len(s) for s in sentences]
+    if path.exists():
+        with np.load(path, allow_pickle=False) as stored:
+            flat, stored_lengths = stored["logits"], stored["lengths"]
+        if stored_lengths.tolist() == lengths:
+            return np.split(flat, np.cumsum(lengths)[:-1]), True
+    ds = Dataset.from_dict({"tokens": [list(s) for s in sentences], "tags": [list(t) for t in tags]})
+    tokenized = tokenize_tagged_split(ds, tokenizer, max_length, what="teacher")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    rows = token_logits(model, tokenized, precision=precision, pad_id=pad_id)
+    out = []
+    for logits, ids, n in zip(rows, tokenized["word_ids"], lengths):
+        per_word, present = word_logits(logits, [None if w == NO_WORD else w for w in ids], n)
+        per_word = per_word.astype(np.float32)
+        per_word[~present] = np.nan
+        out.append(per_word)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz.tmp", delete=False) as handle:
+        np.savez(handle, logits=np.concatenate(out) if out else np.zeros((0, model.config.num_labels), np.float32),
+                 lengths=np.asarray(lengths, dtype=np.int64))
+    os.replace(handle.name, path)
+    return out, False
+
+
+def _student_rows(tokenized, soft: list[np.ndarray]):
+    """The student's tokenized split with, per row, each word's first sub-token (``first``, -1 when cut)
+    and the teacher's word logits flattened (``soft``)."""
+    firsts = [first_subtokens([None if w == NO_WORD else w for w in ids], n).tolist()
+              for ids, n in zip(tokenized["word_ids"], tokenized["n_words"])]
+    tokenized = tokenized.add_column("first", firsts)
+    return tokenized.add_column("soft", [s.reshape(-1).tolist() for s in soft])
+
+
+def _collator(tokenizer, num_labels: int):
+    """Model columns and labels as :func:`token_collator` pads them; ``first`` padded with -1 and ``soft``
+    with NaN to ``(batch, words, labels)``."""
+    import torch
+
+    inner = token_collator(tokenizer)
+
+    def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = inner(features)
+        words = max(len(f["first"]) for f in features)
+        first = torch.full((len(features), words), -1, dtype=torch.long)
+        soft = torch.full((len(features), words, num_labels), float("nan"))
+        for i, f in enumerate(features):
+            n = len(f["first"])
+            first[i, :n] = torch.tensor(f["first"], dtype=torch.long)
+            soft[i, :n] = torch.tensor(f["soft"], dtype=torch.float32).view(n, num_labels)
+        batch["first"], batch["soft"] = first, soft
+        return batch
+
+    return collate
+
+
+def word_distillation_loss(logits, labels, first, soft, temperature: float, alpha_kd: float,
+                           alpha_hard: float) -> dict[str, Any]:
+    """The loss terms of one batch: soft CE at ``temperature`` between the student's first-sub-token rows
+    and the teacher's word rows (words both have), hard CE on the gold tags (first sub-tokens)."""
+    import torch
+
+    from compress.losses import hard_cross_entropy, soft_cross_entropy
+
+    has = (first >= 0) & torch.isfinite(soft).all(-1)
+    rows = torch.arange(logits.shape[0], device=logits.device).unsqueeze(1).expand_as(first)
+    student_words = logits[rows[has], first[has]]
+    terms: dict[str, Any] = {}
+    total = logits.new_zeros(())
+    if alpha_kd > 0 and student_words.shape[0]:
+        terms["soft_ce"] = soft_cross_entropy(student_words, soft[has].to(logits.device), temperature)
+        total = total + alpha_kd * terms["soft_ce"]
+    gold = labels.view(-1) >= 0
+    if alpha_hard > 0 and gold.any():
+        terms["hard_ce"] = hard_cross_entropy(logits.view(-1, logits.shape[-1])[gold], labels.view(-1)[gold])
+        total = total + alpha_hard * terms["hard_ce"]
+    return {"loss": total, **terms}
+
+
+def distill_tagger(teacher: str | os.PathLike, student: str | os.PathLike, data: str, out: str | os.PathLike,
+                   train: TrainSettings | None = None, temperature: float = 2.0, alpha_kd: float = 0.5,
+                   alpha_hard: float = 0.5, max_length: int = 128, resume: bool = False,
+                   precision: str = "fp32") -> Path:
+    """Distil the tagger ``teacher`` into ``student`` (an encoder folder, any tokenizer) on tagging ``data``."""
+    import torch
+    from transformers import Trainer
+
+    from compress.config import canonical_sha256
+
+    started = time.perf_counter()
+    train = train or TrainSettings()
+    if temperature <= 0:
+        raise CompressError(f"--temperature must be > 0, got {temperature}")
+    head, _, names = model_head(teacher)
+    if head is None or head.name != TOKEN:
+        raise CompressError(f"--teacher {teacher}: not a trained tagger (its config names no ...ForTokenClassification "
+                            "head). Train one first: bert-compress teacher --data TAGGED.conll --out TEACHER_DIR")
+    task: TokenTaskData = load_token_data(data, label_names=names)
+    t_model, t_tok, _ = load_classifier(teacher, len(names), names, task=TOKEN)
+    t_model.eval()
+    weights = (read_meta(teacher) or {}).get("weights_sha256") or weights_sha256(teacher)
+    split = task.splits["train"]
+    soft, reused = word_soft_labels(t_model, t_tok, split["tokens"], split["tags"], max_length, weights, precision)
+    print(f"soft labels (train, {len(soft)} sentences, per word): {'reused from the cache' if reused else 'computed'}")
+    s_model, s_tok, _ = load_classifier(student, task.num_labels, task.label_names, task=TOKEN)
+    s_train = _student_rows(tokenize_tagged_split(split, s_tok, max_length, with_length=True, what="student"), soft)
+    s_train = s_train.select_columns([c for c in ("input_ids", "attention_mask", "token_type_ids", "labels", "length",
+                                                  "first", "soft") if c in s_train.column_names])
+    args = training_arguments(train, checkpoint_dir(out), len(s_train), precision=precision)
+    fingerprint = canonical_sha256({"teacher": weights, "student": str(student), "data": task.fingerprint,
+                                   "train": train.to_dict(), "temperature": temperature, "alpha_kd": alpha_kd,
+                                   "alpha_hard": alpha_hard, "max_length": max_length})
+    stop = interrupt_callback()
+    seed = train.seed
+
+    class WordDistillTrainer(Trainer):
+        def _get_train_sampler(self, train_dataset=None):
+            return epoch_seeded_sampler(super()._get_train_sampler(train_dataset), seed)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            labels, first, soft_rows = inputs.pop("labels"), inputs.pop("first"), inputs.pop("soft")
+            output = model(**inputs)
+            terms = word_distillation_loss(output.logits, labels, first, soft_rows, temperature, alpha_kd, alpha_hard)
+            check_finite(terms, self.state.global_step, Path(out))
+            return (terms["loss"], output) if return_outputs else terms["loss"]
+
+    trainer = WordDistillTrainer(model=s_model, args=args, train_dataset=s_train, callbacks=[stop],
+                                 data_collator=_collator(s_tok, task.num_labels))
+    result = run_trainer(trainer, resume_point(out, resume, fingerprint), Path(out), stop)
+
+    metrics: dict[str, Any] = {}
+    s_pad = s_tok.pad_token_id if s_tok.pad_token_id is not None else 0
+    t_pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
+    with torch.inference_mode():
+        for name in ("validation", "test"):
+            if name not in task.splits:
+                continue
+            s_rows = tokenize_tagged_split(task.splits[name], s_tok, max_length, what="student")
+            t_rows = tokenize_tagged_split(task.splits[name], t_tok, max_length, what="teacher")
+            reference = word_tags(token_logits(t_model, t_rows, pad_id=t_pad), t_rows["word_ids"], t_rows["n_words"],
+                                  task.label_names)
+            scores = evaluate_tagger(s_model, s_rows, task.tags(name), task.label_names, pad_id=s_pad)
+            mine = word_tags(token_logits(s_model, s_rows, pad_id=s_pad), s_rows["word_ids"], s_rows["n_words"],
+                             task.label_names)
+            from compress.tasks.ner_metrics import token_agreement
+
+            metrics[name] = {**scores, "token_agreement": token_agreement(mine, reference),
+                             "teacher_entity_f1": evaluate_tagger(t_model, t_rows, task.tags(name), task.label_names,
+                                                                  pad_id=t_pad)["entity_f1"]}
+    meta = {
+        "stage": "distill", "kind": "pytorch", "task": TOKEN, "model_type": s_model.config.model_type,
+        "parameters": count_parameters(s_model), "label_names": task.label_names,
+        "parent": {"teacher": str(teacher), "teacher_weights_sha256": weights, "student": str(student)},
+        "config": {"temperature": temperature, "alpha_kd": alpha_kd, "alpha_hard": alpha_hard,
+                   "max_length": max_length, "train": train.to_dict(), "soft_labels": "per word (first sub-token)"},
+        "data": task.describe(), "metrics": metrics,
+        "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
+                     "soft_labels_reused": reused},
+        "timings": {"total_s": round(time.perf_counter() - started, 1)},
+    }
+    if not is_main_process():
+        return Path(out)
+    path = write_model_artifact(out, s_model, s_tok, meta)
+    if checkpoint_dir(out).exists():
+        shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
+    parts = [f"{n} entity F1 {m['entity_f1']:.4f} (teacher {m['teacher_entity_f1']:.4f}, word agreement "
+             f"{m['token_agreement']:.4f})" for n, m in metrics.items()]
+    print("student: " + "; ".join(parts), file=sys.stdout)
+    return path
