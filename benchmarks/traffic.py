@@ -7,15 +7,18 @@ are where some runtimes lose (shape-specialised kernels, re-planning per shape) 
 to compute). Here:
 
 - **Batch 1, per request**: every text of the split, in the split's order, tokenized to its own
-  length (no padding at all), is one request. Each request is run once by every artifact, the
+  length (no padding at all), is one request; a text longer than the artifact's window is read
+  as ``Predictor`` reads it, its overlapping windows in one batch (:mod:`compress.windows`). Each request is run once by every artifact, the
   order of the artifacts rotating per request (the interleaving of :func:`run_interleaved`), so
   the machine's drift lands on all of them alike; per-request speedups are paired like the
   fixed-shape ones. p50/p90/p99 are over requests. Tokenization is timed separately per request
   and reported beside (a server pays both).
 - **Batched throughput**: the whole split through the Predictor's own batching
-  (:func:`compress.runtime.encode_batches`: sorted by length, each batch padded to its own longest
-  row), every batch interleaved across the artifacts; throughput is texts over the summed forward
-  time, and the padding overhead (padded tokens / real tokens) is reported.
+  (:meth:`compress.runtime.Predictor.window_batches`: windows sorted by length, each batch padded to
+  its own longest row), every batch interleaved across the artifacts; throughput is texts over the
+  summed forward time, and the padding overhead (padded tokens / real tokens) is reported. Artifacts
+  whose windows differ (another ``max_length``) run different batches, so only their total speedup
+  is reported, not a paired one.
 
 ``bench --traffic-file FILE`` measures *agreement* rather than speed on the user's own unlabelled
 texts (:func:`measure_traffic_agreement`; the statistics are in :mod:`benchmarks.agreement`):
@@ -41,14 +44,14 @@ DEFAULT_WARMUP = 10
 
 
 def traffic_requests(predictor, texts: Sequence[Any]) -> list[dict[str, np.ndarray]]:
-    """One batch-1 request per text, in the order of ``texts``, each tokenized to its real length (no padding)."""
-    from compress.runtime import encode_batches
+    """One request per text, in the order of ``texts``, tokenized to its real length (no padding): one row,
+    or the rows of a long text's windows (padded to the longest of them), as ``Predictor`` runs it."""
+    return [_request(predictor, text) for text in texts]
 
-    n, batches = encode_batches(predictor.tokenizer, list(texts), predictor.max_length, 1, predictor.need_token_types)
-    requests: list[dict[str, np.ndarray] | None] = [None] * n
-    for idx, arrays in batches:
-        requests[int(idx[0])] = arrays
-    return requests  # type: ignore[return-value]
+
+def _request(predictor, text: Any) -> dict[str, np.ndarray]:
+    windows = predictor.encode([text])
+    return predictor.window_batches(windows, len(windows))[0][1]
 
 
 def _percentiles(ms: Sequence[float]) -> dict[str, float]:
@@ -57,13 +60,11 @@ def _percentiles(ms: Sequence[float]) -> dict[str, float]:
 
 
 def _tokenize_ms(predictor, texts: Sequence[Any]) -> list[float]:
-    from compress.runtime import encode_batches
-
     out = []
     clock = time.perf_counter_ns
     for text in texts:
         start = clock()
-        encode_batches(predictor.tokenizer, [text], predictor.max_length, 1, predictor.need_token_types)
+        _request(predictor, text)
         out.append((clock() - start) / NS_PER_MS)
     return out
 
@@ -93,7 +94,7 @@ def replay_batch1(predictors: Mapping[str, Any], reference: str, texts: Sequence
             timings[name].append(clock() - start)
     out = {}
     for name in names:
-        lengths = [int(r["input_ids"].shape[1]) for r in requests[name]]
+        lengths = [int(r["attention_mask"].sum()) for r in requests[name]]  # a long text: all its windows' tokens
         forward_ms = [t / NS_PER_MS for t in timings[name]]
         tokenize_ms = _tokenize_ms(predictors[name], texts)
         out[name] = {
@@ -115,8 +116,6 @@ def replay_batched(predictors: Mapping[str, Any], reference: str, texts: Sequenc
     """Throughput over the whole split with the Predictor's length-sorted batching, per batch size."""
     from tqdm.auto import tqdm
 
-    from compress.runtime import encode_batches
-
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in predictors}
     names = list(predictors)
     k = len(names)
@@ -125,8 +124,8 @@ def replay_batched(predictors: Mapping[str, Any], reference: str, texts: Sequenc
         batches = {}
         for name in names:
             p = predictors[name]
-            _, batches[name] = encode_batches(p.tokenizer, list(texts), p.max_length, b, p.need_token_types)
-        count = len(batches[names[0]])
+            batches[name] = p.window_batches(p.encode(list(texts)), b)
+        count = max(len(v) for v in batches.values())
         for name in names:
             for _, arrays in batches[name][:warmup]:
                 predictors[name].forward(arrays)
@@ -135,6 +134,8 @@ def replay_batched(predictors: Mapping[str, Any], reference: str, texts: Sequenc
                       leave=False):
             for j in range(k):
                 name = names[(i + j) % k]
+                if i >= len(batches[name]):
+                    continue
                 run, arrays = predictors[name].forward, batches[name][i][1]
                 start = clock()
                 run(arrays)
@@ -145,13 +146,14 @@ def replay_batched(predictors: Mapping[str, Any], reference: str, texts: Sequenc
             total_s = sum(timings[name]) / 1e9
             ref_s = sum(timings[reference]) / 1e9
             out[name].append({
-                "batch_size": b, "batches": count, "texts": len(texts),
+                "batch_size": b, "batches": len(batches[name]), "texts": len(texts),
                 "throughput_seq_per_s": len(texts) / total_s if total_s > 0 else float("inf"),
                 "total_s": total_s,
                 "padding_overhead": padded / real if real else None,
                 **_percentiles([t / NS_PER_MS for t in timings[name]]),
                 "speedup_total": ref_s / total_s if total_s > 0 else None,
-                "speedup": paired_speedup(timings[reference], timings[name]),
+                "speedup": (paired_speedup(timings[reference], timings[name])
+                            if len(timings[name]) == len(timings[reference]) else None),
             })
     return out
 

@@ -319,13 +319,17 @@ class Predictor:
         """The model's output for every window, in window order, ``batch_size`` windows to a batch: a logit
         row for a classifier on the whole text, a ``(window tokens, labels)`` array trimmed of padding for a
         head on every token (merge those with :func:`compress.windows.merge_token_outputs`)."""
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         rows: list[np.ndarray] = [np.zeros(0)] * len(windows)
-        for idx, arrays in windows.batches(batch_size, pad_id, self.need_token_types):
+        for idx, arrays in self.window_batches(windows, batch_size):
             out = self._run(arrays)
             for row, w in enumerate(idx):
                 rows[w] = out[row, :len(windows.input_ids[w])] if out.ndim > 2 else out[row]
         return rows
+
+    def window_batches(self, windows: Windows, batch_size: int) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """``(window indices, arrays)`` batches this model takes: length-sorted, padded with its pad token."""
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        return windows.batches(batch_size, pad_id, self.need_token_types)
 
     def predict(self, texts: Text | Sequence[Text], batch_size: int = 32, aggregation: str = "first",
                 word_tags: bool = False) -> Any:
