@@ -340,6 +340,19 @@ def test_predict_command_windows_long_texts(classifier, capsys):
     assert not np.allclose(probs, Predictor.load(classifier, max_length=20, stride=4).predict([text])[1], atol=1e-4)
 
 
+def test_the_traffic_replay_sends_a_long_text_as_its_windows(classifier, tok):
+    """bench --traffic times what serving runs: a long text's request is its windows, not a cut row."""
+    from benchmarks.traffic import traffic_requests
+    from compress.runtime import Predictor
+
+    text = long_text(66)
+    short, long = traffic_requests(Predictor.load(classifier, max_length=24, stride=6), ["dull", text])
+    windows = tok(text, truncation=True, max_length=24, stride=6, return_overflowing_tokens=True)["input_ids"]
+    assert len(windows) >= 3 and long["input_ids"].shape == (len(windows), 24)
+    assert [row[mask == 1].tolist() for row, mask in zip(long["input_ids"], long["attention_mask"])] == windows
+    assert short["input_ids"].tolist() == [tok("dull")["input_ids"]]
+
+
 WINDOWS_WITHOUT_TORCH = """
 import json, sys
 import numpy as np
