@@ -134,19 +134,93 @@ def test_misaligned_tokenizers_fall_back_to_logits(tokenizer):
     assert tokenizations_align(tokenizer, cased, a[1:], b[1:])[0]
 
 
-def test_resume_continues_from_a_checkpoint(trained_teacher, tmp_path):
+def _interrupt_after_first_checkpoint(checkpoints, done):
+    """Send this process a real SIGINT (what Ctrl-C sends) once ``checkpoints`` holds a complete checkpoint."""
+    import signal
+    import threading
+    import time
+
+    main_thread = threading.main_thread().ident
+
+    def watch():
+        while not done.is_set():
+            if list(checkpoints.glob("checkpoint-*/trainer_state.json")):  # written last: the save is complete
+                signal.pthread_kill(main_thread, signal.SIGINT)
+                return
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    return watcher
+
+
+def test_resume_continues_from_a_checkpoint(trained_teacher, tmp_path, capsys, monkeypatch):
+    """A distillation stopped by a real SIGINT after its first checkpoint, then resumed with the *same*
+    config, continues from that checkpoint and ends with the uninterrupted run's weights.
+
+    The step it stops at depends on when the signal lands (the handler lets the running step
+    finish, saves and stops), so the test reads it from the error message. That the resumed run
+    trained only the remaining steps is seen in the soft labels it had to compute: every batch of
+    this one epoch holds 16 new rows, so a run that restarted would fill all 192. The weights must
+    be equal to the bit: resuming restores the weights, optimiser, scheduler, RNG states and the
+    data position, and the batches are the same (seeded per epoch), so the same float operations
+    run in the same order.
+    """
+    import re
+    import signal
+    import threading
+
+    from safetensors.torch import load_file
+
+    from compress.errors import CompressError
+    from compress.training import checkpoint_dir
+
     teacher, data = trained_teacher
-    cfg = DistillConfig(teacher=str(teacher), data=DataOptions(str(data)), student=StudentSpec("2x32", "random"),
-                        train=TrainSettings(epochs=1, lr=2e-3, batch_size=16, save_steps=4, max_steps=8),
-                        keep_checkpoints=True)
-    distill(cfg, tmp_path / "student")
-    ckpt = tmp_path / "student.checkpoints"
-    assert (ckpt / "checkpoint-8").is_dir()
-    cfg.train.max_steps = 10
-    cfg.resume = True
-    distill(cfg, tmp_path / "student")
-    meta = json.loads((tmp_path / "student" / "compress.json").read_text())
-    assert meta["training"]["global_steps"] == 10
+    total, batch = 12, 16  # one epoch of the 192 training rows
+
+    def config(resume=False):
+        return DistillConfig(teacher=str(teacher), data=DataOptions(str(data)), student=StudentSpec("2x32", "random"),
+                             train=TrainSettings(epochs=1, lr=2e-3, batch_size=batch, save_steps=3, logging_steps=1000),
+                             resume=resume)
+
+    # Each run computes its soft labels while training (nothing cached by other tests is reused).
+    monkeypatch.setenv("BERT_COMPRESS_CACHE", str(tmp_path / "cache-full"))
+    full = distill(config(), tmp_path / "full")
+    full_meta = json.loads((full / "compress.json").read_text())
+    assert full_meta["training"]["global_steps"] == total
+    assert full_meta["training"]["soft_label_rows_filled"] == total * batch
+
+    monkeypatch.setenv("BERT_COMPRESS_CACHE", str(tmp_path / "cache-resumed"))
+    out = tmp_path / "student"
+    ckpt = checkpoint_dir(out)
+    done = threading.Event()
+    # A signal that arrived after training had ended must not stop pytest: this handler takes it then.
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        _interrupt_after_first_checkpoint(ckpt, done)
+        with pytest.raises(CompressError, match="interrupted at step") as stopped:
+            distill(config(), out)
+    finally:
+        done.set()
+        signal.signal(signal.SIGINT, previous)
+    step = int(re.search(r"interrupted at step (\d+)", str(stopped.value)).group(1))
+    assert 3 <= step < total, f"stopped at step {step}"
+    assert not out.exists()
+    assert (ckpt / f"checkpoint-{step}" / "trainer_state.json").is_file()
+    capsys.readouterr()
+
+    resumed = distill(config(resume=True), out)
+    printed = capsys.readouterr().out
+    assert f"resuming from {ckpt / f'checkpoint-{step}'}" in printed
+    assert "not resumed" not in printed and "starting from the beginning" not in printed
+    meta = json.loads((resumed / "compress.json").read_text())
+    assert meta["training"]["global_steps"] == total
+    assert meta["training"]["soft_label_rows_filled"] == (total - step) * batch  # only the steps after the checkpoint
+    a, b = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"{key} differs by {float((a[key] - b[key]).abs().max())}"
+    assert meta["metrics"]["test"] == full_meta["metrics"]["test"]
 
 
 def test_cli_end_to_end_and_errors(trained_teacher, tmp_path, capsys):
