@@ -51,9 +51,8 @@ def default_stride(max_length: int) -> int:
 
     With the max-context merge every token is read from a window where it has at least
     ``stride // 2`` tokens of context on each side (text edges apart), so a quarter of a 128-token
-    window gives every token 16 neighbours each way, which is most of what BERT's attention uses
-    near a token, at a cost of about 1 / (1 - 1/4) = 1.33x the tokens of cutting the text into
-    disjoint pieces. (transformers' QA examples use 128 of 384, a third, for answer spans that
+    window gives every token at least 16 neighbours each way, at a cost of about 1 / (1 - 1/4) =
+    1.33x the tokens of cutting the text into disjoint pieces. (transformers' QA examples use 128 of 384, a third, for answer spans that
     must not be cut.)
     """
     return max(0, int(max_length) // 4)
@@ -129,8 +128,8 @@ class Windows:
         return len(self.doc_lengths)
 
     def windows_of(self, i: int) -> np.ndarray:
-        """Indices of text ``i``'s windows, in reading order."""
-        return np.flatnonzero(self.sample == i)
+        """Indices of text ``i``'s windows, in reading order (a text's windows are consecutive)."""
+        return np.arange(np.searchsorted(self.sample, i, "left"), np.searchsorted(self.sample, i, "right"))
 
     def spans(self, i: int) -> list[tuple[int, int]]:
         """``(start, length)`` in text ``i``'s token sequence of each of its windows."""
