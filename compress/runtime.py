@@ -207,7 +207,6 @@ class Predictor:
     #: ``--precision`` decided it (:class:`compress.device.PrecisionChoice`); ``None`` for the kinds whose
     #: precision the artifact fixes (INT8, bf16 weights, ONNX).
     precision: str | None = None
-    precision_choice: Any = None
 
     def __init__(self, path: Path, tokenizer, config: Any, meta: dict[str, Any] | None, max_length: int | None,
                  need_token_types: bool, num_parameters: int | None):
@@ -421,14 +420,14 @@ class TorchPredictor(Predictor):
         if kind == "pytorch":
             from compress.device import resolve_precision
 
-            self.precision_choice = resolve_precision(precision, self.device, announce=False)
-            self.precision = self.precision_choice.precision
-            if announce:
+            choice = resolve_precision(precision, self.device, announce=False)
+            self.precision = choice.precision
+            if announce:  # to stderr: predict's stdout is its answers
                 import sys
 
-                print(self.precision_choice.line(), file=sys.stderr)
-                if self.precision_choice.warning:
-                    print(f"warning: {self.precision_choice.warning}", file=sys.stderr)
+                print(choice.line(), file=sys.stderr)
+                if choice.warning:
+                    print(f"warning: {choice.warning}", file=sys.stderr)
         return self
 
     def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
