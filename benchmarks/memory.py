@@ -78,6 +78,8 @@ def measure_in_this_process(folder: str, threads: int | None, batch_size: int, s
 
     if kind.startswith("onnx"):
         import onnxruntime  # noqa: F401
+    elif kind.startswith("openvino"):
+        import openvino  # noqa: F401  (the runtime an OpenVINO artifact serves with; no torch)
     else:
         import torch  # noqa: F401
     libraries = current_rss_bytes()

@@ -267,8 +267,9 @@ def rank_candidates(rows: Sequence[dict[str, Any]], batch_size: int) -> dict[str
     ``latency`` entry per batch size whose ``speedup`` has ``median``, ``ci_low``, ``ci_high``).
     A pure function of those numbers, so the rule is tested on constructed records. Returns
     ``{"winner", "rule", "leader", "tied", "why"}``: ``rule`` is ``"fastest"`` when no other
-    candidate's interval overlaps the fastest one's, ``"agreement"`` when some do and the one
-    that changes the fewest answers among them was kept.
+    candidate's interval overlaps the fastest one's, ``"agreement"`` when some do and one with a
+    higher agreement than the fastest was kept, ``"fastest-among-tied"`` when some do but none of
+    them agrees more often than the fastest.
     """
     eligible = [r for r in rows if r.get("eligible")]
     if not eligible:
@@ -294,11 +295,15 @@ def rank_candidates(rows: Sequence[dict[str, Any]], batch_size: int) -> dict[str
                 "why": why}
     winner = max(tied, key=lambda r: (r["agreement"], _at(r, batch_size)["speedup"]["median"], -r["size_bytes"]))
     listed = "; ".join(f"{speed(r)} agreement {100 * r['agreement']:.1f}%" for r in tied)
+    if winner["agreement"] > leader["agreement"]:
+        rule, kept = "agreement", "the one that changes the fewest answers against fp32"
+    else:
+        rule, kept = "fastest-among-tied", "the fastest, as none of the tied agrees with fp32 more often"
     why = (f"speedup intervals overlap, so the speed difference is within the noise: {listed}; kept "
-           f"{winner['name']}, the one that changes the fewest answers against fp32 "
-           f"(agreement {100 * winner['agreement']:.1f}%, p50 {_at(winner, batch_size)['p50_ms']:.2f} ms)")
-    return {"winner": winner["name"], "rule": "agreement", "leader": leader["name"],
-            "tied": [r["name"] for r in tied], "why": why}
+           f"{winner['name']}, {kept} (agreement {100 * winner['agreement']:.1f}%, p50 "
+           f"{_at(winner, batch_size)['p50_ms']:.2f} ms)")
+    return {"winner": winner["name"], "rule": rule, "leader": leader["name"], "tied": [r["name"] for r in tied],
+            "why": why}
 
 
 # ----------------------------------------------------------------------------- the stage
@@ -413,7 +418,7 @@ def format_decision(meta: dict[str, Any]) -> str:
         by = choice.get("decided_by") or {}
         ties = [b for b in won if (by.get(b) or {}).get("rule") == "agreement"]
         lost = [b for b, d in by.items() if d.get("rule") == "agreement" and row["name"] in d.get("tied", ())
-                and d.get("winner") != row["name"]]
+                and d.get("winner") != row["name"]]  # the faster one that lost on agreement
         status = (f"chosen for batch {', '.join(won)}" + (f" (tie at batch {', '.join(ties)}: higher agreement)"
                                                           if ties else "") if won
                   else row["excluded_because"] or (f"tied at batch {', '.join(lost)}, lower agreement" if lost

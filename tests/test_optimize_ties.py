@@ -63,7 +63,8 @@ def test_equal_agreement_among_tied_goes_to_the_faster_and_ineligible_rows_never
     rows = [REFERENCE, row("a", 10.0, 9.6, 10.4, 0.99), row("b", 9.9, 9.5, 10.3, 0.99),
             row("wrong", 10.1, 9.6, 10.5, 1.0, eligible=False)]
     record = rank_candidates(rows, 1)
-    assert record["winner"] == "a" and record["tied"] == ["a", "b"] and record["rule"] == "agreement"
+    assert record["winner"] == "a" and record["tied"] == ["a", "b"] and record["rule"] == "fastest-among-tied"
+    assert "none of the tied agrees with fp32 more often" in record["why"]
 
 
 def test_a_record_without_intervals_ranks_on_the_median():

@@ -346,9 +346,17 @@ def test_optimize_builds_every_candidate_and_each_agrees_with_fp32(trained, data
                                   runs=3, calibration_size=32), work / "optimized-all", progress=False)
     meta = json.loads((out / "compress.json").read_text())
     rows = {r["name"]: r for r in meta["optimize"]["table"]}
-    assert set(rows) == {"pytorch", *CANDIDATES} and not any(r.get("error") for r in rows.values())
-    assert {rows[n]["kind"] for n in CANDIDATES} == {"onnx-fp32", "onnx-int8", "torch-bf16", "torch-int8"}
-    for name in CANDIDATES:
+    from compress.formats.openvino import openvino_missing
+
+    # OpenVINO is an optional extra: its candidates are skipped (and say so) where it is not installed.
+    openvino = {"openvino-fp32", "openvino-int8"}
+    skipped = {n for n, r in rows.items() if (r.get("error") or "").startswith("skipped: ")}
+    assert skipped == (openvino if openvino_missing(need_nncf=True) else set())
+    assert set(rows) == {"pytorch", *CANDIDATES} and not any(r.get("error") for n, r in rows.items() if n not in skipped)
+    assert {rows[n]["kind"] for n in CANDIDATES if n not in skipped} == (
+        {"onnx-fp32", "onnx-int8", "torch-bf16", "torch-int8"} | (openvino - skipped))
+    for name in (n for n in CANDIDATES if n not in skipped):
         logits = Predictor.load(out / "candidates" / name, threads=1).logits(TEXTS)
-        assert np.max(np.abs(logits - fp32_logits)) <= INT8_ATOL, name
+        # NNCF INT8 also quantizes activations statically: 0.31 measured here (tests/test_openvino.py's 0.5).
+        assert np.max(np.abs(logits - fp32_logits)) <= (0.5 if name == "openvino-int8" else INT8_ATOL), name
         assert rows[name]["agreement"] >= 0.95
