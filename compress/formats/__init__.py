@@ -6,6 +6,7 @@
 - :mod:`compress.formats.torch_int8`: PyTorch dynamic-INT8 weights in safetensors, without pickle;
 - :mod:`compress.formats.onnx`: the ONNX file name and the operators that mark an INT8 graph;
 - :mod:`compress.formats.bf16`: PyTorch weights in bfloat16 safetensors (``torch-bf16``);
+- :mod:`compress.formats.openvino`: an OpenVINO IR (fp32, or NNCF INT8) and how it is opened (optional extra);
 - :mod:`compress.formats.choice`: a folder that points at the fastest artifact per batch size.
 
 Nothing here imports a stage: serving a model needs these, never the code that made it.
