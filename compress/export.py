@@ -269,7 +269,8 @@ def _logits_module(model):
 
 
 def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int, max_length: int,
-                  axes: dict[str, dict[int, str]] | None = None) -> None:
+                  axes: dict[str, dict[int, str]]) -> None:
+    """``torch.onnx.export`` of the logits; ``axes`` are the task's dynamic axes (``Task.dynamic_axes``)."""
     import torch
 
     # A padded batch of two lengths: the trace must take the branch that applies the padding mask.
@@ -278,9 +279,6 @@ def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int, ma
     if arrays["attention_mask"].all():
         raise CompressError("internal: the export example batch has no padding; the trace would drop the mask.")
     args = tuple(torch.from_numpy(arrays[n]) for n in names)
-    if axes is None:  # the registry's task gives them (compress.tasks: Task.dynamic_axes)
-        axes = {n: {0: "batch", 1: "sequence"} for n in names}
-        axes["logits"] = {0: "batch"}
     wrapper = _logits_module(model)
     try:
         with _quiet_export(), torch.no_grad():

@@ -142,7 +142,7 @@ def test_a_tagger_with_another_label_count_is_one_line(trained, tmp_path):
     only_places = write_conll(tmp_path / "places.conll", toy_sentences(30, seed=3, types=("LOC",)))
     with pytest.raises(CompressError) as exc:
         train_teacher(teacher_config(trained.path, only_places), tmp_path / "out")
-    assert "predicts 5 labels" in _one_line(exc) and "has 3" in str(exc.value)
+    assert "a tagger of 5 labels" in _one_line(exc) and "has 3" in str(exc.value)
 
 
 def test_the_data_decides_the_task(tmp_path):
@@ -169,6 +169,7 @@ def test_export_keeps_per_token_logits_within_parity(trained, exported):
 
     meta = json.loads((exported / "compress.json").read_text())
     assert meta["task"] == "token-classification" and meta["parity"]["max_abs_diff"] <= meta["parity"]["atol"]
+    assert meta["onnx"]["optimized"] and meta["onnx"]["attention_fused_per_layer"]  # ORT fusions as for classifiers
     graph = onnx.load(str(exported / "model.onnx"))
     dims = [d.dim_param or d.dim_value for d in graph.graph.output[0].type.tensor_type.shape.dim]
     assert dims[:2] == ["batch", "sequence"] and dims[2] == 5

@@ -31,7 +31,7 @@ TAGGING_ONLY_SUFFIXES = tuple(s for s in CONLL_SUFFIXES if s not in (".tsv", ".t
 SNIFF_LINES = 50
 _TAG = re.compile(r"^(O|[BIES]-\S+)$")
 #: How each task is named in messages, as a user would say it.
-PLAIN_NAMES = {SEQUENCE: "a sentence classifier", TOKEN: "a tagger (token classification)"}
+PLAIN_NAMES = {SEQUENCE: "a sentence classifier", TOKEN: "a tagger"}
 DATA_NAMES = {SEQUENCE: "classification data (one label per text)", TOKEN: "tagging data (one tag per word)"}
 
 
@@ -131,14 +131,12 @@ def check_model_task(folder: str | Path, task_name: str, data_source: str, model
     shown = model_name or str(folder)
     if head is not None and head.name != wanted.name:
         raise CompressError(
-            f"--model {shown}: the model is {PLAIN_NAMES.get(head.name, head.name)} (a "
-            f"...{head.head_suffix} head) and --data {data_source} is "
-            f"{DATA_NAMES.get(wanted.name, wanted.name)}. Give {DATA_NAMES.get(head.name, head.name)} for this "
-            f"model, or a model without a head (a bare encoder) or with {PLAIN_NAMES.get(wanted.name, wanted.name)} "
-            "head for this data.")
+            f"--model {shown}: the model is {PLAIN_NAMES.get(head.name, head.name)} (its config names a "
+            f"...{head.head_suffix} head) and --data {data_source} is {DATA_NAMES.get(wanted.name, wanted.name)}. "
+            f"Give {DATA_NAMES.get(head.name, head.name)} for this model; for this data, give a bare encoder or "
+            f"{PLAIN_NAMES.get(wanted.name, wanted.name)}.")
     if head is not None and num_labels is not None and labels is not None and labels != num_labels:
         raise CompressError(
-            f"--model {shown}: the model's {PLAIN_NAMES.get(head.name, head.name).split(' (')[0]} predicts {labels} "
-            f"labels but --data {data_source} has {num_labels}. Use a model fine-tuned on this label set, or a model "
-            "without a head.")
+            f"--model {shown}: the model is {PLAIN_NAMES.get(head.name, head.name)} of {labels} labels but --data "
+            f"{data_source} has {num_labels}. Use a model fine-tuned on this label set, or a bare encoder.")
     return head, names

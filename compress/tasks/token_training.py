@@ -139,8 +139,7 @@ def evaluate_tagger(model, tokenized, gold: Sequence[Sequence[str]], label_names
 
     logits = token_logits(model, tokenized, batch_size, precision, pad_id)
     predicted = word_tags(logits, tokenized["word_ids"], tokenized["n_words"], label_names)
-    scores = get_task("token-classification").score(predicted, gold)
-    return {k: v for k, v in scores.items() if k != "per_type"} | {"per_type": scores["per_type"]}
+    return get_task("token-classification").score(predicted, gold)
 
 
 def entity_f1_callback(tokenized, gold: Sequence[Sequence[str]], label_names: Sequence[str], pad_id: int = 0,
