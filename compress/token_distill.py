@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,7 +37,8 @@ from compress.config import TrainSettings
 from compress.errors import CompressError
 from compress.modeling import count_parameters, load_classifier
 from compress.tasks.alignment import first_subtokens, word_logits
-from compress.tasks.task_choice import TOKEN, model_head
+from compress.tasks.ner_metrics import token_agreement
+from compress.tasks.task_choice import TOKEN, check_model_task, model_head
 from compress.tasks.token_data import TokenTaskData, load_token_data
 from compress.tasks.token_training import (NO_WORD, evaluate_tagger, token_collator, token_logits,
                                            tokenize_tagged_split, word_tags)
@@ -165,6 +165,7 @@ def distill_tagger(teacher: str | os.PathLike, student: str | os.PathLike, data:
     split = task.splits["train"]
     soft, reused = word_soft_labels(t_model, t_tok, split["tokens"], split["tags"], max_length, weights, precision)
     print(f"soft labels (train, {len(soft)} sentences, per word): {'reused from the cache' if reused else 'computed'}")
+    check_model_task(student, TOKEN, data, str(student), task.num_labels)
     s_model, s_tok, _ = load_classifier(student, task.num_labels, task.label_names, task=TOKEN)
     s_train = _student_rows(tokenize_tagged_split(split, s_tok, max_length, with_length=True, what="student"), soft)
     s_train = s_train.select_columns([c for c in ("input_ids", "attention_mask", "token_type_ids", "labels", "length",
@@ -205,8 +206,6 @@ def distill_tagger(teacher: str | os.PathLike, student: str | os.PathLike, data:
             scores = evaluate_tagger(s_model, s_rows, task.tags(name), task.label_names, pad_id=s_pad)
             mine = word_tags(token_logits(s_model, s_rows, pad_id=s_pad), s_rows["word_ids"], s_rows["n_words"],
                              task.label_names)
-            from compress.tasks.ner_metrics import token_agreement
-
             metrics[name] = {**scores, "token_agreement": token_agreement(mine, reference),
                              "teacher_entity_f1": evaluate_tagger(t_model, t_rows, task.tags(name), task.label_names,
                                                                   pad_id=t_pad)["entity_f1"]}
@@ -228,5 +227,5 @@ def distill_tagger(teacher: str | os.PathLike, student: str | os.PathLike, data:
         shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
     parts = [f"{n} entity F1 {m['entity_f1']:.4f} (teacher {m['teacher_entity_f1']:.4f}, word agreement "
              f"{m['token_agreement']:.4f})" for n, m in metrics.items()]
-    print("student: " + "; ".join(parts), file=sys.stdout)
+    print("student: " + "; ".join(parts))
     return path
