@@ -61,15 +61,13 @@ def calibration_texts(task, size: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0)
 class TextCalibrationReader:
     """``onnxruntime.quantization.CalibrationDataReader`` over tokenized texts.
 
-    The batches are built by :func:`compress.runtime.encode_batches` (the serving code path), so
-    the activations seen during calibration have the padding and lengths of real use.
+    The batches are built by :meth:`compress.runtime.Predictor.window_batches` (the serving code path:
+    a long text as its windows), so the activations seen during calibration have the padding and
+    lengths of real use.
     """
 
     def __init__(self, predictor, texts: Sequence[Any], input_names: Sequence[str], batch_size: int = CALIBRATION_BATCH):
-        from compress.runtime import encode_batches
-
-        _, batches = encode_batches(predictor.tokenizer, list(texts), predictor.max_length, batch_size,
-                                    predictor.need_token_types)
+        batches = predictor.window_batches(predictor.encode(list(texts)), batch_size)
         self._feeds = [{n: arrays[n] for n in input_names} for _, arrays in batches]
         self._iter: Iterator[dict[str, np.ndarray]] | None = None
         self.batch_size = batch_size
