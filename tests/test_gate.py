@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -601,9 +602,13 @@ def _exact_results(student_ns: tuple[int, int] = (10_000_000, 20_000_000)) -> di
 
 
 def _status(tmp_path, toml: str, doc: dict, artifact: str = "student", baseline: dict | None = None) -> str:
+    import tomllib
+
     checks = _checks(tmp_path, "[rules]\n" + toml + "\n", doc, baseline)
     rule = next(r for a, r in checks if a == artifact)
-    return checks[(artifact, rule)].status
+    check = checks[(artifact, rule)]
+    assert check.limit == tomllib.loads(toml)[rule]  # the table shows the limit the rule was decided on
+    return check.status
 
 
 @pytest.mark.parametrize("toml, expected", [
@@ -793,3 +798,195 @@ def test_traffic_agreement_on_the_clopper_pearson_bounds(tmp_path, bound, offset
                                                                 for i, p in enumerate(reference)]}
     bounds = {"low": beta.ppf(0.025, 190, 11), "high": beta.ppf(0.975, 191, 10)}
     assert _status(tmp_path, f"min_traffic_agreement = {float(bounds[bound]) + offset!r}", doc) == expected
+
+
+# ----------------------------------------------------------------------------- what a decision reports
+# (found by mutation testing: each of these fails when the gate takes the right decision for the wrong
+# reason, or reports another configuration, confidence or test-set size than the one it decided on)
+
+
+@pytest.mark.parametrize("rule, bound", [("min_speedup", "low"), ("min_throughput", "low"), ("max_p50_ms", "high")])
+def test_latency_rules_use_the_confidence_of_the_rules_file(tmp_path, rule, bound):
+    """On the pass-side bound of the 90% interval: a pass at confidence 0.9, inconclusive on the wider 95% one."""
+    from benchmarks.stats import series_median_interval, speedup_interval, throughput_interval
+
+    doc = _spread_results()
+    rounds = doc["artifacts"][1]["latency"][0]["rounds_ns"]
+    interval = {"min_speedup": lambda: speedup_interval([40_000_000] * ROUNDS, rounds, 0.9),
+                "min_throughput": lambda: throughput_interval(rounds, 1, 0.9),
+                "max_p50_ms": lambda: series_median_interval(rounds, 0.9)}[rule]()
+    limit = getattr(interval, bound)
+    assert _status(tmp_path, f"{rule} = {limit!r}\nconfidence = 0.9", doc) == "pass"
+    assert _status(tmp_path, f"{rule} = {limit!r}", doc) == "inconclusive"
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_accuracy_drop_uses_the_confidence_of_the_rules_file(tmp_path, relative):
+    from benchmarks.stats import accuracy_drop_interval
+
+    doc = make_results()
+    labels = np.asarray(_labels())
+    ref = np.asarray(doc["artifacts"][0]["quality"]["predictions"]) == labels
+    art = np.asarray(doc["artifacts"][1]["quality"]["predictions"]) == labels
+    high = accuracy_drop_interval(ref, art, 0.9, relative=relative).high
+    rule = "max_relative_accuracy_drop" if relative else "max_accuracy_drop"
+    assert _status(tmp_path, f"{rule} = {high!r}\nconfidence = 0.9", doc) == "pass"
+    assert _status(tmp_path, f"{rule} = {high!r}", doc) == "inconclusive"
+
+
+def test_accuracy_drop_messages_name_the_test_sets_power(tmp_path):
+    from benchmarks.stats import detectable_drop
+
+    doc = make_results()
+    labels = np.asarray(_labels())
+    ref = np.asarray(doc["artifacts"][0]["quality"]["predictions"]) == labels
+    art = np.asarray(doc["artifacts"][1]["quality"]["predictions"]) == labels
+    size = 100 * detectable_drop(ref, art)
+    checks = _checks(tmp_path, "[rules]\nmax_accuracy_drop = 0.05\n")
+    assert checks[("student", "max_accuracy_drop")].message == (
+        f"this test set (1000 examples) detects a true drop of {size:.1f} pt with 80% power")
+    checks = _checks(tmp_path, "[rules]\nmax_relative_accuracy_drop = 0.06\n")
+    assert f"detects a true drop of {size / 0.9:.1f}% with 80% power" in checks[
+        ("student", "max_relative_accuracy_drop")].message
+    fail = _checks(tmp_path, "[rules]\nmax_accuracy_drop = 0.005\n")[("student", "max_accuracy_drop")]
+    assert fail.message.startswith("accuracy fell by +2.00 pt") and "even the lower bound" in fail.message
+
+
+def test_seed_group_relative_drop_and_confidence(tmp_path):
+    """A group's drop is the mean-over-seeds interval; relative, divided by the reference accuracy (0.9)."""
+    from statistics import NormalDist
+
+    from benchmarks.stats import mean_over_seeds_interval
+
+    doc = _with_seed_group([0.88, 0.87, 0.89])
+    labels = np.asarray(_labels())
+    ref = np.asarray(doc["artifacts"][0]["quality"]["predictions"]) == labels
+    members = [a for a in doc["artifacts"] if a["name"].startswith("student-s")]
+    per_seed = np.stack([ref.astype(float) - (np.asarray(m["quality"]["predictions"]) == labels) for m in members])
+    for confidence in (0.95, 0.9):
+        i = mean_over_seeds_interval(per_seed, confidence)
+        extra = f"\nconfidence = {confidence}" if confidence != 0.95 else ""
+        assert _status(tmp_path, f"max_relative_accuracy_drop = {i.high / 0.9!r}{extra}", doc) == "pass"
+        assert _status(tmp_path, f"max_relative_accuracy_drop = {i.high / 0.9 - TINY!r}{extra}", doc) == "inconclusive"
+        assert _status(tmp_path, f"max_relative_accuracy_drop = {i.low / 0.9 - TINY!r}{extra}", doc) == "fail"
+        assert _status(tmp_path, f"max_accuracy_drop = {i.high!r}{extra}", doc) == "pass"
+        assert _status(tmp_path, f"max_accuracy_drop = {i.high - TINY!r}{extra}", doc) == "inconclusive"
+    i = mean_over_seeds_interval(per_seed)
+    z = NormalDist().inv_cdf(0.975)
+    detectable = (z + NormalDist().inv_cdf(0.8)) * (i.high - i.low) / (2 * z)
+    check = _checks(tmp_path, "[rules]\nmax_accuracy_drop = 0.06\n", doc)[("student", "max_accuracy_drop")]
+    assert f"detects a true drop of {100 * detectable:.1f} pt" in check.message
+    check = _checks(tmp_path, "[rules]\nmax_relative_accuracy_drop = 0.07\n", doc)[("student", "max_relative_accuracy_drop")]
+    assert check.interval == f"[{100 * i.low / 0.9:+.2f}, {100 * i.high / 0.9:+.2f}]% (95%)"
+
+
+def test_seed_group_agreement_uses_the_confidence(tmp_path):
+    from benchmarks.stats import mean_over_seeds_interval
+
+    doc = _with_seed_group([0.88, 0.87, 0.89])
+    ref = np.asarray(doc["artifacts"][0]["quality"]["predictions"])
+    members = [a for a in doc["artifacts"] if a["name"].startswith("student-s")]
+    agree = np.stack([np.asarray(m["quality"]["predictions"]) == ref for m in members]).astype(float)
+    low = mean_over_seeds_interval(agree, 0.9).low
+    assert _status(tmp_path, f"min_agreement = {low!r}\nconfidence = 0.9", doc) == "pass"
+    assert _status(tmp_path, f"min_agreement = {low!r}", doc) == "inconclusive"
+
+
+def test_version_1_results_show_the_point_values_they_have(tmp_path):
+    doc = make_results_v1()
+    doc["artifacts"][1]["latency"][1]["throughput_seq_per_s"] = None  # not measured at batch 8
+    checks = _checks(tmp_path, "[rules]\nmin_speedup = 1.5\nmax_p50_ms = 500\nmin_throughput = 1\n"
+                               "max_accuracy_drop = 0.05\nmax_relative_accuracy_drop = 0.05\nmin_agreement = 0.9\n", doc)
+    speedup, p50 = checks[("student", "min_speedup")], checks[("student", "max_p50_ms")]
+    assert speedup.measured.endswith("x at batch 8 seq 128")  # the worst point value: the lowest speedup
+    assert p50.measured.endswith(" ms at batch 8 seq 128")  # ... the highest latency
+    assert checks[("student", "min_throughput")].measured == "0.00 seq/s at batch 8 seq 128"
+    assert checks[("student", "max_accuracy_drop")].measured == "+2.00 pt"
+    assert checks[("student", "max_relative_accuracy_drop")].measured == "+2.22%"
+    assert checks[("student", "min_agreement")].measured == "0.9500"
+    for check in checks.values():
+        assert check.status == "inconclusive" and check.message.startswith("RESULTS is a schema version 1 results file")
+        assert check.limit is not None
+
+
+def test_the_reported_configuration_is_the_one_that_decided(tmp_path):
+    fails = _checks(tmp_path, "[rules]\nmin_speedup = 10\nmax_p50_ms = 1\n")
+    assert fails[("student", "min_speedup")].measured.endswith("at batch 8 seq 128")  # 2x, the worse of 3x and 2x
+    p50 = fails[("student", "max_p50_ms")]
+    assert p50.measured.endswith("at batch 8 seq 128")  # 200 ms, the worse of 33 and 200
+    assert p50.message.endswith("min_speedup compares against the in-run reference")  # absolute times: a caveat
+    assert "in-run reference" not in fails[("student", "min_speedup")].message
+    assert _checks(tmp_path, "[rules]\nmax_p50_ms = 1000\n")[("student", "max_p50_ms")].message == ""
+
+
+@pytest.mark.parametrize("toml, keys, where", [
+    ("min_speedup = 1\nspeedup_batch_size = 32", "speedup_batch_size/speedup_seq_len", "batch 32"),
+    ("min_speedup = 1\nspeedup_seq_len = 64", "speedup_batch_size/speedup_seq_len", "seq 64"),
+    ("max_p50_ms = 1000\nlatency_seq_len = 64", "latency_batch_size/latency_seq_len", "seq 64"),
+    ("min_throughput = 1\nlatency_batch_size = 32\nlatency_seq_len = 128", "latency_batch_size/latency_seq_len",
+     "batch 32 seq 128"),
+])
+def test_a_selector_with_no_measurement_fails_naming_the_keys(tmp_path, toml, keys, where):
+    check = next(c for (a, r), c in _checks(tmp_path, "[rules]\n" + toml + "\n").items() if a == "student")
+    assert check.status == "fail" and f"no latency measured at {where} " in check.message
+    assert f"change {keys} in the rules" in check.message
+
+
+def test_skipped_and_undecidable_regression_checks_say_why(tmp_path):
+    for rule in ("max_regression", "max_accuracy_regression"):
+        check = _checks(tmp_path, f"[rules]\n{rule} = 0.1\n")[("student", rule)]
+        assert (check.status, check.measured, check.limit, check.message) == ("skip", "-", 0.1, "no --baseline given")
+        baseline = make_results()
+        baseline["artifacts"].pop(1)
+        check = _checks(tmp_path, f"[rules]\n{rule} = 0.1\n", make_results(), baseline)[("student", rule)]
+        assert (check.status, check.measured, check.limit) == ("skip", "-", 0.1)
+        assert check.message == "not in the baseline (a new artifact)"
+    check = _checks(tmp_path, "[rules]\nmax_accuracy_regression = 0.1\n", make_results(), make_results_v1())[
+        ("student", "max_accuracy_regression")]
+    assert (check.status, check.measured, check.limit) == ("inconclusive", "-", 0.1)
+    assert check.message.startswith("RESULTS or --baseline is a schema version 1 results file")
+
+
+def test_seed_group_regression_of_two_seeds_and_without_spread(tmp_path):
+    """Welch's t needs two seeds a side, no more; seeds that all score the same give a zero-width interval."""
+    base, worse = _with_seed_group([0.88, 0.87]), _with_seed_group([0.85, 0.84], 0.92)
+    check = _checks(tmp_path, "[rules]\nmax_accuracy_regression = 0.0\n", worse, base)[("student", "max_accuracy_regression")]
+    assert "mean of 2 seeds against 2" in check.measured and check.interval.endswith("pt (95%)")
+    base, worse = _with_seed_group([0.88, 0.88, 0.88]), _with_seed_group([0.85, 0.85, 0.85], 0.92)
+    assert _status(tmp_path, "max_accuracy_regression = 0.03", worse, baseline=base) == "pass"
+    assert _status(tmp_path, f"max_accuracy_regression = {0.03 - TINY!r}", worse, baseline=base) == "fail"
+
+
+def test_seed_group_relative_regression_by_hand(tmp_path):
+    """max_regression's accuracy half for groups: Welch's t on the per-seed accuracies, over the old mean."""
+    from scipy.stats import t
+
+    base, worse = _with_seed_group([0.88, 0.87, 0.89]), _with_seed_group([0.80, 0.78, 0.82], 0.85)
+    old, new = np.array([0.88, 0.87, 0.89]), np.array([0.80, 0.78, 0.82])
+    vo, vn = old.var(ddof=1) / 3, new.var(ddof=1) / 3
+    df = (vo + vn) ** 2 / (vo ** 2 / 2 + vn ** 2 / 2)
+    half = t.ppf(0.975, df) * math.sqrt(vo + vn)
+    est = old.mean() - new.mean()
+    high, low = float((est + half) / old.mean()), float((est - half) / old.mean())
+    only_accuracy = "\nlatency_batch_size = 32"  # no latency config in common: the accuracy half decides alone
+    assert _status(tmp_path, f"max_regression = {high!r}{only_accuracy}", worse, baseline=base) == "pass"
+    assert _status(tmp_path, f"max_regression = {high - TINY!r}{only_accuracy}", worse, baseline=base) == "inconclusive"
+    assert _status(tmp_path, f"max_regression = {low - TINY!r}{only_accuracy}", worse, baseline=base) == "fail"
+    check = _checks(tmp_path, f"[rules]\nmax_regression = 0.2{only_accuracy}\n", worse, base)[("student", "max_regression")]
+    assert check.interval == f"[{low:+.1%}, {high:+.1%}] (95%)"
+    # A baseline group that got nothing right cannot fall: its relative change is 0, never a division by zero.
+    for member in base["artifacts"]:
+        if member["name"].startswith("student-s"):
+            member["quality"]["accuracy"] = 0.0
+    assert _status(tmp_path, f"max_regression = 0.0{only_accuracy}", worse, baseline=base) == "pass"
+
+
+def test_on_inconclusive_fail_headline():
+    from benchmarks.gate import Check, outcome
+
+    assert outcome([Check("a", "r", 1.0, "-", "inconclusive")], "fail") == (
+        "FAILED (inconclusive counted as fail)", EXIT_FAIL)
+    assert outcome([Check("a", "r", 1.0, "-", "inconclusive")], "pass") == (
+        "passed (inconclusive counted as pass)", EXIT_PASS)
+    assert outcome([Check("a", "r", 1.0, "-", "inconclusive")]) == ("INCONCLUSIVE", EXIT_INCONCLUSIVE)
+    assert outcome([Check("a", "r", 1.0, "-", "fail")]) == ("FAILED", EXIT_FAIL)
