@@ -305,14 +305,21 @@ def results(work: Path, targets: list[Target]) -> dict[str, str]:
     return status
 
 
-def run_module(name: str, work_root: Path, max_children: int, source: Path = ROOT, report_only: bool = False) -> dict:
+def run_module(name: str, work_root: Path, max_children: int, source: Path = ROOT, report_only: bool = False,
+               sample: int | None = None) -> dict:
     targets = [t for t in MODULES[name] if not t.optional or (source / t.file).exists()]
     work = work_root / name
     t0 = time.monotonic()
     if not report_only:
         prepare(work, targets, source)
     to_run, messages = select(work, targets)
-    print(f"== {name}: {len(to_run)} mutants in {sum(len(t.functions) for t in targets)} functions "
+    population = len(to_run)
+    if sample and sample < population:  # a fixed random subset: the same mutants on every run of this tree
+        import random
+
+        keep = set(random.Random(0).sample(sorted(to_run), sample))
+        to_run = {n: d for n, d in to_run.items() if n in keep}
+    print(f"== {name}: {len(to_run)} mutants{f' (a random {sample} of {population})' if len(to_run) < population else ''} in {sum(len(t.functions) for t in targets)} functions "
           f"({len(messages)} message-only mutants not run); tests: {', '.join(t for x in targets for t in x.tests)}",
           flush=True)
     log = work_root / f"{name}.mutmut.log"
@@ -332,7 +339,8 @@ def run_module(name: str, work_root: Path, max_children: int, source: Path = ROO
     print(f"== {name}: {len(killed)} of {len(counted)} killed ({100 * score:.1f}%), {minutes:.1f} min", flush=True)
     for n in survived:
         print(f"-- {n} ({counted[n]})\n{to_run[n]}")
-    return {"module": name, "killed": len(killed), "mutants": len(counted), "score": round(score, 4),
+    return {"module": name, "killed": len(killed), "mutants": len(counted), "population": population,
+            "score": round(score, 4),
             "messages_not_run": len(messages), "minutes": round(minutes, 1),
             "survivors": {n: {"status": counted[n], "diff": to_run[n]} for n in survived}}
 
@@ -347,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the tree whose code and tests are copied (default: this checkout; another checkout, "
                              "such as `git archive` of an older commit, measures that commit)")
     parser.add_argument("--json", help="also write the scores and survivors to this file")
+    parser.add_argument("--sample", type=int, default=None,
+                        help="run a fixed random N of each module's mutants (an estimate of the score, for a slow "
+                             "machine; default: all)")
     parser.add_argument("--report-only", action="store_true",
                         help="score the last run's mutants in --work again (after a change to this script), run nothing")
     parser.add_argument("--list", action="store_true", help="print the modules, functions and tests, run nothing")
@@ -360,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
             for t in MODULES[m]:
                 print(f"{m}: {t.file}: {', '.join(t.functions)}\n    tests: {', '.join(t.tests)}")
         return 0
-    reports = [run_module(m, Path(args.work), args.max_children, args.source.resolve(), args.report_only) for m in chosen]
+    reports = [run_module(m, Path(args.work), args.max_children, args.source.resolve(), args.report_only,
+                          args.sample) for m in chosen]
     print("\nmodule        killed / mutants   score")
     for r in reports:
         print(f"{r['module']:<13} {r['killed']:>6} / {r['mutants']:<7}  {100 * r['score']:5.1f}%")
