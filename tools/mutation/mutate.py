@@ -85,6 +85,8 @@ GATE_DISPLAY = [r"^\s*(message|measured|shown|shown_ci|where|what|bound|other|un
 #: The pruning tests, without test_prune_recipe.py (a whole recipe run per mutant).
 PRUNE_TESTS = ["tests/test_prune.py", "tests/test_prune_[!r]*.py"]
 
+#: Each module's tests are the unit tests written for it, not the end-to-end tests that also pass through
+#: it (a pipeline or distillation run per mutant would make a module take hours on two cores).
 MODULES: dict[str, list[Target]] = {
     # The gate's interval arithmetic and every verdict it takes.
     "stats": [Target("benchmarks/stats.py", [
@@ -104,24 +106,24 @@ MODULES: dict[str, list[Target]] = {
     "fingerprint": [Target("compress/fingerprint.py", [
         "data_fingerprint", "corpus_fingerprint", "model_fingerprint", "_path_fingerprint", "stage_inputs",
         "stage_identity", "identity_sha256"],
-        ["tests/test_fingerprint_keys.py", "tests/test_pipeline.py"])],
+        ["tests/test_fingerprint_keys.py"])],
     # The soft-label cache: its key, and the store that fills and writes it.
     "soft_labels": [
         Target("compress/teacher.py", ["_ids_digest", "soft_label_cache_path", "teacher_logits"],
-               ["tests/test_fingerprint_keys.py", "tests/test_loss_registry.py"]),
+               ["tests/test_fingerprint_keys.py"]),
         Target("compress/distill/soft_labels.py", [
             "SoftLabelStore.__init__", "SoftLabelStore.missing", "SoftLabelStore.get",
             "SoftLabelStore.put", "SoftLabelStore.save"],
-            ["tests/test_fingerprint_keys.py", "tests/test_loss_registry.py"])],
+            ["tests/test_fingerprint_keys.py"])],
     # Predictor's batching: sorting by length, padding, and putting outputs back in the caller's order.
     "runtime": [
         Target("compress/runtime.py", [
             "normalize_texts", "encode_batches", "softmax", "Predictor.logits", "Predictor.predict",
             "Predictor.encode?", "Predictor.run_windows?", "ChoicePredictor.for_batch_size", "ChoicePredictor._run"],
-            ["tests/test_batching_order.py", "tests/test_windows.py"]),
+            ["tests/test_batching_order.py"]),
         # Where the batching moved with long-text windows: sorting by length and padding.
         Target("compress/windows.py", ["Windows.batches", "length_sorted_batches", "pad_rows"],
-               ["tests/test_batching_order.py", "tests/test_windows.py"], optional=True)],
+               ["tests/test_batching_order.py"], optional=True)],
     # Which heads and neurons pruning removes, and the removal itself.
     "prune": [
         Target("compress/prune/importance.py", [
