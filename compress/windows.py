@@ -20,7 +20,8 @@ one (``truncation="only_second"``): the question of a QA pair, the premise of an
 result keeps ``overflow_to_sample_mapping`` (:attr:`Windows.sample`), the character offsets and
 word ids of every token, and where each window starts in its text's token sequence, which is what
 merging needs; each window's placement is checked against its neighbours (they must share exactly
-``stride`` tokens), so a tokenizer whose overflow behaves differently fails loudly, not silently.
+``stride`` tokens) and their number against :func:`window_starts`, so a tokenizer whose overflow
+behaves differently fails loudly, not silently.
 
 Needs numpy and a ``tokenizers.Tokenizer`` backend only (a transformers fast tokenizer, or
 :class:`compress.tokenization.ArtifactTokenizer` on the torch-free serving path); never torch.
@@ -243,6 +244,11 @@ def _assemble(encodings: list[tuple[Any, int]], max_length: int, stride: int, is
             segment.append((a, b))
             start.append(k * step)
         lengths.append(start[-1] + segment[-1][1] - segment[-1][0])
+        if len(parts) > 1 and window_starts(lengths[-1], step + overlap, overlap) != start[-len(parts):]:
+            raise CompressError(f"input {i}: the tokenizer cut {len(parts)} windows where {lengths[-1]} tokens in windows "
+                                f"of {step + overlap} overlapping by {overlap} make "
+                                f"{len(window_starts(lengths[-1], step + overlap, overlap))}. Report this with the "
+                                "tokenizers version.")
     return Windows(ids, types, masks, offsets, words, np.asarray(sample, dtype=np.int64),
                    np.asarray(segment, dtype=np.int64).reshape(-1, 2), np.asarray(start, dtype=np.int64),
                    np.asarray(lengths, dtype=np.int64), max_length, stride, is_pair)
