@@ -131,8 +131,9 @@ def test_a_squad_shaped_dataset_is_read_with_its_columns():
             "answers": [{"text": ["Paris"], "answer_start": [0]},
                         {"text": ["the Seine"], "answer_start": [CONTEXT.index("the Seine")]},
                         {"text": [], "answer_start": []}]}
-    task = qa_data.dataset_qa_data(DatasetDict({"train": Dataset.from_dict(rows)}), "hf:toy")
-    assert task.version == "2.0" and sum(task.sizes().values()) == 3
+    task = qa_data.dataset_qa_data(DatasetDict({"train": Dataset.from_dict(rows), "extra": Dataset.from_dict(rows)}),
+                                   "hf:toy")
+    assert task.version == "2.0" and sum(task.sizes().values()) == 3 and task.notes == ["splits not used: extra"]
     renamed = Dataset.from_dict({"q": rows["question"], "passage": [CONTEXT] * 3, "gold": rows["answers"]})
     examples = examples_from_dataset(renamed, "hf:toy[train]", question_column="q", answers_column="gold")
     assert [e.id for e in examples] == ["1", "2", "3"] and examples[1].answers == (("the Seine", 43),)
@@ -259,6 +260,11 @@ def test_the_builtin_files_are_checked_against_their_sha256(tmp_path, monkeypatc
     from compress.fingerprint import data_fingerprint
 
     assert BUILTIN_DATASET_TASKS["squad-dev"] == "question-answering"
+    from compress.data import load_task_data
+
+    with pytest.raises(CompressError, match=r"'squad-dev' is a question-answering set, and this stage trains and "
+                                            r"scores sentence classifiers"):
+        load_task_data("squad-dev")
     assert data_fingerprint("squad-dev") == ("builtin:squad-dev:bf8ebb60a161d0594f455be869ff3a476d2fe07da92ab1ecb0dea41f5"
                                              "0ea64f3:f0a16b507dbb983d1a04315b6a189e539aa15c91c4ccfb849b0392593daf80dd")
     copy_dir = tmp_path / "squad11"

@@ -463,9 +463,11 @@ def dataset_qa_data(loaded: Any, origin: str, seed: int = 0, question_column: st
     available = {s.lower(): s for s in loaded.keys()}
     splits: dict[str, list[QAExample]] = {}
     files: dict[str, str] = {}
+    used: set[str] = set()
     for split, names in SPLIT_ALIASES.items():
         found = next((available[a] for a in names if a in available), None)
         if found is not None:
+            used.add(found)
             files[split] = f"{origin}[{found}]"
             splits[split] = examples_from_dataset(loaded[found], files[split], question_column, context_column,
                                                   answers_column)
@@ -473,7 +475,7 @@ def dataset_qa_data(loaded: Any, origin: str, seed: int = 0, question_column: st
         raise CompressError(f"{origin}: no train split (splits: {', '.join(loaded.keys())}). A task needs a split "
                             "named train.")
     impossible = any(e.is_impossible for ex in splits.values() for e in ex)
-    unused = sorted(set(loaded.keys()) - {f[len(origin) + 1:-1] for f in files.values()})
+    unused = sorted(set(loaded.keys()) - used)
     return build_qa_task(splits, files, origin, seed, "2.0" if impossible else "1.1",
                          [f"splits not used: {', '.join(unused)}"] if unused else [])
 
