@@ -36,12 +36,11 @@ from compress.assets import cache_dir
 from compress.config import TrainSettings
 from compress.errors import CompressError
 from compress.modeling import count_parameters, load_classifier
+from compress.tasks import get_task
 from compress.tasks.alignment import first_subtokens, word_logits
-from compress.tasks.ner_metrics import token_agreement
 from compress.tasks.task_choice import TOKEN, check_model_task, model_head
 from compress.tasks.token_data import TokenTaskData, load_token_data
-from compress.tasks.token_training import (NO_WORD, evaluate_tagger, token_collator, token_logits,
-                                           tokenize_tagged_split, word_tags)
+from compress.tasks.token_training import NO_WORD, token_collator, token_logits, tokenize_tagged_split, word_tags
 from compress.training import (check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
                                is_main_process, resume_point, run_trainer, training_arguments)
 
@@ -140,40 +139,82 @@ def word_distillation_loss(logits, labels, first, soft, temperature: float, alph
     return {"loss": total, **terms}
 
 
+def _load_teacher(teacher: str | os.PathLike, data: str):
+    """``(model, tokenizer, weights sha256, tagging data in the teacher's tag order)``; one line when the
+    folder is not a tagger."""
+    head, _, names = model_head(teacher)
+    if head is None or head.name != TOKEN:
+        raise CompressError(f"--teacher {teacher}: not a trained tagger (its config names no ...ForTokenClassification "
+                            "head). Train one first: bert-compress teacher --data TAGGED.conll --out TEACHER_DIR")
+    task = load_token_data(data, label_names=names)
+    t_model, t_tok, _ = load_classifier(teacher, len(names), names, task=TOKEN)
+    t_model.eval()
+    for p in t_model.parameters():
+        p.requires_grad_(False)
+    weights = (read_meta(teacher) or {}).get("weights_sha256") or weights_sha256(teacher)
+    return t_model, t_tok, weights, task
+
+
 def distill_tagger(teacher: str | os.PathLike, student: str | os.PathLike, data: str, out: str | os.PathLike,
                    train: TrainSettings | None = None, temperature: float = 2.0, alpha_kd: float = 0.5,
                    alpha_hard: float = 0.5, max_length: int = 128, resume: bool = False,
                    precision: str = "fp32") -> Path:
     """Distil the tagger ``teacher`` into ``student`` (an encoder folder, any tokenizer) on tagging ``data``."""
+    t_model, t_tok, weights, task = _load_teacher(teacher, data)
+    check_model_task(student, TOKEN, data, str(student), task.num_labels)
+    s_model, s_tok, _ = load_classifier(student, task.num_labels, task.label_names, task=TOKEN)
+    settings = {"temperature": temperature, "alpha_kd": alpha_kd, "alpha_hard": alpha_hard, "max_length": max_length,
+                "train": (train or TrainSettings()).to_dict(), "student": str(student)}
+    return _distill(t_model, t_tok, weights, str(teacher), s_model, s_tok, {"from": str(student)}, task, out,
+                    train or TrainSettings(), temperature, alpha_kd, alpha_hard, max_length, resume, precision, settings)
+
+
+#: DistillConfig settings the word-level distillation does not apply yet, with the value that means "off".
+UNSUPPORTED = {"intermediate": False, "unlabeled": None, "augment": 0, "losses": None, "kd_loss": "soft_ce",
+               "schedule": "joint"}
+
+
+def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
+    """``bert-compress distill`` on tagging data: the student built by the student factory from
+    ``--student``/``--init`` as a tagger, then distilled per word (:func:`_distill`)."""
+    from students.factory import build_student
+
+    from compress.device import resolve_precision, training_device
+
+    cfg.validate()
+    for name, off in UNSUPPORTED.items():
+        if getattr(cfg, name) != off:
+            raise CompressError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: distilling a tagger uses soft CE "
+                                "over words plus hard CE only, for now; leave it out for tagging data.")
+    precision = resolve_precision(cfg.precision, training_device(cfg.device)).precision
+    t_model, t_tok, weights, task = _load_teacher(cfg.teacher, cfg.data.data)
+    s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, task.label_names, cfg.layer_map, cfg.train.seed,
+                                         task=TOKEN)
+    return _distill(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info, task, out, cfg.train, cfg.temperature,
+                    cfg.alpha_kd, cfg.alpha_hard, cfg.max_length, cfg.resume, precision, cfg.to_dict())
+
+
+def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
+             task: TokenTaskData, out: str | os.PathLike, train: TrainSettings, temperature: float, alpha_kd: float,
+             alpha_hard: float, max_length: int, resume: bool, precision: str, settings: dict[str, Any]) -> Path:
+    """Train ``s_model`` on the per-word loss (:func:`word_distillation_loss`), score it and the teacher on
+    validation and test (entity F1, word agreement with the teacher), write the student artifact."""
     import torch
     from transformers import Trainer
 
     from compress.config import canonical_sha256
 
     started = time.perf_counter()
-    train = train or TrainSettings()
     if temperature <= 0:
         raise CompressError(f"--temperature must be > 0, got {temperature}")
-    head, _, names = model_head(teacher)
-    if head is None or head.name != TOKEN:
-        raise CompressError(f"--teacher {teacher}: not a trained tagger (its config names no ...ForTokenClassification "
-                            "head). Train one first: bert-compress teacher --data TAGGED.conll --out TEACHER_DIR")
-    task: TokenTaskData = load_token_data(data, label_names=names)
-    t_model, t_tok, _ = load_classifier(teacher, len(names), names, task=TOKEN)
-    t_model.eval()
-    weights = (read_meta(teacher) or {}).get("weights_sha256") or weights_sha256(teacher)
     split = task.splits["train"]
     soft, reused = word_soft_labels(t_model, t_tok, split["tokens"], split["tags"], max_length, weights, precision)
     print(f"soft labels (train, {len(soft)} sentences, per word): {'reused from the cache' if reused else 'computed'}")
-    check_model_task(student, TOKEN, data, str(student), task.num_labels)
-    s_model, s_tok, _ = load_classifier(student, task.num_labels, task.label_names, task=TOKEN)
     s_train = _student_rows(tokenize_tagged_split(split, s_tok, max_length, with_length=True, what="student"), soft)
     s_train = s_train.select_columns([c for c in ("input_ids", "attention_mask", "token_type_ids", "labels", "length",
                                                   "first", "soft") if c in s_train.column_names])
     args = training_arguments(train, checkpoint_dir(out), len(s_train), precision=precision)
-    fingerprint = canonical_sha256({"teacher": weights, "student": str(student), "data": task.fingerprint,
-                                   "train": train.to_dict(), "temperature": temperature, "alpha_kd": alpha_kd,
-                                   "alpha_hard": alpha_hard, "max_length": max_length})
+    fingerprint = canonical_sha256({"teacher": weights, "data": task.fingerprint, "settings": settings})
     stop = interrupt_callback()
     seed = train.seed
 
@@ -193,28 +234,26 @@ def distill_tagger(teacher: str | os.PathLike, student: str | os.PathLike, data:
     result = run_trainer(trainer, resume_point(out, resume, fingerprint), Path(out), stop)
 
     metrics: dict[str, Any] = {}
-    s_pad = s_tok.pad_token_id if s_tok.pad_token_id is not None else 0
-    t_pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
+    score = get_task(TOKEN).score
     with torch.inference_mode():
         for name in ("validation", "test"):
             if name not in task.splits:
                 continue
-            s_rows = tokenize_tagged_split(task.splits[name], s_tok, max_length, what="student")
-            t_rows = tokenize_tagged_split(task.splits[name], t_tok, max_length, what="teacher")
-            reference = word_tags(token_logits(t_model, t_rows, pad_id=t_pad), t_rows["word_ids"], t_rows["n_words"],
-                                  task.label_names)
-            scores = evaluate_tagger(s_model, s_rows, task.tags(name), task.label_names, pad_id=s_pad)
-            mine = word_tags(token_logits(s_model, s_rows, pad_id=s_pad), s_rows["word_ids"], s_rows["n_words"],
-                             task.label_names)
-            metrics[name] = {**scores, "token_agreement": token_agreement(mine, reference),
-                             "teacher_entity_f1": evaluate_tagger(t_model, t_rows, task.tags(name), task.label_names,
-                                                                  pad_id=t_pad)["entity_f1"]}
+            tagged = {}
+            for who, model, tok in (("teacher", t_model, t_tok), ("student", s_model, s_tok)):
+                rows = tokenize_tagged_split(task.splits[name], tok, max_length, what=who)
+                pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+                tagged[who] = word_tags(token_logits(model, rows, pad_id=pad), rows["word_ids"], rows["n_words"],
+                                        task.label_names)
+            gold = task.tags(name)
+            metrics[name] = {**score(tagged["student"], gold, tagged["teacher"]),
+                             "teacher_entity_f1": score(tagged["teacher"], gold)["entity_f1"]}
     meta = {
         "stage": "distill", "kind": "pytorch", "task": TOKEN, "model_type": s_model.config.model_type,
         "parameters": count_parameters(s_model), "label_names": task.label_names,
-        "parent": {"teacher": str(teacher), "teacher_weights_sha256": weights, "student": str(student)},
-        "config": {"temperature": temperature, "alpha_kd": alpha_kd, "alpha_hard": alpha_hard,
-                   "max_length": max_length, "train": train.to_dict(), "soft_labels": "per word (first sub-token)"},
+        "parent": {"teacher": teacher, "teacher_weights_sha256": weights},
+        "student": student_info,
+        "config": {**settings, "max_length": max_length, "soft_labels": "per word (first sub-token)"},
         "data": task.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
                      "soft_labels_reused": reused},

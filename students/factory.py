@@ -50,13 +50,17 @@ def teacher_shape(config) -> StudentShape:
 
 
 def build_student(spec: StudentSpec, teacher_model, teacher_tokenizer, label_names: list[str],
-                  layer_map: str | None = "uniform", seed: int = 0, eager_attention: bool = False):
-    """Create and initialise a student classifier.
+                  layer_map: str | None = "uniform", seed: int = 0, eager_attention: bool = False,
+                  task: str = "sequence-classification"):
+    """Create and initialise a student classifier (a tagger for ``task="token-classification"``).
 
     Returns ``(model, tokenizer, info)`` where ``info`` records shape, init and copied layers.
     """
     import torch
-    from transformers import AutoModelForSequenceClassification
+
+    from compress.tasks import get_task
+
+    model_class = get_task(task).model_class()
 
     spec.validate()
     shape = parse_shape(spec.shape)
@@ -79,7 +83,7 @@ def build_student(spec: StudentSpec, teacher_model, teacher_tokenizer, label_nam
         if shape.hidden % shape.heads:
             raise CompressError(f"--student {spec.shape}: hidden {shape.hidden} does not divide into {shape.heads} heads")
         config = _shape_config(teacher_model.config, shape, num_labels, label_names)
-        model = AutoModelForSequenceClassification.from_config(config, **attn)
+        model = model_class.from_config(config, **attn)
         tokenizer = teacher_tokenizer
         if spec.init == "teacher-layers":
             if (shape.hidden, shape.heads, shape.ffn) != (t_shape.hidden, t_shape.heads, t_shape.ffn):
@@ -98,7 +102,7 @@ def build_student(spec: StudentSpec, teacher_model, teacher_tokenizer, label_nam
 
         source = "minilm" if spec.init == "minilm" else spec.init.split(":", 1)[1]
         path = resolve_model(source)
-        model, tokenizer, _ = load_classifier(path, num_labels, label_names, eager_attention=eager_attention)
+        model, tokenizer, _ = load_classifier(path, num_labels, label_names, eager_attention=eager_attention, task=task)
         p_shape = teacher_shape(model.config)
         if p_shape.hidden != shape.hidden:
             raise CompressError(

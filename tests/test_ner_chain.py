@@ -329,3 +329,21 @@ def test_distilling_a_tagger_into_a_student_with_another_tokenizer(trained, tmp_
     assert validation["entity_f1"] >= 0.8 and validation["token_agreement"] >= 0.9, validation
     got = Predictor.load(path).predict(TEXT)[0]["entities"]
     assert [(e["type"], e["text"]) for e in got] == [("LOC", "New York"), ("PER", "Alice")]
+
+
+def test_distill_command_on_tagging_data_builds_a_tagger_student(trained, tmp_path, capsys):
+    from compress.cli import main
+
+    out = tmp_path / "student"
+    common = ["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
+              "--init", "teacher-layers", "--out", str(out), "--max-length", "48"]
+    assert main(common + ["--intermediate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--intermediate True" in err[0] and not out.exists()
+    assert main(common + ["--epochs", "1", "--lr", "3e-3", "--batch-size", "8", "--sampling", "sequential"]) == 0
+    meta = json.loads((out / "compress.json").read_text())
+    config = json.loads((out / "config.json").read_text())
+    assert meta["task"] == "token-classification" and config["architectures"] == ["BertForTokenClassification"]
+    assert config["num_hidden_layers"] == 1 and meta["student"]["copied_teacher_layers"] == {"0": 1}
+    assert meta["metrics"]["validation"]["entity_f1"] >= 0.7, meta["metrics"]["validation"]
+    assert "student: validation entity F1" in capsys.readouterr().out
