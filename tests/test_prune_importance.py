@@ -25,7 +25,8 @@ import torch
 
 from compress.config import DataOptions
 from compress.modeling import load_classifier
-from compress.prune import PruneConfig, layer_parts, prune, prune_model, score_units, structure
+from compress.prune import (PruneConfig, accumulate_task_gradients, layer_parts, prune, prune_model,
+                            score_units, structure)
 from compress.training import TrainSettings
 from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
 
@@ -104,8 +105,6 @@ def test_planted_scores_rank_as_constructed(tmp_path):
     model, tokenizer = _planted(tmp_path / "m", UNIFORM_PLAN)
     enc = {k: v for k, v in _gradient_batches(tokenizer, 1)[0].items() if k != "labels"}
     _, magnitude = score_units(model, enc, "magnitude")
-    from compress.prune import accumulate_task_gradients
-
     accumulate_task_gradients(model, _gradient_batches(tokenizer))
     _, taylor = score_units(model, enc, "taylor")
     model.zero_grad(set_to_none=True)
