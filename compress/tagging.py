@@ -76,9 +76,10 @@ def aggregate_words(probs: np.ndarray, words: Sequence[int], n_words: int,
                     aggregation: str = DEFAULT_AGGREGATION) -> tuple[np.ndarray, np.ndarray]:
     """``(label index, score)`` per word from its tokens' probabilities ``probs`` (tokens, labels).
 
-    A word no token starts in (a tokenizer that drops a character) gets label 0 with score 0."""
+    A word no token starts in (one the tokenizer drops, such as a control character) gets label ``-1``
+    (read as ``O``) with score 0."""
     check_aggregation(aggregation)
-    labels = np.zeros(n_words, dtype=np.int64)
+    labels = np.full(n_words, -1, dtype=np.int64)
     scores = np.zeros(n_words, dtype=np.float64)
     groups: dict[int, list[int]] = {}
     for t, w in enumerate(words):
@@ -104,7 +105,7 @@ def tag_text(text: str, logits: np.ndarray, offsets: Sequence[tuple[int, int]], 
     words = token_words(offsets, spans)
     probs = _softmax(np.asarray(logits, dtype=np.float64)) if len(logits) else np.zeros((0, len(label_names)))
     labels, scores = aggregate_words(probs, words, len(spans), aggregation)
-    tags = [label_names[i] for i in labels]
+    tags = [label_names[i] if i >= 0 else "O" for i in labels]
     entities = []
     for e in extract_entities(tags):  # label names checked by check_tag_names
         start, end = spans[e.start][0], spans[e.end - 1][1]

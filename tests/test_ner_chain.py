@@ -347,3 +347,14 @@ def test_distill_command_on_tagging_data_builds_a_tagger_student(trained, tmp_pa
     assert config["num_hidden_layers"] == 1 and meta["student"]["copied_teacher_layers"] == {"0": 1}
     assert meta["metrics"]["validation"]["entity_f1"] >= 0.7, meta["metrics"]["validation"]
     assert "student: validation entity F1" in capsys.readouterr().out
+
+
+def test_a_word_without_tokens_is_outside_every_entity():
+    from compress.tagging import tag_text
+
+    # "\x07 Rome": the tokenizer drops the control character, so the first word has no token; the
+    # label list does not start with O, so "label 0" would wrongly make it an entity.
+    logits = np.log(np.array([[1e-9, 1.0, 1e-9], [1.0, 1e-9, 1e-9], [1e-9, 1.0, 1e-9]]))
+    got = tag_text("\x07 Rome", logits, [(0, 0), (2, 6), (0, 0)], ["B-LOC", "O", "I-LOC"], word_tags=True)
+    assert got["word_tags"] == ["O", "B-LOC"] and got["word_scores"][0] == 0.0
+    assert got["entities"] == [{"type": "LOC", "start": 2, "end": 6, "text": "Rome", "score": pytest.approx(1.0)}]
