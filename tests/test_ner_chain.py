@@ -358,3 +358,17 @@ def test_a_word_without_tokens_is_outside_every_entity():
     got = tag_text("\x07 Rome", logits, [(0, 0), (2, 6), (0, 0)], ["B-LOC", "O", "I-LOC"], word_tags=True)
     assert got["word_tags"] == ["O", "B-LOC"] and got["word_scores"][0] == 0.0
     assert got["entities"] == [{"type": "LOC", "start": 2, "end": 6, "text": "Rome", "score": pytest.approx(1.0)}]
+
+
+def test_teacher_takes_jsonl_tagging_data(tmp_path, capsys):
+    from compress.teacher import train_teacher
+
+    data = tmp_path / "toy.jsonl"
+    data.write_text("".join(json.dumps({"tokens": w, "tags": t}) + "\n" for w, t in toy_sentences(40, seed=7)),
+                    encoding="utf-8")
+    encoder = make_bert(tmp_path / "encoder", layers=1, hidden=32)
+    path = train_teacher(teacher_config(encoder, data, epochs=0), tmp_path / "teacher")
+    meta = json.loads((path / "compress.json").read_text())
+    assert meta["task"] == "token-classification" and not meta["fine_tuned"]
+    assert meta["data"]["source"] == str(data) and meta["label_names"] == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    assert set(meta["metrics"]) == {"validation", "test"} and "random" in capsys.readouterr().err
