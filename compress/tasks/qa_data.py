@@ -42,6 +42,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from compress.errors import CompressError
+from compress.tasks.sources import check_builtin_file, hub_splits
 
 SPLIT_NAMES = ("train", "validation", "test")
 JSON_SUFFIXES = (".json",)
@@ -456,28 +457,12 @@ def load_qa_data(spec: str, seed: int = 0, question_column: str | None = None, c
 def dataset_qa_data(loaded: Any, origin: str, seed: int = 0, question_column: str | None = None,
                     context_column: str | None = None, answers_column: str | None = None) -> QATaskData:
     """A ``datasets.DatasetDict`` (or one Dataset, taken as train) in the squad shape as a QA task."""
-    from compress.data import SPLIT_ALIASES
-
-    if not hasattr(loaded, "keys"):
-        loaded = {"train": loaded}
-    available = {s.lower(): s for s in loaded.keys()}
-    splits: dict[str, list[QAExample]] = {}
-    files: dict[str, str] = {}
-    used: set[str] = set()
-    for split, names in SPLIT_ALIASES.items():
-        found = next((available[a] for a in names if a in available), None)
-        if found is not None:
-            used.add(found)
-            files[split] = f"{origin}[{found}]"
-            splits[split] = examples_from_dataset(loaded[found], files[split], question_column, context_column,
-                                                  answers_column)
-    if "train" not in splits:
-        raise CompressError(f"{origin}: no train split (splits: {', '.join(loaded.keys())}). A task needs a split "
-                            "named train.")
+    found, notes = hub_splits(loaded, origin)
+    files = {split: label for split, (label, _) in found.items()}
+    splits = {split: examples_from_dataset(ds, label, question_column, context_column, answers_column)
+              for split, (label, ds) in found.items()}
     impossible = any(e.is_impossible for ex in splits.values() for e in ex)
-    unused = sorted(set(loaded.keys()) - used)
-    return build_qa_task(splits, files, origin, seed, "2.0" if impossible else "1.1",
-                         [f"splits not used: {', '.join(unused)}"] if unused else [])
+    return build_qa_task(splits, files, origin, seed, "2.0" if impossible else "1.1", notes)
 
 
 def squad_dev(seed: int = 0) -> QATaskData:
@@ -487,18 +472,10 @@ def squad_dev(seed: int = 0) -> QATaskData:
     checking their sha256, split by article into train / validation / test (:func:`split_by_article`,
     ``seed`` 0 unless given: 40 / 4 / 4 articles).
     """
-    from compress.assets import SHA256, sha256_file
-
     examples: list[QAExample] = []
     for name in SQUAD_DEV_FILES:
         path = SQUAD_DEV_DIR / name
-        if not path.is_file():
-            raise CompressError(f"{path}: the built-in SQuAD file is missing from the installed package. Reinstall "
-                                "bert-compress (pip install --force-reinstall .).")
-        actual, expected = sha256_file(path), SHA256[f"squad11/{name}"]
-        if actual != expected:
-            raise CompressError(f"{path}: sha256 {actual} does not match the recorded {expected}: the package's copy of "
-                                "SQuAD was changed. Reinstall bert-compress (pip install --force-reinstall .).")
+        check_builtin_file(path, f"squad11/{name}", "SQuAD")
         version, part = read_squad_json(path)
         if version != "1.1":
             raise CompressError(f"{path}: version {version!r}, expected '1.1'. Reinstall bert-compress.")

@@ -38,6 +38,7 @@ from typing import Any, Sequence
 
 from compress.errors import CompressError
 from compress.tasks.ner_metrics import PREFIXES
+from compress.tasks.sources import check_builtin_file, hub_splits
 
 CONLL_SUFFIXES = (".conll", ".iob", ".iob2", ".bio", ".bioes", ".tsv", ".txt")
 JSONL_SUFFIXES = (".jsonl",)
@@ -464,38 +465,11 @@ def dataset_token_data(loaded: Any, origin: str, token_column: str | None = None
                        scheme: str = "auto", seed: int = 0, label_names: Sequence[str] | None = None,
                        strict: bool = False, aliases: dict[str, tuple[str, ...]] | None = None) -> TokenTaskData:
     """A ``datasets.DatasetDict`` (or one Dataset, taken as train) with word and tag columns as a tagging task."""
-    if aliases is None:
-        from compress.data import SPLIT_ALIASES as aliases
-    if not hasattr(loaded, "keys"):
-        loaded = {"train": loaded}
-    available = {s.lower(): s for s in loaded.keys()}
-    splits: dict[str, list[Sentence]] = {}
-    files: dict[str, str] = {}
-    used: set[str] = set()
-    for split, names in aliases.items():
-        found = next((available[a] for a in names if a in available), None)
-        if found is not None:
-            used.add(found)
-            files[split] = f"{origin}[{found}]"
-            splits[split] = sentences_from_dataset(loaded[found], files[split], token_column, tag_column, label_names)
-    if "train" not in splits:
-        raise CompressError(f"{origin}: no train split (splits: {', '.join(loaded.keys())}). A task needs a split "
-                            "named train.")
-    unused = sorted(set(loaded.keys()) - used)
-    notes = [f"splits not used: {', '.join(unused)}"] if unused else []
+    found, notes = hub_splits(loaded, origin, aliases)
+    files = {split: label for split, (label, _) in found.items()}
+    splits = {split: sentences_from_dataset(ds, label, token_column, tag_column, label_names)
+              for split, (label, ds) in found.items()}
     return build_task(splits, files, origin, scheme, seed, label_names, strict, notes)
-
-
-def _check_builtin(path: Path, key: str) -> None:
-    from compress.assets import SHA256, sha256_file
-
-    if not path.is_file():
-        raise CompressError(f"{path}: the built-in WNUT-17 file is missing from the installed package. Reinstall "
-                            "bert-compress (pip install --force-reinstall .).")
-    actual = sha256_file(path)
-    if actual != SHA256[key]:
-        raise CompressError(f"{path}: sha256 {actual} does not match the recorded {SHA256[key]}: the package's copy of "
-                            "WNUT-17 was changed. Reinstall bert-compress (pip install --force-reinstall .).")
 
 
 def wnut17(strict: bool = False) -> TokenTaskData:
@@ -507,7 +481,7 @@ def wnut17(strict: bool = False) -> TokenTaskData:
     files = {}
     for split, name in WNUT17_FILES.items():
         path = WNUT17_DIR / name
-        _check_builtin(path, f"wnut17/{name}")
+        check_builtin_file(path, f"wnut17/{name}", "WNUT-17")
         files[split] = path
     splits = {split: read_conll(path) for split, path in files.items()}
     return build_task(splits, {s: str(p) for s, p in files.items()}, "wnut17", "iob2", strict=strict)
