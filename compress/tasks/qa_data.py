@@ -42,7 +42,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from compress.errors import CompressError
-from compress.tasks.sources import check_builtin_file, hub_splits
+from compress.tasks.sources import check_builtin_file, folder_splits, hub_splits
 
 SPLIT_NAMES = ("train", "validation", "test")
 JSON_SUFFIXES = (".json",)
@@ -406,21 +406,8 @@ def build_qa_task(splits: dict[str, list[QAExample]], files: dict[str, str], sou
 
 
 def _read_folder(path: Path) -> dict[str, Path]:
-    from compress.data import SPLIT_ALIASES
-
-    files = [p for p in sorted(path.iterdir()) if p.is_file() and p.suffix.lower() in JSON_SUFFIXES]
-    found: dict[str, Path] = {}
-    for split, aliases in SPLIT_ALIASES.items():
-        matches = [p for p in files if p.stem.lower() in aliases or p.stem.lower().split("-")[0] in aliases]
-        if len(matches) > 1:
-            raise CompressError(f"{path}: several files for the {split} split ({', '.join(m.name for m in matches)}); "
-                                "keep one.")
-        if matches:
-            found[split] = matches[0]
-    if "train" not in found:
-        raise CompressError(f"{path}: no train file. A QA data folder needs train.json (SQuAD format), and may hold "
-                            "validation (or dev) and test .json files.")
-    return found
+    return folder_splits(path, JSON_SUFFIXES, "A QA data folder needs train.json (SQuAD format), and may hold "
+                         "validation (or dev) and test .json files.", stem_prefix=True)
 
 
 def load_qa_data(spec: str, seed: int = 0, question_column: str | None = None, context_column: str | None = None,

@@ -50,3 +50,28 @@ def check_builtin_file(path: Path, key: str, what: str) -> None:
     if actual != expected:
         raise CompressError(f"{path}: sha256 {actual} does not match the recorded {expected}: the package's copy of "
                             f"{what} was changed. Reinstall bert-compress (pip install --force-reinstall .).")
+
+
+def folder_splits(path: Path, suffixes: tuple[str, ...], no_train: str,
+                  stem_prefix: bool = False) -> dict[str, Path]:
+    """``{split: file}`` for a data folder: one file per split, named by ``compress.data.SPLIT_ALIASES``.
+
+    Only files ending in one of ``suffixes`` count; with ``stem_prefix`` a name's part before its first
+    ``-`` also matches (``dev-v1.1.json`` is the dev split). Two files for one split are an error, and
+    so is no train file (``no_train`` says what the folder should hold).
+    """
+    from compress.data import SPLIT_ALIASES
+
+    files = [p for p in sorted(path.iterdir()) if p.is_file() and p.suffix.lower() in suffixes]
+    found: dict[str, Path] = {}
+    for split, aliases in SPLIT_ALIASES.items():
+        matches = [p for p in files
+                   if p.stem.lower() in aliases or (stem_prefix and p.stem.lower().split("-")[0] in aliases)]
+        if len(matches) > 1:
+            raise CompressError(f"{path}: several files for the {split} split ({', '.join(m.name for m in matches)}); "
+                                "keep one.")
+        if matches:
+            found[split] = matches[0]
+    if "train" not in found:
+        raise CompressError(f"{path}: no train file. {no_train}")
+    return found

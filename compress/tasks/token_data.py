@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 from compress.errors import CompressError
 from compress.tasks.ner_metrics import PREFIXES
-from compress.tasks.sources import check_builtin_file, hub_splits
+from compress.tasks.sources import check_builtin_file, folder_splits, hub_splits
 
 CONLL_SUFFIXES = (".conll", ".iob", ".iob2", ".bio", ".bioes", ".tsv", ".txt")
 JSONL_SUFFIXES = (".jsonl",)
@@ -366,21 +366,8 @@ def _read_file(path: Path, token_column: str | None, tag_column: str | None,
 
 
 def _read_folder(path: Path) -> dict[str, Path]:
-    from compress.data import SPLIT_ALIASES
-
-    files = [p for p in sorted(path.iterdir()) if p.is_file() and p.suffix.lower() in CONLL_SUFFIXES + JSONL_SUFFIXES]
-    found: dict[str, Path] = {}
-    for split, aliases in SPLIT_ALIASES.items():
-        matches = [p for p in files if p.stem.lower() in aliases]
-        if len(matches) > 1:
-            raise CompressError(f"{path}: several files for the {split} split ({', '.join(m.name for m in matches)}); "
-                                "keep one.")
-        if matches:
-            found[split] = matches[0]
-    if "train" not in found:
-        raise CompressError(f"{path}: no train file. A tagging data folder needs train.conll (or .jsonl, .iob, .tsv, "
-                            ".txt), and may hold validation (or dev) and test files.")
-    return found
+    return folder_splits(path, CONLL_SUFFIXES + JSONL_SUFFIXES, "A tagging data folder needs train.conll (or .jsonl, "
+                         ".iob, .tsv, .txt), and may hold validation (or dev) and test files.")
 
 
 def build_task(splits: dict[str, list[Sentence]], files: dict[str, str], source: str, scheme: str = "auto",
