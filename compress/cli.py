@@ -10,10 +10,13 @@ import argparse
 import dataclasses
 import os
 import sys
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from compress.errors import CompressError
 from compress.losses import names as loss_names
+
+if TYPE_CHECKING:
+    from compress.stages import Stage
 
 
 def _add_data_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -77,9 +80,9 @@ def _data_options(a: argparse.Namespace):
 
 def stage_config(stage: str, a: argparse.Namespace, **wired: Any):
     """The validated config a parsed command line describes: its flags are the config's flat keys."""
-    from compress.config import STAGE_CONFIGS
+    from compress.stages import get
 
-    cls = STAGE_CONFIGS[stage]
+    cls = get(stage).config
     known = set(cls.known_keys())
     flags = {k: v for k, v in vars(a).items() if k in known}
     if "data" in {f.name for f in dataclasses.fields(cls)}:
@@ -88,28 +91,68 @@ def stage_config(stage: str, a: argparse.Namespace, **wired: Any):
     return cls.from_dict(flags, where=stage)
 
 
-def cmd_teacher(a: argparse.Namespace) -> int:
-    from compress.teacher import train_teacher
+def cmd_stage(a: argparse.Namespace) -> int:
+    """Any stage's command (``a.command`` is its name in :mod:`compress.stages`): build its config from the
+    flags, run it, print what it wrote. A check (the gate) exits with its own code."""
+    from compress.stages import get
 
-    path = train_teacher(stage_config("teacher", a), a.out)
-    print(f"teacher artifact: {path}")
+    stage = get(a.command)
+    result = stage.runner()(stage_config(a.command, a), getattr(a, "out", None))
+    if isinstance(result, int) and not isinstance(result, bool):
+        return result
+    if stage.announce:
+        print(f"{stage.announce}: {result}")
     return 0
 
 
-def cmd_distill(a: argparse.Namespace) -> int:
-    from compress.distill.trainer import distill
+def _setting(text: str) -> Any:
+    """A flag value of a registered stage's generated command, read as YAML (``3``, ``0.5``, ``[1, 2]``,
+    ``name``) like the same key in a recipe; the config's ``from_dict`` checks its type."""
+    import yaml
 
-    path = distill(stage_config("distill", a), a.out)
-    print(f"student artifact: {path}")
-    return 0
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
 
 
-def cmd_pretrain(a: argparse.Namespace) -> int:
-    from compress.pretrain import pretrain
+def _setting_hint(cls: type, key: str) -> Any:
+    """The type of a config's flat key (a nested one through ``FLAT``)."""
+    from typing import get_type_hints
 
-    path = pretrain(stage_config("pretrain", a), a.out)
-    print(f"masked-LM artifact: {path}")
-    return 0
+    parent, sub = cls.FLAT.get(key, (None, key))
+    if parent is None:
+        return get_type_hints(cls)[key]
+    nested = cls._nested_class(get_type_hints(cls)[parent])
+    return get_type_hints(nested)[sub]
+
+
+def add_stage_command(sub: "argparse._SubParsersAction", stage: "Stage") -> argparse.ArgumentParser:
+    """A command for a registered stage without hand-written flags: ``--out`` and one flag per config key.
+
+    Booleans are ``--x/--no-x``; other values are read as in a recipe (:func:`_setting`); a flag not
+    given keeps the config's default. A ``data`` setting gets the ``--data`` family of flags.
+    """
+    from compress.config import DATA_KEYS
+
+    cls = stage.config
+    doc = (cls.__doc__ or "").strip().splitlines()
+    p = sub.add_parser(stage.name, help=doc[0] if doc else f"the {stage.name} stage")
+    p.add_argument("--out", required=True, help="folder to write")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in cls.known_keys(hidden=DATA_KEYS):
+        flag = "--" + key.replace("_", "-")
+        if _setting_hint(cls, key) is bool:
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS)
+        else:
+            p.add_argument(flag, type=_setting, default=argparse.SUPPRESS, help=f"{cls.__name__}.{key}")
+    if "data" in fields:
+        optional = fields["data"].default is None
+        _add_data_flags(p, required=not optional)
+        if optional:
+            p.set_defaults(data=None)
+    p.set_defaults(func=cmd_stage)
+    return p
 
 
 def cmd_students(a: argparse.Namespace) -> int:
@@ -121,27 +164,6 @@ def cmd_students(a: argparse.Namespace) -> int:
         print(f"{r['name']:<18}{r['layers']:>7}{r['hidden']:>8}{r['heads']:>7}{r['ffn']:>7}{r['parameters'] / 1e6:>11.1f}M")
     print("\nAny LAYERSxHIDDEN also works (e.g. 3x384): 12 heads when the width allows, FFN = 4 x hidden.")
     print("Parameter counts assume BERT's 30,522-token vocabulary, 512 positions and a 2-label head.")
-    return 0
-
-
-def cmd_export(a: argparse.Namespace) -> int:
-    from compress.export import export_stage
-
-    export_stage(stage_config("export", a), a.out)
-    return 0
-
-
-def cmd_quantize(a: argparse.Namespace) -> int:
-    from compress.quantize import quantize_stage
-
-    quantize_stage(stage_config("quantize", a), a.out)
-    return 0
-
-
-def cmd_optimize(a: argparse.Namespace) -> int:
-    from compress.optimize import optimize
-
-    optimize(stage_config("optimize", a), a.out)
     return 0
 
 
@@ -166,14 +188,6 @@ def cmd_predict(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_prune(a: argparse.Namespace) -> int:
-    from compress.prune import prune
-
-    path = prune(stage_config("prune", a), a.out)
-    print(f"pruned artifact: {path}")
-    return 0
-
-
 def cmd_summary(a: argparse.Namespace) -> int:
     from compress.summary import format_table, summary_rows
 
@@ -190,14 +204,15 @@ def cmd_run(a: argparse.Namespace) -> int:
     print("\nstage      status      seconds  output")
     for row in status:
         print(f"{row['stage']:<10} {row['status']:<11} {row['seconds']:>7}  {row['output']}")
-    results = recipe.out / "bench" / "results.json"
-    if "bench" in recipe.stages and results.exists():
+    bench = next((c.output for c in recipe.calls if c.stage == "bench"), None)
+    results = bench / "results.json" if bench else None
+    if results and results.exists():
         import json
 
         from benchmarks.report import demo_table
 
         print("\n" + demo_table(json.loads(results.read_text(encoding="utf-8"))))
-        print(f"\nreport: {recipe.out / 'bench' / 'report.md'} (plots beside it)")
+        print(f"\nreport: {bench / 'report.md'} (plots beside it)")
     # The gate's own code (1 failed, 4 inconclusive) is the run's, so CI sees what the gate decided.
     codes = [int(r["status"].rsplit("exit ", 1)[1].rstrip(")")) for r in status if "(exit " in r["status"]]
     return codes[0] if codes else 0
@@ -214,13 +229,6 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def cmd_bench(a: argparse.Namespace) -> int:
-    from benchmarks.suite import bench
-
-    bench(stage_config("bench", a), a.out)
-    return 0
-
-
 def _seed_group(text: str) -> tuple[str, list[str]]:
     """``"student=runs/s0,runs/s1"`` -> ``("student", ["runs/s0", "runs/s1"])``, for --seeds."""
     name, sep, dirs = text.partition("=")
@@ -228,16 +236,6 @@ def _seed_group(text: str) -> tuple[str, list[str]]:
     if not sep or not name.strip() or len(members) < 2:
         raise argparse.ArgumentTypeError(f"expected NAME=DIR,DIR[,DIR...] (two or more seeds of one recipe), got {text!r}")
     return name.strip(), members
-
-
-def cmd_gate(a: argparse.Namespace) -> int:
-    from benchmarks.gate import run_gate
-
-    cfg = stage_config("gate", a)
-    return run_gate(cfg.results, cfg.rules, baseline=cfg.baseline, junit=cfg.junit,
-                    on_inconclusive=cfg.on_inconclusive, history=cfg.history, window=cfg.window,
-                    history_threshold=cfg.history_threshold, history_test=cfg.history_test,
-                    allow_device_mismatch=cfg.allow_device_mismatch)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -261,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_flags(p, epochs=2.0, lr=2e-5)
     _add_device_flag(p, "training")
     _add_precision_flag(p, "training and evaluation", bf16_alias=True)
-    p.set_defaults(func=cmd_teacher)
+    p.set_defaults(func=cmd_stage)
 
     p = sub.add_parser("distill", help="distil a student from a teacher artifact")
     p.add_argument("--teacher", required=True,
@@ -319,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_flags(p, epochs=3.0, lr=5e-5)
     _add_device_flag(p, "training (student and teacher)")
     _add_precision_flag(p, "training and the teacher's soft labels", bf16_alias=True)
-    p.set_defaults(func=cmd_distill)
+    p.set_defaults(func=cmd_stage)
 
     p = sub.add_parser("pretrain", help="continue masked-LM training of an encoder on unlabelled in-domain text")
     p.add_argument("--model", required=True, help="local encoder folder, or a built-in: minilm, mpnet-base")
@@ -340,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_flags(p, epochs=1.0, lr=5e-5)
     _add_device_flag(p, "training")
     _add_precision_flag(p, "training and the held-out loss", bf16_alias=True)
-    p.set_defaults(func=cmd_pretrain, data=None)
+    p.set_defaults(func=cmd_stage, data=None)
 
     p = sub.add_parser("students", help="list the student presets with their shapes and parameter counts")
     p.add_argument("--num-labels", type=int, default=2, help=argparse.SUPPRESS)
@@ -352,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     p.add_argument("--optimize", action=argparse.BooleanOptionalAction, default=True,
                    help="apply ONNX Runtime's transformer fusions (default on)")
-    p.set_defaults(func=cmd_export)
+    p.set_defaults(func=cmd_stage)
 
     p = sub.add_parser("quantize", help="INT8 (ONNX Runtime or PyTorch) or bf16, checked against fp32 accuracy")
     p.add_argument("--model", required=True, help="PyTorch fp32 folder, or an onnx-fp32 artifact (ort-dynamic, ort-static)")
@@ -379,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(p, required=False)
     _add_device_flag(p, "the accuracy check")
     _add_precision_flag(p, "the accuracy check's PyTorch fp32 model")
-    p.set_defaults(func=cmd_quantize, data=None)
+    p.set_defaults(func=cmd_stage, data=None)
 
     p = sub.add_parser("optimize", help="build every runtime of a model, measure them here, keep the fastest per batch size")
     p.add_argument("--model", required=True, help="PyTorch fp32 artifact (distill, prune or teacher output)")
@@ -403,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibration-size", type=int, default=256, help="training texts that calibrate ort-static (default 256)")
     _add_data_flags(p)
     _add_device_flag(p, "every candidate")
-    p.set_defaults(func=cmd_optimize)
+    p.set_defaults(func=cmd_stage)
 
     p = sub.add_parser("predict", help="label texts with any artifact (PyTorch or ONNX, fp32 or INT8)")
     p.add_argument("--model", required=True, help="artifact folder")
@@ -463,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(p)
     _add_device_flag(p, "every artifact")
     _add_precision_flag(p, "the PyTorch fp32 artifacts (other kinds keep their own)")
-    p.set_defaults(func=cmd_bench)
+    p.set_defaults(func=cmd_stage)
 
     p = sub.add_parser("gate", help="check benchmark results against thresholds: exit 1 on a failed rule (CI)")
     p.add_argument("results", help="results.json written by bert-compress bench")
@@ -482,7 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="z: z-score; t: the same false-alarm rate under Student's t for the window size (default t)")
     p.add_argument("--allow-device-mismatch", action="store_true",
                    help="compare with a --baseline measured on another device (refused by default)")
-    p.set_defaults(func=cmd_gate)
+    p.set_defaults(func=cmd_stage)
 
     p = sub.add_parser("prune", help="remove attention heads and FFN neurons (torch-pruning), recover by distillation")
     p.add_argument("--model", required=True, help="PyTorch fp32 classifier artifact (teacher, distill or prune)")
@@ -520,12 +518,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(p)
     _add_device_flag(p, "scoring, evaluation and recovery")
     _add_precision_flag(p, "recovery (distillation)", bf16_alias=True)
-    p.set_defaults(func=cmd_prune)
+    p.set_defaults(func=cmd_stage)
 
     p = sub.add_parser("summary", help="print a side-by-side table of artifacts from their compress.json")
     p.add_argument("artifacts", nargs="+", help="artifact folders")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.set_defaults(func=cmd_summary)
+
+    from compress.stages import all_stages
+
+    for stage in all_stages():  # a stage registered from outside the package: flags from its config
+        if stage.name not in sub.choices:
+            add_stage_command(sub, stage)
     return parser
 
 
@@ -534,7 +538,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # HF_HUB_OFFLINE is the user's: a hub id (--model org/name, --data hf:NAME) downloads when the hub
     # is reachable; nothing else contacts it. Tests and `make demo` set it to 1 (compress/hub.py says why).
-    if args.command in ("bench", "optimize"):
+    from compress.stages import find
+
+    stage = find(args.command)
+    if stage is not None and stage.timed:
         # Before torch loads OpenMP: idle threads sleep instead of spinning, so interleaved runtimes do
         # not steal each other's cores (measured: p90 latency several times p50 without it).
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

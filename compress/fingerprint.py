@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compress.config import (BenchConfig, ConfigBase, DataOptions, DistillConfig, ExportConfig, PruneConfig,
-                             QuantizeConfig, TeacherConfig, canonical_sha256)
+from compress.config import ConfigBase, DataOptions, canonical_sha256
+from compress.stages import Input, for_config
 
 #: Settings that change how a run proceeds, not what it computes. ``device`` is one: ``auto`` means
 #: another device on another machine anyway, and the artifact records the device it actually used.
@@ -54,7 +54,11 @@ def corpus_fingerprint(spec: str) -> str:
 
 
 def model_fingerprint(spec: str) -> str:
-    """A model: a built-in's pinned weights, an artifact's recorded weights hash, or the folder's weights."""
+    """A model: a built-in's pinned weights, an artifact's recorded weights hash, or the folder's weights.
+
+    A ``choice`` artifact (``optimize``) has no weights of its own: its fingerprint is that of the
+    artifacts it chose for each batch size, so a benchmark of it is current only while they are.
+    """
     from compress.artifact import read_meta, weights_sha256
     from compress.assets import BUILTIN_MODELS, SHA256
     from compress.errors import CompressError
@@ -70,6 +74,9 @@ def model_fingerprint(spec: str) -> str:
         return f"incomplete:{path}"
     if meta.get("weights_sha256"):
         return str(meta["weights_sha256"])
+    if meta.get("kind") == "choice":  # no weights of its own: the artifacts it chose, per batch size
+        chosen = (meta.get("choice") or {}).get("by_batch_size") or {}
+        return "choice:" + canonical_sha256({b: model_fingerprint(str(path / str(name))) for b, name in chosen.items()})
     try:
         return weights_sha256(path)
     except OSError:
@@ -90,29 +97,23 @@ def _path_fingerprint(path: Path, suffixes: tuple[str, ...] | None) -> str:
 
 
 def stage_inputs(cfg: ConfigBase) -> dict[str, Any]:
-    """The content fingerprint of everything a stage's config tells it to read."""
+    """The content fingerprint of everything a stage's config tells it to read: its stage's
+    :attr:`compress.stages.Stage.reads`. A config no registered stage owns reads only its ``data``.
+    """
+    stage = for_config(cfg)
+    reads = stage.reads if stage is not None else {"data": Input("data", "data")}
     inputs: dict[str, Any] = {}
-    data = getattr(cfg, "data", None)
-    if isinstance(data, DataOptions):
-        inputs["data"] = data_fingerprint(data)
-    if isinstance(cfg, TeacherConfig):
-        inputs["model"] = model_fingerprint(cfg.model)
-    elif isinstance(cfg, DistillConfig):
-        inputs["teacher"] = model_fingerprint(cfg.teacher)
-        if cfg.student.init.startswith("pretrained:"):
-            inputs["init"] = model_fingerprint(cfg.student.init.split(":", 1)[1])
-        if cfg.unlabeled:
-            inputs["unlabeled"] = corpus_fingerprint(cfg.unlabeled)
-    elif isinstance(cfg, PruneConfig):
-        inputs["model"] = model_fingerprint(cfg.model)
-        if cfg.teacher:
-            inputs["teacher"] = model_fingerprint(cfg.teacher)
-    elif isinstance(cfg, (ExportConfig, QuantizeConfig)):
-        inputs["model"] = model_fingerprint(cfg.model)
-    elif isinstance(cfg, BenchConfig):
-        inputs["reference"] = model_fingerprint(cfg.reference)
-        inputs["artifacts"] = [model_fingerprint(a) for a in cfg.artifacts]
+    for name, read in reads.items():
+        value = read.value(cfg)
+        if value is None or (read.kind == "data" and not isinstance(value, DataOptions)):
+            continue
+        fingerprint = _FINGERPRINTS[read.kind]
+        inputs[name] = [fingerprint(v) for v in value] if isinstance(value, (list, tuple)) else fingerprint(value)
     return inputs
+
+
+#: :data:`compress.stages.INPUT_KINDS` -> how that kind of input's content is fingerprinted.
+_FINGERPRINTS = {"data": data_fingerprint, "model": model_fingerprint, "corpus": corpus_fingerprint}
 
 
 def stage_identity(cfg: ConfigBase) -> dict[str, Any]:

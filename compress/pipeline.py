@@ -7,13 +7,23 @@ is whose teacher or model) and fills in the paths::
 
     out: runs/default               # every artifact goes under here
     data: movie-reviews             # or a mapping of the data flags: {data: x.csv, text_column: body}
-    teacher:  {model: mpnet-base, epochs: 2, precision: auto}
+    pretrain: {model: mpnet-base, unlabeled: movie-reviews-unlabeled}   # optional: the teacher starts from it
+    teacher:  {model: mpnet-base, epochs: 2, precision: auto}          # (no model: with pretrain)
     distill:  {student: tinybert-6l-384, init: minilm, epochs: 3}
     prune:    {heads: 0.5, ffn: 0.5, recover_epochs: 1}      # optional
     export:   {}                                              # ONNX + fusions
     quantize: {method: ort-dynamic}
+    optimize: {batch_sizes: [1, 32], runs: 30}               # optional: the fastest runtime per batch size
     bench:    {batch_sizes: [1, 32], seq_lens: [128]}
     gate:     {rules: {min_speedup: 10, max_accuracy_drop: 0.02}}
+
+The stages run in that order, whatever the order of the keys; the registry
+(:mod:`compress.stages`) holds the order, each stage's output folder (``pretrained/``,
+``teacher/``, ``student/``, ``pruned/``, ``onnx/``, ``onnx-int8/`` or ``torch-int8/``,
+``optimized/``, ``bench/``) and its wiring: distill's teacher is the teacher, prune, export and
+optimize start from the latest PyTorch model (pruned, else student, else teacher), ort-dynamic
+quantize from the ONNX export when there is one, and bench measures everything after the teacher
+against it (the ``optimized`` choice artifact too).
 
 Every section goes through its stage config's ``from_dict`` (:mod:`compress.config`), the same
 configs the command line builds, and the stage functions are called with them. Before anything
@@ -40,25 +50,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from compress.artifact import now_iso, read_meta
-from compress.config import (DATA_KEYS, STAGE_CONFIGS, ConfigBase, ConfigError, DataOptions, GateConfig, Problem,
-                             canonical_sha256)
+from compress.artifact import now_iso
+from compress.config import DATA_KEYS, ConfigBase, ConfigError, DataOptions, GateConfig, Problem, canonical_sha256
 from compress.errors import CompressError
+from compress.stages import Outputs, all_stages, get, names
 
-#: Stages in the order they run.
-STAGE_ORDER = ("teacher", "distill", "prune", "export", "quantize", "bench", "gate")
-#: Settings the pipeline sets itself (the wiring between stages); a recipe may not set them.
-WIRED = {
-    "teacher": ("out",),
-    "distill": ("teacher", "out"),
-    "prune": ("model", "out"),
-    "export": ("model", "out"),
-    "quantize": ("model", "out"),
-    "bench": ("artifacts", "reference", "out"),
-    "gate": ("results", "junit", "out"),
-}
-TRAINING_STAGES = ("teacher", "distill", "prune")
 RECORD_DIR = ".bert-compress-run"
+#: Set by the pipeline in every stage (the stage's output folder); a recipe may not set it.
+OUT_KEY = "out"
 
 
 @dataclass
@@ -155,47 +154,58 @@ def load_recipe(path: str | os.PathLike, out: str | None = None) -> Recipe:
     problems: list[str] = []
 
     norm = {str(k).replace("-", "_"): v for k, v in raw.items()}
+    stage_names = names()
     for key in norm:
-        if key not in STAGE_ORDER and key not in ("out", "data"):
+        if key not in stage_names and key not in ("out", "data"):
             problems.append(f"{where(key)}: unknown key {key!r}; a recipe has out, data and the stages "
-                            f"{', '.join(STAGE_ORDER)}")
+                            f"{', '.join(stage_names)}")
     data = _data_section(norm.get("data", "movie-reviews"), where, problems)
     out_dir = Path(out or norm.get("out") or Path("runs") / path.stem)
 
+    # Stage by stage in recipe order: what the earlier ones wrote fills this one's wired settings.
+    outputs = Outputs(out_dir, data)
     sections: dict[str, dict[str, Any]] = {}
-    for name in STAGE_ORDER:
+    planned: list[tuple[str, Path, dict[str, Any]]] = []
+    for stage in all_stages():
+        name = stage.name
         if name not in norm:
             continue
         settings = _mapping(norm[name])
         if settings is None:
             problems.append(f"{where(name)}: stage {name!r} takes a mapping of its command's flags")
             continue
+        wiring = stage.wire(outputs, settings)
+        output = out_dir / stage.folder(settings)
+        outputs.add(output, stage.provides)
         for key in list(settings):
-            if key in WIRED[name] or key in DATA_KEYS:
+            if key == OUT_KEY or key in wiring or key in DATA_KEYS:
                 what = "the recipe's data: section" if key in DATA_KEYS else "the pipeline"
                 problems.append(f"{where(name, key)}: {name}.{key} is set by {what}; remove it here")
                 del settings[key]
         sections[name] = settings
+        planned.append((name, output, wiring))
     if not sections:
-        problems.append(f"{path}: the recipe names no stage; add at least one of {', '.join(STAGE_ORDER)}")
-    if "distill" in sections and "teacher" not in sections:
-        problems.append(f"{where('distill')}: distill needs a teacher stage (give teacher: {{model: PATH}} to load one)")
-    if "teacher" in sections and "model" not in sections["teacher"]:
-        problems.append(f"{where('teacher')}: teacher.model is required: a model folder, or a built-in: minilm, "
-                        "mpnet-base")
+        problems.append(f"{path}: the recipe names no stage; add at least one of {', '.join(stage_names)}")
+    for name, _, _ in planned:
+        for need, why in get(name).needs.items():
+            if need not in sections:
+                problems.append(f"{where(name)}: {name} needs a {need} stage ({why})")
+    for name, _, wiring in planned:
+        for key, what in get(name).required.items():
+            if key not in sections[name] and key not in wiring:
+                problems.append(f"{where(name)}: {name}.{key} is required: {what}")
 
     calls: list[StageCall] = []
-    for stage, output, wiring in _wiring(sections, out_dir, data):
-        cls = STAGE_CONFIGS[stage]
-        hidden = set(WIRED[stage]) | set(DATA_KEYS)
+    for name, output, wiring in planned:
+        hidden = {OUT_KEY, *wiring, *DATA_KEYS}
         try:
-            config = cls.from_dict({**sections[stage], **wiring}, where=stage, hidden=hidden)
+            config = get(name).config.from_dict({**sections[name], **wiring}, where=name, hidden=hidden)
         except ConfigError as exc:
-            _report(problems, where, (stage,), exc, stage)
+            _report(problems, where, (name,), exc, name)
             continue
         if isinstance(config, GateConfig):
             problems += _gate_problems(config, where)
-        calls.append(StageCall(stage, config, output))
+        calls.append(StageCall(name, config, output))
     if problems:
         raise CompressError(f"recipe {path} has {len(problems)} problem(s):\n  " + "\n  ".join(problems))
     return Recipe(path, out_dir, data, calls, lines)
@@ -218,43 +228,6 @@ def _data_section(value: Any, where: _Where, problems: list[str]) -> DataOptions
         problems.append(f"{where('data', *(('data',) if prefix else ()))}: data {spec!r} is neither a built-in dataset "
                         f"({', '.join(BUILTIN_DATASETS)}) nor an existing file or folder")
     return data
-
-
-def _wiring(sections: dict[str, dict[str, Any]], out: Path, data: DataOptions):
-    """``(stage, output folder, settings the pipeline fills in)`` for each stage, in order."""
-    teacher = out / "teacher"
-    latest_pt: Path | None = None
-    onnx: Path | None = None
-    bench_artifacts: list[Path] = []
-    for stage in STAGE_ORDER:
-        if stage not in sections:
-            continue
-        if stage == "teacher":
-            yield stage, teacher, {"data": data}
-        elif stage == "distill":
-            latest_pt = out / "student"
-            bench_artifacts.append(latest_pt)
-            yield stage, latest_pt, {"teacher": str(teacher), "data": data}
-        elif stage == "prune":
-            source, latest_pt = latest_pt or teacher, out / "pruned"
-            bench_artifacts.append(latest_pt)
-            yield stage, latest_pt, {"model": str(source), "data": data}
-        elif stage == "export":
-            source, onnx = latest_pt or teacher, out / "onnx"
-            bench_artifacts.append(onnx)
-            yield stage, onnx, {"model": str(source)}
-        elif stage == "quantize":
-            method = sections[stage].get("method", "ort-dynamic")
-            source = (onnx if method == "ort-dynamic" and onnx else latest_pt) or teacher
-            int8 = out / ("onnx-int8" if method == "ort-dynamic" else "torch-int8")
-            bench_artifacts.append(int8)
-            yield stage, int8, {"model": str(source), "data": data}
-        elif stage == "bench":
-            artifacts = [str(p) for p in bench_artifacts] or [str(teacher)]
-            yield stage, out / "bench", {"artifacts": artifacts, "reference": str(teacher), "data": data}
-        elif stage == "gate":
-            yield stage, out / "gate-junit.xml", {"results": str(out / "bench" / "results.json"),
-                                                  "junit": str(out / "gate-junit.xml")}
 
 
 def plan(recipe: Recipe) -> list[StageCall]:
@@ -332,17 +305,6 @@ def _gate_problems(config: GateConfig, where: _Where) -> list[str]:
 # ----------------------------------------------------------------------------- running
 
 
-def _output_complete(call: StageCall) -> bool:
-    if call.stage == "gate":
-        return False  # a gate is a check: it always runs
-    if call.stage == "bench":
-        return (call.output / "results.json").exists()
-    try:
-        return read_meta(call.output) is not None
-    except CompressError:
-        return False
-
-
 def _why(previous: dict[str, Any], identity: dict[str, Any]) -> str:
     """Why a stage runs again, in a few words (settings or inputs that changed)."""
     if not previous:
@@ -374,37 +336,37 @@ def run_recipe(recipe: Recipe, force: tuple[str, ...] = (), debug: bool = False)
     records.mkdir(parents=True, exist_ok=True)
     status = []
     for call in plan(recipe):
+        stage = get(call.stage)
         config = call.config
-        if call.stage in TRAINING_STAGES:
+        if stage.trains:
             config = replace(config, resume=True)  # continue from the last checkpoint if a run was killed
         record_file = records / f"{call.stage}.json"
         identity = stage_identity(config)
         digest = canonical_sha256(identity)
         previous = json.loads(record_file.read_text(encoding="utf-8")) if record_file.exists() else {}
-        if call.stage not in force and previous.get("hash") == digest and _output_complete(call):
+        if call.stage not in force and previous.get("hash") == digest and stage.complete(call.output):
             print(f"[{call.stage}] up to date ({call.output}); skipping")
             status.append({"stage": call.stage, "status": "skipped", "seconds": 0.0, "output": str(call.output)})
             continue
         print(f"[{call.stage}] running -> {call.output}{_why(previous, identity)}", flush=True)
         started = time.perf_counter()
         try:
-            if call.stage == "gate":
-                code = _run_gate(config, recipe.out)
-            elif call.stage == "bench":
+            if stage.timed:
                 # A fresh process: the training stages' memory and thread pools do not colour the timings,
                 # and OpenMP starts with idle threads sleeping (see compress.run_stage).
-                run_in_fresh_process("bench", config, call.output, records, debug=debug)
-                code = 0
+                run_in_fresh_process(call.stage, config, call.output, records, debug=debug)
+                result = None
             else:
-                run_stage(call.stage, config, call.output)
-                code = 0
+                result = run_stage(call.stage, config, call.output)
         except (CompressError, KeyboardInterrupt):
             print(f"[{call.stage}] stopped; fix the problem and run the recipe again: finished stages are skipped, "
                   "an interrupted training stage resumes", file=sys.stderr)
             raise
         seconds = round(time.perf_counter() - started, 1)
+        # A check (the gate) returns its exit code: 0 passed, 4 inconclusive, anything else failed.
+        code = result if isinstance(result, int) and not isinstance(result, bool) else 0
         if code != 0:
-            verdict = "inconclusive" if call.stage == "gate" and code == 4 else "failed"
+            verdict = "inconclusive" if code == 4 else "failed"
             status.append({"stage": call.stage, "status": f"{verdict} (exit {code})", "seconds": seconds,
                            "output": str(call.output)})
             break
@@ -413,19 +375,27 @@ def run_recipe(recipe: Recipe, force: tuple[str, ...] = (), debug: bool = False)
     return status
 
 
-def _run_gate(config: GateConfig, out: Path) -> int:
-    """The gate on the bench results; inline rules are written to ``OUT/gates.toml`` first."""
-    from benchmarks.gate import run_gate
+def run_gate(config: GateConfig, out: str | os.PathLike | None = None) -> int:
+    """The gate stage (``bert-compress gate`` and a recipe's ``gate:``): its exit code.
+
+    A recipe's inline rules (a mapping) are written as a gates TOML file beside ``out`` first
+    (``OUT/gates.toml`` beside ``OUT/gate-junit.xml``), so the run leaves the rules it checked.
+    """
+    from benchmarks.gate import run_gate as gate
 
     rules = config.rules
     if isinstance(rules, dict):
+        if out is None:
+            raise CompressError("gate: inline rules need a folder to write gates.toml in; give --rules a TOML file")
         text, _ = rules_toml(rules)
-        out.mkdir(parents=True, exist_ok=True)
-        rules = str(out / "gates.toml")
+        folder = Path(out).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        rules = str(folder / "gates.toml")
         Path(rules).write_text(text, encoding="utf-8")
-    return run_gate(config.results, rules, baseline=config.baseline, junit=config.junit,
-                    on_inconclusive=config.on_inconclusive, history=config.history, window=config.window,
-                    history_threshold=config.history_threshold, history_test=config.history_test)
+    return gate(config.results, rules, baseline=config.baseline, junit=config.junit,
+                on_inconclusive=config.on_inconclusive, history=config.history, window=config.window,
+                history_threshold=config.history_threshold, history_test=config.history_test,
+                allow_device_mismatch=config.allow_device_mismatch)
 
 
-__all__ = ["Problem", "Recipe", "StageCall", "load_recipe", "plan", "rules_toml", "run_recipe"]
+__all__ = ["Problem", "Recipe", "StageCall", "load_recipe", "plan", "rules_toml", "run_gate", "run_recipe"]

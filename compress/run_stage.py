@@ -1,10 +1,12 @@
 """Run one stage from its config: in this process, or in a fresh one from a config JSON file.
 
-``run_stage(stage, config, out)`` is how a recipe calls the stages. The benchmark runs in a fresh
-interpreter (``python -m compress.run_stage bench CONFIG.json OUT``) so the training stages'
-memory and thread pools do not colour its timings, and so OpenMP starts with idle threads
+``run_stage(stage, config, out)`` is how a recipe calls the stages (their run functions are in
+:mod:`compress.stages`). The stages that time things (bench, optimize: ``Stage.timed``) run in a
+fresh interpreter (``python -m compress.run_stage bench CONFIG.json OUT``) so the training stages'
+memory and thread pools do not colour their timings, and so OpenMP starts with idle threads
 sleeping (``OMP_WAIT_POLICY=PASSIVE``, set before torch is imported). The child reads the same
-config through ``from_dict``; its error message comes back through ``--error-file``.
+config through ``from_dict``; its error message comes back through ``--error-file``. A stage the
+child runs must be registered when :mod:`compress.stages` is imported (a built-in one).
 """
 
 from __future__ import annotations
@@ -14,46 +16,20 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from compress.errors import CompressError
 
 
-def _runner(stage: str) -> Callable[[Any, Path], Any]:
-    if stage == "teacher":
-        from compress.teacher import train_teacher
+def run_stage(stage: str, config: Any, out: str | os.PathLike) -> Any:
+    """Run ``stage`` with its config object, writing its artifact (or results folder) at ``out``.
 
-        return train_teacher
-    if stage == "distill":
-        from compress.distill.trainer import distill
+    Returns what the stage's run function returns (:attr:`compress.stages.Stage.run`): the folder it
+    wrote, or a check's exit code.
+    """
+    from compress.stages import get
 
-        return distill
-    if stage == "prune":
-        from compress.prune import prune
-
-        return prune
-    if stage == "export":
-        from compress.export import export_stage
-
-        return export_stage
-    if stage == "quantize":
-        from compress.quantize import quantize_stage
-
-        return quantize_stage
-    if stage == "optimize":
-        from compress.optimize import optimize
-
-        return optimize
-    if stage == "bench":
-        from benchmarks.suite import bench
-
-        return bench
-    raise CompressError(f"no stage called {stage!r}; stages: teacher, distill, prune, export, quantize, optimize, bench")
-
-
-def run_stage(stage: str, config: Any, out: str | os.PathLike) -> Path:
-    """Run ``stage`` with its config object, writing its artifact (or results folder) at ``out``."""
-    return _runner(stage)(config, Path(out))
+    return get(stage).runner()(config, Path(out))
 
 
 def run_in_fresh_process(stage: str, config: Any, out: str | os.PathLike, workdir: Path, debug: bool = False) -> None:
@@ -77,9 +53,11 @@ def run_in_fresh_process(stage: str, config: Any, out: str | os.PathLike, workdi
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from compress.stages import find, names
+
     parser = argparse.ArgumentParser(prog="python -m compress.run_stage",
                                      description="Run one bert-compress stage from a config JSON file.")
-    parser.add_argument("stage", help="teacher, distill, prune, export, quantize or bench")
+    parser.add_argument("stage", help=f"one of {', '.join(names())}")
     parser.add_argument("config", help="the stage's config as JSON (its to_dict(), as in compress.json)")
     parser.add_argument("out", help="artifact (or results) folder to write")
     parser.add_argument("--error-file", default=None, help="write the error message here instead of printing it")
@@ -87,20 +65,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if a.stage == "bench":
+    stage = find(a.stage)
+    if stage is not None and stage.timed:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP; see compress.cli.main
-    from compress.config import STAGE_CONFIGS
 
     try:
-        if a.stage not in STAGE_CONFIGS or a.stage == "gate":
-            raise CompressError(f"no stage called {a.stage!r} runs from a config file; stages: teacher, distill, "
-                                "prune, export, quantize, bench")
+        if stage is None:
+            raise CompressError(f"no stage called {a.stage!r} runs from a config file; stages: {', '.join(names())}")
         try:
             data = json.loads(Path(a.config).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise CompressError(f"{a.config}: cannot read the config ({exc})") from exc
-        config = STAGE_CONFIGS[a.stage].from_dict(data, where=a.config)
-        run_stage(a.stage, config, a.out)
+        config = stage.config.from_dict(data, where=a.config)
+        result = run_stage(a.stage, config, a.out)
     except CompressError as exc:
         if a.debug:
             raise
@@ -111,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    return 0
+    # A check (the gate) returns its exit code; a stage that wrote its folder succeeded.
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
 if __name__ == "__main__":
