@@ -168,3 +168,49 @@ def test_predict_names_the_argmax_label_of_each_input(classifier):
     assert labels == [names[i] for i in logits.argmax(-1)]
     np.testing.assert_allclose(probs, softmax(logits), atol=1e-5)
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
+
+
+def test_a_choice_sends_each_batch_to_the_artifact_chosen_for_its_size(classifier, tmp_path):
+    """A ``choice`` folder by hand: BERT (takes token types) for batch 1, MPNet (does not) for batch 8.
+
+    Each batch must reach the artifact measured nearest its size on a log scale (2 rows: BERT, 3
+    rows: MPNet) with exactly the arrays that artifact takes: a pair's token types kept for BERT,
+    dropped for MPNet (whose forward has no such argument)."""
+    import json
+    import shutil
+
+    from conftest import make_mpnet
+
+    folder = tmp_path / "choice"
+    shutil.copytree(classifier, folder / "bert")
+    make_mpnet(folder / "mpnet", layers=1, head=True, num_labels=3, seed=4)
+    (folder / "compress.json").write_text(json.dumps(
+        {"complete": True, "kind": "choice", "choice": {"by_batch_size": {"8": "mpnet", "1": "bert"}}}))
+    choice = Predictor.load(folder, threads=1)
+    bert, mpnet = Predictor.load(folder / "bert", threads=1), Predictor.load(folder / "mpnet", threads=1)
+    assert choice.kind == "choice" and choice.need_token_types  # tokenized as the first (smallest batch) one
+    assert choice.for_batch_size(1).kind == choice.for_batch_size(2).kind == "pytorch"
+    assert choice.for_batch_size(2) is choice.for_batch_size(1) is not choice.for_batch_size(3)
+    pairs = [("good", "a really wonderful film"), ("the plot", "bad"), ("a charming film", "the acting was weak")]
+    for rows, alone in ((1, bert), (2, bert), (3, mpnet)):
+        _, ((_, arrays),) = encode_batches(choice.tokenizer, pairs[:rows], 128, 8, need_token_types=True)
+        assert arrays["token_type_ids"].max() == 1  # the pair's second text: BERT's answer depends on it
+        taken = arrays if alone.need_token_types else {k: v for k, v in arrays.items() if k != "token_type_ids"}
+        np.testing.assert_allclose(choice.forward(arrays), alone.forward(taken), atol=1e-6, err_msg=f"{rows} rows")
+    assert not np.allclose(bert.forward(arrays), mpnet.forward(taken), atol=1e-3)  # the two answer differently
+
+
+def test_window_batches_pad_with_the_models_pad_token_else_zero(classifier):
+    """The padding id is the tokenizer's own (here moved off 0, so a hard-coded 0 shows), else 0."""
+    predictor = Predictor.load(classifier, threads=1)
+    predictor.tokenizer.pad_token = "[MASK]"
+    mask_id = predictor.tokenizer.pad_token_id
+    assert mask_id not in (None, 0, 1)
+    windows = predictor.encode(["good", "a really wonderful and moving film"])
+    (idx, arrays), = predictor.window_batches(windows, 2)
+    assert idx.tolist() == [1, 0] and arrays["input_ids"][1, -1] == mask_id
+    assert arrays["attention_mask"][1].tolist() == [1] * len(windows.input_ids[0]) + [0] * (
+        len(windows.input_ids[1]) - len(windows.input_ids[0]))
+    predictor.tokenizer.pad_token = None
+    (_, arrays), = predictor.window_batches(windows, 2)
+    assert arrays["input_ids"][1, -1] == 0

@@ -196,6 +196,31 @@ def test_history_z_and_t_scores():
     assert sd == 0.01 and score == pytest.approx(-1.0)
 
 
+def test_history_thresholds_sit_where_the_definitions_put_them():
+    """The t test's cut-off is Student's t quantile (window - 1 df) of the normal tail that ``threshold`` sd
+    leave, on the prediction scale ``sqrt(1 + 1/N)``; the z test flags strictly beyond ``threshold``."""
+    from statistics import NormalDist
+
+    from scipy.stats import t as student_t
+
+    for n in (3, 5, 12):
+        cut = student_t.ppf(NormalDist().cdf(-3.0), n - 1) * math.sqrt(1 + 1 / n)
+        assert history_flagged(cut * 1.001, n, 3.0, "t") and not history_flagged(cut * 0.999, n, 3.0, "t"), n
+    assert not history_flagged(-3.0, 5, 3.0, "z") and history_flagged(-3.0001, 5, 3.0, "z")
+    with pytest.raises(ValueError, match="unknown history test"):
+        history_flagged(-5.0, 5, 3.0, "normal")
+
+
+def test_history_score_of_a_window_without_spread_and_no_floor():
+    """With every past run equal and no floor: no change is 0, any change is infinitely unusual, its sign kept."""
+    assert history_score(0.88, [0.88] * 3) == (0.0, 0.88, 0.0)
+    assert history_score(0.87, [0.88] * 3)[0] == -math.inf and history_score(0.89, [0.88] * 3)[0] == math.inf
+    assert history_score(11.0, [10.0, 12.0]) == (0.0, 11.0, pytest.approx(math.sqrt(2)))  # two runs suffice
+    assert history_score(13.0, [10.0, 12.0], floor_se=1.0)[2] == pytest.approx(math.sqrt(2))  # sd above the floor
+    with pytest.raises(ValueError, match="at least two"):
+        history_score(1.0, [1.0])
+
+
 # ----------------------------------------------------------------------------- verdict boundaries
 #
 # A bound within ``eps`` of the limit counts as on the limit, and on the limit counts as the good side: a
