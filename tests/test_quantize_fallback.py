@@ -21,7 +21,7 @@ from compress.artifact import read_meta
 from compress.config import DataOptions
 from compress.errors import CompressError
 from compress.export import export_onnx
-from compress.quantize import candidate_plan, quantize
+from compress.quantize import _choose, candidate_plan, quantize, sensitive_torch_modules
 from compress.runtime import Predictor
 from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
 
@@ -41,11 +41,40 @@ def test_candidate_plans_are_pinned():
     assert names("ort-static") == ["per-channel+static-minmax", "per-channel+static-percentile",
                                    "per-channel+static-percentile+sensitive-fp32"]
     assert names("torch-bf16") == ["bf16"]
+    assert names("ort-dynamic", per_channel=True, reduce_range=True) == ["per-channel+reduce-range",
+                                                                         "per-channel+reduce-range+sensitive-fp32"]
+    assert names("ort-static", reduce_range=True) == ["per-channel+static-minmax+reduce-range",
+                                                      "per-channel+static-percentile+reduce-range",
+                                                      "per-channel+static-percentile+reduce-range+sensitive-fp32"]
+    assert names("openvino-fp32") == ["fp32"]
+    assert names("openvino-int8") == ["per-channel+static-nncf-performance", "per-channel+static-nncf-mixed",
+                                      "per-channel+static-nncf-mixed+sensitive-fp32"]
+    # the settings are recorded per candidate in compress.json: flags as booleans, never None
+    for method in ("ort-dynamic", "ort-static", "torch-dynamic", "torch-bf16", "openvino-fp32", "openvino-int8"):
+        for per_channel in (False, True):
+            for spec in candidate_plan(method, per_channel=per_channel):
+                assert all(isinstance(v, bool) for v in (spec.per_channel, spec.reduce_range, spec.exclude_sensitive))
+
+
+def test_choose_keeps_the_first_within_budget_else_the_most_accurate_and_earliest():
+    """The kept candidate, on records as the loop writes them (name, accuracy, within_budget)."""
+    def rec(name: str, accuracy: float, within: bool) -> dict:
+        return {"name": name, "accuracy": accuracy, "within_budget": within}
+
+    over, first, second = rec("a", 0.6, False), rec("b", 0.9, True), rec("c", 0.95, True)
+    assert _choose([over, first, second]) is first  # the first within budget, not the most accurate one
+    assert _choose([over, second]) is second
+    tie_a, tie_b, worse = rec("d", 0.9, False), rec("e", 0.9, False), rec("f", 0.3, False)
+    assert _choose([over, tie_a, tie_b, worse]) is tie_a  # none within: the most accurate, ties to the earlier
+    assert _choose([worse, over]) is over and _choose([tie_b, tie_a]) is tie_b
+    # without --data nothing is measured: the (only) candidate built
+    unmeasured = {"name": "per-tensor"}
+    assert _choose([unmeasured, {"name": "per-channel"}]) is unmeasured
 
 
 @pytest.fixture(scope="module")
-def outlier(tmp_path_factory):
-    """(fp32 ONNX artifact, data) for a briefly trained 2-layer BERT with the planted pooler outlier."""
+def planted(tmp_path_factory):
+    """(PyTorch fp32 folder, data, scratch root) for a briefly trained 2-layer BERT with the planted pooler outlier."""
     import torch
 
     from compress.modeling import load_classifier
@@ -63,7 +92,14 @@ def outlier(tmp_path_factory):
     config = json.loads((planted / "config.json").read_text())
     (planted / "config.json").write_text(json.dumps({**config, "architectures": ["BertForSequenceClassification"]}))
     data = write_csv(root / "sentiment.csv", sentiment_rows(240, seed=3))
-    return export_onnx(planted, root / "onnx"), data, root
+    return planted, data, root
+
+
+@pytest.fixture(scope="module")
+def outlier(planted):
+    """(fp32 ONNX artifact, data, scratch root): the planted model exported."""
+    folder, data, root = planted
+    return export_onnx(folder, root / "onnx"), data, root
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +152,7 @@ def test_a_budget_between_two_candidates_stops_at_the_first_within_it(every_fall
     assert not any("no candidate kept" in n for n in read_meta(path)["notes"])
 
 
-def test_when_every_candidate_fails_to_build_nothing_is_written_and_each_error_is_named(outlier, tmp_path):
+def test_when_every_candidate_fails_to_build_nothing_is_written_and_each_error_is_named(planted, tmp_path):
     """A real quantizer failure: one word-embedding row (of a token the tokenizer never produces for
     these texts) is NaN. The fp32 model never reads that row, so it exports with parity and predicts
     as before, but ONNX Runtime derives the INT8 scale of the whole table from its min and max,
@@ -126,8 +162,8 @@ def test_when_every_candidate_fails_to_build_nothing_is_written_and_each_error_i
 
     from compress.modeling import load_classifier
 
-    _, data, root = outlier
-    model, tokenizer, _ = load_classifier(root / "planted")
+    folder, data, _ = planted
+    model, tokenizer, _ = load_classifier(folder)
     unused = tokenizer.convert_tokens_to_ids("[unused99]")
     assert unused not in {i for t in sentiment_rows(240, seed=3) for i in tokenizer(t["text"])["input_ids"]}
     with torch.no_grad():
@@ -149,3 +185,86 @@ def test_when_every_candidate_fails_to_build_nothing_is_written_and_each_error_i
         assert f"{name}: AssertionError: scale issue" in message
     assert not (tmp_path / "int8").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".int8")]  # the work folder is gone too
+
+
+# PyTorch dynamic INT8 runs the same loop on the same planted model without an ONNX export: the per-tensor
+# scale of the pooler is set by its outlier row there too.
+TORCH_DYNAMIC = ["per-tensor", "per-channel", "per-channel+sensitive-fp32"]
+
+
+@pytest.fixture(scope="module")
+def torch_every_fallback(planted):
+    """torch-dynamic under a budget no candidate meets: all three built and measured."""
+    folder, data, root = planted
+    path = quantize(folder, root / "torch-all", method="torch-dynamic", data=DataOptions(str(data)),
+                    max_accuracy_drop=-1.0)
+    return path, read_meta(path)
+
+
+def test_torch_loop_measures_every_candidate_and_keeps_the_best(torch_every_fallback, planted):
+    from compress.modeling import load_classifier
+
+    path, meta = torch_every_fallback
+    folder, data, _ = planted
+    q = meta["quantization"]
+    cands = q["candidates"]
+    assert [c["name"] for c in cands] == TORCH_DYNAMIC
+    assert [(c["per_channel"], c["exclude_sensitive"]) for c in cands] == [(False, False), (True, False), (True, True)]
+    assert all("error" not in c and c["within_budget"] is False for c in cands)
+    drops = [c["accuracy_drop"] for c in cands]
+    assert drops[0] >= 0.2 and drops[1] <= 0.05, drops
+    assert all(c["accuracy_drop"] == pytest.approx(q["accuracy_fp32"] - c["accuracy"], abs=1e-6) for c in cands)
+    # the per-tensor pooler moves the logits more than per-channel scales do
+    assert cands[0]["max_abs_logit_diff"] > cands[1]["max_abs_logit_diff"] >= 0
+    # only the last candidate keeps layers in fp32: exactly the sensitive ones, so it is the largest file
+    assert [c["excluded"] for c in cands[:2]] == [[], []]
+    assert cands[2]["excluded"] == sensitive_torch_modules(load_classifier(folder)[0]) != []
+    assert cands[2]["size_bytes"] > cands[1]["size_bytes"]
+    best = max(c["accuracy"] for c in cands)
+    kept = next(c for c in cands if c["accuracy"] == best)
+    assert q["chosen"] == kept["name"] != "per-tensor" and q["within_budget"] is False
+    assert (q["accuracy_int8"], q["accuracy_drop"], q["size_bytes_int8"]) == (kept["accuracy"], kept["accuracy_drop"],
+                                                                               kept["size_bytes"])
+    assert meta["metrics"]["validation"]["accuracy"] == kept["accuracy"]
+    assert any(f"kept the best one ({kept['name']}" in n for n in meta["notes"])
+    # each candidate's time is part of the loop's, which is part of the stage's (rounded to 0.01 s each)
+    timings = meta["timings"]
+    assert all(c["seconds"] >= 0 for c in cands)
+    assert sum(c["seconds"] for c in cands) <= timings["candidates_s"] + 0.03 <= timings["total_s"] + 0.04
+    # the file written is the kept candidate: its validation accuracy is the one recorded
+    task = DataOptions(str(data)).load()
+    predicted = Predictor.load(path).logits(task.texts("validation")).argmax(-1)
+    assert float((predicted == np.asarray(task.splits["validation"]["label"])).mean()) == kept["accuracy"]
+
+
+def test_torch_loop_stops_at_the_first_candidate_within_budget(torch_every_fallback, planted):
+    """A budget equal to the second candidate's drop (within means drop <= budget) stops there; a
+    generous one stops at the first."""
+    _, all_meta = torch_every_fallback
+    folder, data, root = planted
+    drops = [c["accuracy_drop"] for c in all_meta["quantization"]["candidates"]]
+    assert drops[0] > drops[1]
+    for budget, tried in ((drops[1], 2), (1.0, 1)):
+        path = quantize(folder, root / f"torch-{tried}", method="torch-dynamic", data=DataOptions(str(data)),
+                        max_accuracy_drop=budget)
+        meta = read_meta(path)
+        q = meta["quantization"]
+        assert [c["name"] for c in q["candidates"]] == TORCH_DYNAMIC[:tried]
+        assert [c["within_budget"] for c in q["candidates"]] == [False] * (tried - 1) + [True]
+        assert q["chosen"] == TORCH_DYNAMIC[tried - 1] and q["within_budget"] is True
+        assert q["accuracy_drop"] == drops[tried - 1] <= budget
+        assert not any("no candidate kept" in n for n in meta["notes"])
+
+
+def test_without_data_one_candidate_is_built_and_nothing_is_judged(planted):
+    """No --data: nothing to measure against, so the requested setting is built alone and kept."""
+    folder, _, root = planted
+    path = quantize(folder, root / "torch-no-data", method="torch-dynamic")
+    meta = read_meta(path)
+    q = meta["quantization"]
+    assert [c["name"] for c in q["candidates"]] == ["per-tensor"]
+    assert "accuracy" not in q["candidates"][0] and "within_budget" not in q["candidates"][0]
+    assert q["chosen"] == "per-tensor" and q["within_budget"] is None and q["accuracy_fp32"] is None
+    assert q["size_bytes_int8"] == q["candidates"][0]["size_bytes"]
+    assert "metrics" not in meta and not any("no candidate kept" in n for n in meta["notes"])
+

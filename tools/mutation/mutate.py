@@ -142,10 +142,18 @@ MODULES: dict[str, list[Target]] = {
                timeout_constant=30.0)],
     # The INT8 fallback plan, the loop that tries it, and the choice of the kept candidate.
     "quantize": [Target("compress/quantize.py", ["candidate_plan", "quantize", "_choose"],
-                        # The fallback tests only (one planted model, trained once per mutant; the PyTorch
-                        # INT8 ones need no export): every other quantize test trains and exports a model of
+                        # The fallback tests on one planted model (trained once per mutant) that need no
+                        # fp32 ONNX export and ORT runs of every candidate: the PyTorch INT8 loop, the plans,
+                        # the choice, and ORT's failure on every candidate. The ORT budget tests of the same
+                        # file cost a minute per mutant; every other quantize test trains and exports a model of
                         # its own, and reaches the loop only through its first candidate.
-                        ["tests/test_quantize*.py"],
+                        [f"tests/test_quantize_fallback.py::{t}" for t in (
+                            "test_candidate_plans_are_pinned",
+                            "test_choose_keeps_the_first_within_budget_else_the_most_accurate_and_earliest",
+                            "test_when_every_candidate_fails_to_build_nothing_is_written_and_each_error_is_named",
+                            "test_torch_loop_measures_every_candidate_and_keeps_the_best",
+                            "test_torch_loop_stops_at_the_first_candidate_within_budget",
+                            "test_without_data_one_candidate_is_built_and_nothing_is_judged")],
                         ranges={"quantize": ("candidates: list[dict[str, Any]] = []",
                                              "print(f\"warning: {notes[-1]}\", file=sys.stderr)")},
                         timeout_constant=60.0)],
