@@ -160,6 +160,11 @@ MODULES: dict[str, list[Target]] = {
 }
 
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
+#: mutmut runs each mutant in a process forked from one that has already run the tests. A forked child
+#: of a process whose torch (OpenMP) thread pool has started hangs on its first parallel operation, so
+#: every mutant of a module whose tests run torch would end as a "timeout", which counts as killed. One
+#: intra-op thread per process (mutmut runs ``--max-children`` of them side by side) keeps the children working.
+MUTMUT_ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def _mutmut() -> str:
@@ -347,7 +352,7 @@ def run_module(name: str, work_root: Path, max_children: int, source: Path = ROO
     if not report_only:
         with open(log, "w", encoding="utf-8") as handle:
             proc = subprocess.run([_mutmut(), "run", "--max-children", str(max_children), *sorted(to_run)], cwd=work,
-                                  env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=handle, stderr=subprocess.STDOUT)
+                                  env=dict(os.environ, **MUTMUT_ENV), stdout=handle, stderr=subprocess.STDOUT)
         if proc.returncode != 0:
             print(log.read_text(encoding="utf-8")[-4000:])
             raise SystemExit(f"mutmut failed on {name} (exit {proc.returncode}); its log: {log}")
