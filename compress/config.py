@@ -32,6 +32,16 @@ from compress.errors import CompressError
 from students.presets import DEFAULT_PRESET, parse_shape
 
 SAMPLINGS = ("group_by_length", "random", "sequential")
+#: ``distill --soft-labels``: who labels the training rows (compress.distill.int8_labels).
+SOFT_LABEL_RUNTIMES = ("auto", "pytorch", "onnx-int8")
+#: ``auto`` builds the teacher's INT8 copy only for at least this many rows still to label: building it
+#: (export and quantization) and checking it on validation cost about as much as labelling this many rows
+#: with the fp32 teacher, a ratio that does not depend on the teacher's size (both scale with it).
+SOFT_LABELS_AUTO_MIN_ROWS = 2000
+SOFT_LABELS_HELP = ("who labels the training rows and the transfer set: onnx-int8 (the teacher's ONNX Runtime INT8 "
+                    "copy, used only where it agrees with the PyTorch teacher on --soft-labels-min-agreement of the "
+                    "validation split), pytorch (the teacher itself), or auto (onnx-int8 on the CPU when there are at "
+                    f"least {SOFT_LABELS_AUTO_MIN_ROWS:,} rows to label and no intermediate losses; else pytorch)")
 SCHEDULES = ("joint", "two-stage")
 IMPORTANCES = ("magnitude", "taylor")
 SCOPES = ("uniform", "global")
@@ -681,6 +691,11 @@ class DistillConfig(ConfigBase):
     #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
     device: str = "auto"
     precision: str = _precision()
+    #: ``--soft-labels``: who labels the training rows and the transfer set (compress.distill.int8_labels).
+    soft_labels: str = field(default="auto", metadata={**_choices(*SOFT_LABEL_RUNTIMES), "help": SOFT_LABELS_HELP})
+    #: ``--soft-labels-min-agreement``: the INT8 teacher's labels are used only at or above this agreement
+    #: with the PyTorch teacher on the validation split.
+    soft_labels_min_agreement: float = 0.995
 
     def problems(self) -> list[Problem]:
         problems = self._nested_problems("train") + self._nested_problems("student") + _device_problems(self)
@@ -715,6 +730,9 @@ class DistillConfig(ConfigBase):
             problems.append(_problem("max_length", f"--max-length must be >= 8, got {self.max_length}"))
         problems += transfer_problems(self.augment, self.augment_ops, self.unlabeled, self.unlabeled_weight,
                                       self.unlabeled_limit, self.unlabeled_text_pair_column)
+        if not 0 < self.soft_labels_min_agreement <= 1:
+            problems.append(_problem("soft_labels_min_agreement", "--soft-labels-min-agreement must lie in (0, 1] "
+                                     f"(0.995 = 99.5% of validation sentences), got {self.soft_labels_min_agreement}"))
         return problems
 
     def loss_terms(self) -> list[Any]:

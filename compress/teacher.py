@@ -84,6 +84,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     chance = None
     t0 = time.perf_counter()
     metrics = {}
+    eval_logits: dict[str, np.ndarray] = {}
     for name in ("validation", "test"):
         if name in tokenized:
             if name == "validation" and head_logits is not None and not fine_tuned:
@@ -93,6 +94,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
                                         pad_id=tokenizer.pad_token_id,
                                         desc=f"evaluating teacher ({name})")
             metrics[name] = classification_metrics(logits, np.asarray(task.splits[name]["label"]))
+            eval_logits[name] = logits
             if name == "validation":
                 chance = check_head(logits, np.asarray(task.splits[name]["label"]), task.num_labels)
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
@@ -126,8 +128,22 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
 
     path = write_model_artifact(out, model, tokenizer, meta)
     _drop_checkpoints(out)
+    _cache_evaluation_logits(path, tokenized, eval_logits, precision.precision)
     print_metrics("teacher", metrics, timings)
     return path
+
+
+def _cache_evaluation_logits(path: Path, tokenized: dict[str, Any], logits: dict[str, np.ndarray], precision: str) -> None:
+    """The validation and test logits just measured, put where ``distill`` looks for this teacher's soft labels.
+
+    They are keyed like any soft labels (weights, exact token ids, precision), so distillation at the
+    same ``--max-length`` and precision reuses them instead of running the teacher over both splits
+    again (about two minutes for MPNet-base in fp32 on 2 cores); anything else misses and recomputes.
+    """
+    sha = (read_meta(path) or {}).get("weights_sha256") or weights_sha256(path)
+    keyed = LoadedTeacher(Path(path), None, None, sha, {})
+    for name, values in logits.items():
+        save_logits(soft_label_cache_path(keyed, tokenized[name], prefix="", precision=precision), values)
 
 
 def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out, device=None,
@@ -204,6 +220,14 @@ def soft_label_cache_path(teacher: LoadedTeacher, tokenized, prefix: str = "t_",
     return cache_dir() / "soft-labels" / f"{key}.npy"
 
 
+def save_logits(path: Path, logits: np.ndarray) -> None:
+    """Write a soft-label cache file atomically: a reader finds the whole array or no file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npy.tmp", delete=False) as handle:
+        np.save(handle, logits, allow_pickle=False)
+    os.replace(handle.name, path)
+
+
 def teacher_logits(teacher: LoadedTeacher, tokenized, prefix: str = "t_", precision: str = "fp32",
                    batch_size: int = 64, what: str = "train") -> tuple[np.ndarray, bool]:
     """The teacher's logits for every row of ``tokenized``, cached on disk.
@@ -232,8 +256,6 @@ def teacher_logits(teacher: LoadedTeacher, tokenized, prefix: str = "t_", precis
         logits = predict_logits(teacher.model, tokenized, batch_size=batch_size, precision=precision, prefix=prefix,
                                 pad_id=teacher.tokenizer.pad_token_id, desc=f"teacher soft labels ({what})")
     if rank == 0:
-        with tempfile.NamedTemporaryFile(dir=folder, suffix=".npy.tmp", delete=False) as handle:
-            np.save(handle, logits, allow_pickle=False)
-        os.replace(handle.name, path)
+        save_logits(path, logits)
     print(f"soft labels ({what}, {len(tokenized)} examples): computed in {time.perf_counter() - t0:.1f} s, cached at {path}")
     return logits, False

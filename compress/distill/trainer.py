@@ -38,6 +38,7 @@ from compress.distill.soft_labels import Part, SoftLabelStore
 from compress.head_check import HeadCheck, check_head, refuse_untrained_teacher
 from compress.modeling import (accepts_token_types, autocast, classification_metrics, count_parameters, model_device,
                                predict_logits)
+from compress.distill.int8_labels import INT8_TAG, choose_label_runtime, fill_int8_cache
 from compress.teacher import load_teacher, soft_label_cache_path, teacher_logits
 from compress.transfer import TransferOptions, build_transfer
 from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler,
@@ -266,10 +267,20 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
         train_ds = transfer.extend(train_ds)
 
     store = None
+    label_runtime = None
     needs_soft = any(t.on == "logits" and t.weight > 0 for t in _active_terms(cfg, cfg.train.epochs, want_inter)
                      + _active_terms(cfg, 0.0, want_inter))
     if during_training and needs_soft:
         store = _soft_label_store(teacher, tokenized["train"], transfer, precision.precision, task.num_labels)
+        # The rows still unlabelled may go to the teacher's INT8 copy, where it agrees with the teacher.
+        label_runtime = choose_label_runtime(cfg.soft_labels, cfg.soft_labels_min_agreement, teacher,
+                                             tokenized.get("validation"), soft.get("validation"), device_name(device),
+                                             want_inter, world_size, int((~store.known).sum()))
+        if label_runtime.runtime == INT8_TAG:
+            parts = _label_parts(teacher, tokenized["train"], transfer, INT8_TAG)
+            timings["int8_labels_s"] = round(fill_int8_cache(label_runtime, [(ds, path) for _, ds, path in parts]), 1)
+            store = _soft_label_store(teacher, tokenized["train"], transfer, INT8_TAG, task.num_labels)
+            label_runtime.predictor = None  # its session's memory goes before training starts
         reused["train"] = store.loaded.get("train", False)
         for part in store.parts:
             if store.loaded[part.name]:
@@ -324,6 +335,8 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
             "intermediate": want_inter, "layer_map": format_layer_map(pairs) if want_inter else None,
             "projection_lr": cfg.projection_lr if want_inter and len(module.projections) else None,
             "schedule": cfg.schedule, "soft_labels_reused": reused,
+            # who labelled the training rows (PyTorch or the INT8 copy) and the agreement check behind it
+            "soft_labels": label_runtime.to_dict() if label_runtime is not None else None,
         },
         "config": cfg.to_dict(),
         "device": device_name(device),
@@ -349,15 +362,22 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     return path
 
 
-def _soft_label_store(teacher, train, transfer, precision: str, num_labels: int) -> SoftLabelStore:
-    """A store over the labelled training rows and then every transfer part, in ``transfer.extend`` order,
-    each part backed by the cache file ``teacher_logits`` would use for it."""
-    parts = [Part("train", 0, len(train), soft_label_cache_path(teacher, train, "t_", precision))]
+def _label_parts(teacher, train, transfer, precision: str) -> list[tuple[str, Any, Path]]:
+    """``(name, rows, cache file)`` of the labelled training rows and then every non-empty transfer part,
+    in ``transfer.extend`` order, each with the cache file ``teacher_logits`` would use for it."""
+    parts = [("train", train, soft_label_cache_path(teacher, train, "t_", precision))]
     if transfer is not None:
-        for name, ds in transfer.parts.items():
-            if len(ds):
-                start = parts[-1].stop
-                parts.append(Part(name, start, start + len(ds), soft_label_cache_path(teacher, ds, "t_", precision)))
+        parts += [(name, ds, soft_label_cache_path(teacher, ds, "t_", precision))
+                  for name, ds in transfer.parts.items() if len(ds)]
+    return parts
+
+
+def _soft_label_store(teacher, train, transfer, precision: str, num_labels: int) -> SoftLabelStore:
+    """A store over :func:`_label_parts`, rows numbered in that order."""
+    parts: list[Part] = []
+    for name, ds, path in _label_parts(teacher, train, transfer, precision):
+        start = parts[-1].stop if parts else 0
+        parts.append(Part(name, start, start + len(ds), path))
     return SoftLabelStore(parts, num_labels)
 
 

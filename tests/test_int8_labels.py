@@ -1,0 +1,109 @@
+"""Soft labels from the teacher's ONNX Runtime INT8 copy (compress.distill.int8_labels), and the teacher
+stage's evaluation logits reused by distillation, on a tiny BERT teacher built in the test."""
+
+import json
+
+import numpy as np
+import pytest
+
+from compress.config import SOFT_LABELS_AUTO_MIN_ROWS, DataOptions, DistillConfig
+from compress.data import tokenize_split
+from compress.distill.int8_labels import INT8_TAG, choose_label_runtime, wants_int8
+from compress.distill.trainer import distill
+from compress.teacher import TeacherConfig, load_teacher, soft_label_cache_path, teacher_logits, train_teacher
+from compress.training import TrainSettings
+from students.factory import StudentSpec
+from tests.conftest import make_bert, sentiment_rows, write_csv
+
+
+@pytest.fixture(scope="module")
+def teacher_and_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("int8-labels")
+    data = write_csv(root / "sentiment.csv", sentiment_rows(240))
+    cfg = TeacherConfig(model=str(make_bert(root / "encoder")), data=DataOptions(str(data)),
+                        train=TrainSettings(epochs=6, lr=2e-3, batch_size=16, logging_steps=1000))
+    return train_teacher(cfg, root / "teacher"), data
+
+
+def _distill(teacher, data, out, **kw):
+    cfg = DistillConfig(teacher=str(teacher), data=DataOptions(str(data)), student=StudentSpec("2x16", "random"),
+                        train=TrainSettings(epochs=1, lr=2e-3, batch_size=16, logging_steps=1000), **kw)
+    return json.loads((distill(cfg, out) / "compress.json").read_text())
+
+
+@pytest.mark.parametrize("setting, device, intermediate, world, rows, expected, why", [
+    ("pytorch", "cpu", False, 1, 10**6, False, "--soft-labels pytorch"),
+    ("auto", "cpu", True, 1, 10**6, False, "intermediate losses"),
+    ("onnx-int8", "cpu", True, 1, 10**6, False, "intermediate losses"),
+    ("auto", "cpu", False, 2, 10**6, False, "distributed"),
+    ("auto", "cpu", False, 1, 0, False, "cached"),
+    ("auto", "cuda:0", False, 1, 10**6, False, "cuda:0"),
+    ("auto", "cpu", False, 1, SOFT_LABELS_AUTO_MIN_ROWS - 1, False, "fewer than"),
+    ("auto", "cpu", False, 1, SOFT_LABELS_AUTO_MIN_ROWS, True, ""),
+    ("onnx-int8", "cpu", False, 1, 5, True, ""),        # asked for: tried even for a few rows
+    ("onnx-int8", "cuda:0", False, 1, 5, True, ""),
+])
+def test_when_the_int8_copy_is_tried(setting, device, intermediate, world, rows, expected, why):
+    wanted, reason = wants_int8(setting, device, intermediate, world, rows)
+    assert wanted is expected
+    assert why in reason
+
+
+def test_the_teacher_stage_caches_its_evaluation_logits_for_distill(teacher_and_data, tmp_path):
+    teacher, data = teacher_and_data
+    meta = _distill(teacher, data, tmp_path / "student", soft_labels="pytorch")
+    # validation and test were labelled by the teacher stage itself; the training rows were not
+    assert meta["distillation"]["soft_labels_reused"] == {"train": False, "validation": True, "test": True}
+    t_meta = json.loads((teacher / "compress.json").read_text())
+    for split in ("validation", "test"):
+        assert meta["metrics"][split]["teacher_accuracy"] == pytest.approx(t_meta["metrics"][split]["accuracy"])
+    assert meta["distillation"]["soft_labels"]["runtime"] == "pytorch"
+
+
+def test_int8_labels_are_used_when_they_agree_and_cached_under_their_own_key(teacher_and_data, tmp_path, capsys,
+                                                                            monkeypatch):
+    teacher, data = teacher_and_data
+    monkeypatch.setenv("BERT_COMPRESS_CACHE", str(tmp_path / "cache"))  # no soft label of this teacher cached yet
+    meta = _distill(teacher, data, tmp_path / "student", soft_labels="onnx-int8", soft_labels_min_agreement=0.9)
+    labels = meta["distillation"]["soft_labels"]
+    assert labels["runtime"] == INT8_TAG and labels["validation_agreement"] >= 0.9 and labels["validation_n"] > 0
+    assert "agrees with the PyTorch teacher on" in labels["reason"]
+    assert "ONNX Runtime INT8 teacher, cached at" in capsys.readouterr().out
+    assert "int8_labels_s" in meta["timings"]
+
+    # The INT8 labels are near the PyTorch teacher's, and keyed apart from them.
+    loaded = load_teacher(teacher)
+    from compress.data import load_task_data
+
+    train = tokenize_split(load_task_data(str(data)).splits["train"], loaded.tokenizer, 128, False, prefix="t_",
+                           what="teacher")
+    int8_file = soft_label_cache_path(loaded, train, "t_", INT8_TAG)
+    assert int8_file.exists() and int8_file != soft_label_cache_path(loaded, train, "t_", "fp32")
+    int8 = np.load(int8_file)
+    fp32, _ = teacher_logits(loaded, train, prefix="t_")
+    assert int8.shape == fp32.shape
+    assert (int8.argmax(-1) == fp32.argmax(-1)).mean() >= 0.95
+    assert np.abs(int8 - fp32).max() < 0.5 * np.abs(fp32).max()
+    assert not np.array_equal(int8, fp32)  # really another runtime's numbers
+
+    # teacher_logits above cached the fp32 labels too: a second run has no row left to label.
+    again = _distill(teacher, data, tmp_path / "again", soft_labels="onnx-int8", soft_labels_min_agreement=0.9)
+    assert again["distillation"]["soft_labels"]["runtime"] == "pytorch"
+    assert again["distillation"]["soft_labels_reused"]["train"] is True
+
+
+def test_int8_labels_that_disagree_are_not_used(teacher_and_data):
+    teacher, data = teacher_and_data
+    loaded = load_teacher(teacher)
+    from compress.data import load_task_data
+
+    validation = tokenize_split(load_task_data(str(data)).splits["validation"], loaded.tokenizer, 128, False,
+                                prefix="t_", what="teacher")
+    fp32, _ = teacher_logits(loaded, validation, prefix="t_")
+    # Against its own labels the INT8 copy passes; against labels it contradicts everywhere it fails.
+    kept = choose_label_runtime("onnx-int8", 0.9, loaded, validation, fp32, "cpu", False, 1, 1000)
+    assert kept.runtime == INT8_TAG
+    refused = choose_label_runtime("onnx-int8", 0.9, loaded, validation, -fp32, "cpu", False, 1, 1000)
+    assert refused.runtime == "pytorch" and "only" in refused.reason and refused.agreement < 0.1
+    few = choose_label_runtime("auto", 0.9, loaded, validation, fp32, "cpu", False, 1, 10)
+    assert few.runtime == "pytorch" and few.agreement is None
