@@ -121,6 +121,36 @@ def test_model_fingerprints(tmp_path):
     assert fp.model_fingerprint(str(broken)) == f"incomplete:{broken}"  # an interrupted write is not that model
 
 
+def test_shipped_data_is_its_files_recorded_hashes_in_name_order():
+    wnut = ("wnut17/emerging.dev.conll", "wnut17/emerging.test.annotated", "wnut17/wnut17train.conll")
+    assert fp.data_fingerprint("wnut17") == "builtin:wnut17:" + ":".join(SHA256[k] for k in wnut)
+    assert fp.data_fingerprint(DataOptions(data="squad-dev")) == "builtin:squad-dev:" + ":".join(
+        SHA256[k] for k in ("squad11/dev-v1.1.part1.json", "squad11/dev-v1.1.part2.json"))
+
+
+def test_a_choice_is_the_fingerprints_of_the_artifacts_it_chose(tmp_path):
+    from compress.config import canonical_sha256
+
+    def choice(table: dict[str, str], hashes: dict[str, str]) -> str:
+        folder = tmp_path / f"choice-{len(list(tmp_path.iterdir()))}"
+        for name, sha in hashes.items():
+            _artifact(folder / name, {"complete": True, "weights_sha256": sha}, {})
+        (folder / "compress.json").write_text(json.dumps({"complete": True, "kind": "choice",
+                                                          "choice": {"by_batch_size": table}}))
+        return fp.model_fingerprint(str(folder))
+
+    key = choice({"1": "a", "8": "b"}, {"a": "A", "b": "B"})
+    assert key == "choice:" + canonical_sha256({"1": "A", "8": "B"})
+    assert choice({"1": "a", "8": "b"}, {"a": "A", "b": "C"}) != key  # one chosen artifact retrained
+    assert choice({"1": "b", "8": "a"}, {"a": "A", "b": "B"}) != key  # the same artifacts chosen the other way
+
+
+def test_weights_that_cannot_be_read_are_named_unreadable(tmp_path):
+    folder = _artifact(tmp_path / "odd", None, {})
+    (folder / "model.safetensors").mkdir()  # a folder where the weights file should be
+    assert fp.model_fingerprint(str(folder)) == f"unreadable:{folder}"
+
+
 # ----------------------------------------------------------------------------- stage inputs and identity
 
 
@@ -281,3 +311,34 @@ def test_a_cache_of_another_label_count_is_not_loaded(tmp_path, num_labels):
     np.save(path, np.zeros((4, 2), dtype=np.float32))
     store = SoftLabelStore([Part("p", 0, 4, path)], num_labels=num_labels)
     assert store.loaded["p"] is (num_labels == 2) and store.complete is (num_labels == 2)
+
+
+def test_the_store_keeps_float32_refuses_pickles_and_writes_into_new_folders(tmp_path, monkeypatch):
+    """The store's rows are float32 like ``teacher_logits``' caches (not numpy's float64 default, twice the
+    size); a cache file holding a pickle is refused, not unpickled; a part's cache folder is created with its
+    parents; and the temporary file is written beside the cache, so the final rename stays on one filesystem
+    (and atomic) even when the system's temp folder is on another one."""
+    import tempfile
+
+    from compress.distill.soft_labels import Part, SoftLabelStore
+
+    pickled = tmp_path / "pickled.npy"
+    np.save(pickled, np.array([[1.0, 2.0]] * 2, dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="allow_pickle"):
+        SoftLabelStore([Part("p", 0, 2, pickled)], num_labels=2)
+
+    shm = Path("/dev/shm")
+    other_device = shm.is_dir() and os.access(shm, os.W_OK) and shm.stat().st_dev != tmp_path.stat().st_dev
+    if other_device:
+        scratch = Path(tempfile.mkdtemp(dir=shm))
+        monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    cache = tmp_path / "new" / "deeper" / "part.npy"
+    store = SoftLabelStore([Part("part", 0, 2, cache)], num_labels=2)
+    assert store.logits.dtype == np.float32
+    store.put(np.array([1, 0]), np.array([[1.5, 2.5], [3.5, 4.5]]))
+    assert store.save() == {"part": str(cache)}
+    saved = np.load(cache)
+    assert saved.dtype == np.float32 and saved.tolist() == [[3.5, 4.5], [1.5, 2.5]]
+    if other_device:
+        assert not list(scratch.iterdir())  # nothing was staged in the system's temp folder
+        scratch.rmdir()
