@@ -222,6 +222,36 @@ gate: {{rules: {{max_accuracy_drop: 0.5}}}}
         run_recipe(load_recipe(_recipe(tmp_path, recipe.replace("SEQ", "4096"))))
 
 
+def test_optimize_in_a_recipe_writes_a_choice_that_bench_measures(tmp_path):
+    data = write_csv(tmp_path / "data.csv", sentiment_rows(120, seed=1))
+    model = train_briefly(make_bert(tmp_path / "classifier", head=True, seed=2))  # a head at chance is refused
+    path = _recipe(tmp_path, f"""\
+out: {tmp_path / 'run'}
+data: {data}
+teacher: {{model: {model}, finetune: "no"}}
+export: {{}}
+optimize: {{candidates: onnx-fp32, batch_sizes: [1, 4], seq_len: 16, warmup: 1, runs: 3, threads: 1,
+           max_accuracy_drop: 0.5}}
+bench: {{quick: true, memory: false, seq_lens: [16], threads: 1}}
+""")
+    assert [r["status"] for r in run_recipe(load_recipe(path))] == ["ran"] * 4
+    run = tmp_path / "run"
+    meta = json.loads((run / "optimized" / "compress.json").read_text())
+    assert meta["kind"] == "choice" and Path(meta["parent"]["path"]) == (run / "teacher").resolve()
+    assert sorted(meta["choice"]["by_batch_size"]) == ["1", "4"]
+    # optimize times runtimes, so like bench it ran in its own process from its config file
+    assert json.loads((run / ".bert-compress-run" / "optimize.config.json").read_text())["runs"] == 3
+    results = json.loads((run / "bench" / "results.json").read_text())
+    measured = {a["name"]: a for a in results["artifacts"]}
+    assert sorted(measured) == ["onnx", "optimized", "teacher"]
+    assert measured["optimized"]["kind"] == "choice" and measured["optimized"]["latency"]
+    assert measured["optimized"]["quality"]["accuracy"] is not None
+    # bench's identity holds the choice's own fingerprint (the artifacts it chose), so a re-run is current
+    record = json.loads((run / ".bert-compress-run" / "bench.json").read_text())
+    assert record["identity"]["inputs"]["artifacts"][1].startswith("choice:")
+    assert [r["status"] for r in run_recipe(load_recipe(path))] == ["skipped"] * 4
+
+
 def test_a_recipe_changed_after_a_kill_does_not_resume_the_old_checkpoint(tmp_path):
     path = _tiny_recipe(tmp_path, epochs=40)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
