@@ -214,3 +214,38 @@ def test_window_batches_pad_with_the_models_pad_token_else_zero(classifier):
     predictor.tokenizer.pad_token = None
     (_, arrays), = predictor.window_batches(windows, 2)
     assert arrays["input_ids"][1, -1] == 0
+
+
+def test_a_tagger_gets_each_windows_token_rows_trimmed_of_padding(tmp_path):
+    """For a head on every token, each window's output is its own tokens' rows (the batch's padding cut
+    off), in window order; ``predict`` answers with one tagging result per text, its options passed on."""
+    import torch
+    from transformers import BertConfig, BertForTokenClassification
+
+    from conftest import make_tokenizer
+
+    torch.manual_seed(5)
+    tags = ["O", "B-PER", "I-PER"]
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=128, num_labels=3,
+                        id2label=dict(enumerate(tags)), label2id={t: i for i, t in enumerate(tags)},
+                        architectures=["BertForTokenClassification"])
+    model = BertForTokenClassification(config).eval()
+    folder = tmp_path / "tagger"
+    model.save_pretrained(folder)
+    make_tokenizer().save_pretrained(folder)
+    predictor = Predictor.load(folder, threads=1)
+    assert predictor.task == "token-classification"
+    windows = predictor.encode(TEXTS)
+    got = predictor.run_windows(windows, batch_size=3)
+    with torch.inference_mode():
+        for w, ids in enumerate(windows.input_ids):  # one window at a time: no padding, no reordering
+            expected = model(input_ids=torch.tensor([ids]),
+                             token_type_ids=torch.tensor([windows.token_type_ids[w]])).logits[0].numpy()
+            assert got[w].shape == expected.shape == (len(ids), 3)
+            np.testing.assert_allclose(got[w], expected, atol=1e-5, err_msg=f"window {w}")
+    results = predictor.predict(TEXTS[:3], batch_size=2, aggregation="max", word_tags=True)
+    assert [r["text"] for r in results] == TEXTS[:3]
+    assert [len(r["word_tags"]) for r in results] == [len(t.split()) for t in TEXTS[:3]]
+    with pytest.raises(CompressError, match="aggregation"):
+        predictor.predict(TEXTS[:1], aggregation="mean-ish")
