@@ -267,6 +267,32 @@ def test_teacher_logits_are_computed_once_then_reused_in_row_order(tmp_path):
     assert not reused and np.allclose(fixed, logits, atol=1e-6) and np.load(path).shape == (4, 3)
 
 
+def test_bf16_teacher_logits_are_computed_in_bf16_and_cached_under_their_own_key(tmp_path):
+    """Each precision has its cache file and its own numbers: bf16 logits are near the fp32 ones but not
+    equal, and a later bf16 call reuses them. A cache file holding a pickle is refused, never unpickled."""
+    from transformers import AutoModelForSequenceClassification
+
+    from compress.teacher import soft_label_cache_path, teacher_logits
+
+    from conftest import make_bert, make_tokenizer
+
+    folder = make_bert(tmp_path / "teacher", layers=1, head=True, num_labels=3, seed=2)
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tok = make_tokenizer()
+    tokenized = _tokenized(tok(["a charming film", "the plot was dull", "good"])["input_ids"])
+    teacher = SimpleNamespace(model=model, tokenizer=tok, weights_sha256="bf16-test")
+    fp32, _ = teacher_logits(teacher, tokenized)
+    bf16, reused = teacher_logits(teacher, tokenized, precision="bf16")
+    assert not reused and np.allclose(bf16, fp32, atol=0.05) and not np.allclose(bf16, fp32, atol=1e-6)
+    assert np.array_equal(np.load(soft_label_cache_path(teacher, tokenized, precision="bf16")), bf16)
+    again, reused = teacher_logits(teacher, tokenized, precision="bf16")
+    assert reused and np.array_equal(again, bf16)
+    path = soft_label_cache_path(teacher, tokenized)
+    np.save(path, np.array([[0.0, 1.0, 2.0]] * 3, dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="allow_pickle"):
+        teacher_logits(teacher, tokenized)
+
+
 # ----------------------------------------------------------------------------- the soft-label store
 
 
