@@ -213,6 +213,14 @@ def cmd_run(a: argparse.Namespace) -> int:
 
         print("\n" + demo_table(json.loads(results.read_text(encoding="utf-8"))))
         print(f"\nreport: {bench / 'report.md'} (plots beside it)")
+    chosen = next((c.output for c in recipe.calls if c.stage == "optimize"), None)
+    if chosen is not None and (chosen / "compress.json").exists():
+        from compress.artifact import read_meta
+        from compress.optimize import format_decision
+
+        # Which runtime the recipe deploys on this machine, and why (measured here, by optimize).
+        print(f"\ndeployed: {chosen} serves each batch size with the runtime optimize measured fastest here:")
+        print(format_decision(read_meta(chosen)))
     # The gate's own code (1 failed, 4 inconclusive) is the run's, so CI sees what the gate decided.
     codes = [int(r["status"].rsplit("exit ", 1)[1].rstrip(")")) for r in status if "(exit " in r["status"]]
     return codes[0] if codes else 0
@@ -239,6 +247,7 @@ def _seed_group(text: str) -> tuple[str, list[str]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from compress.config import DistillConfig, flag_options
     from compress.windows import POOLINGS
     from compress.tagging import AGGREGATIONS, DEFAULT_AGGREGATION
 
@@ -313,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="N augmented variants per training example, TinyBERT-style, labelled by the teacher (default 0)")
     g.add_argument("--augment-ops", default="replace,mask,delete,swap",
                    help="comma list of augmentation operations: replace, mask, delete, swap (default all)")
+    for name in ("soft_labels", "soft_labels_min_agreement"):  # made from the config fields (compress.distill.int8_labels)
+        options = flag_options(DistillConfig, name)
+        g.add_argument("--" + name.replace("_", "-"), type=type(options["default"]), **options)
     _add_data_flags(p)
     _add_train_flags(p, epochs=3.0, lr=5e-5)
     _add_device_flag(p, "training (student and teacher)")

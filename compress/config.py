@@ -695,7 +695,9 @@ class DistillConfig(ConfigBase):
     soft_labels: str = field(default="auto", metadata={**_choices(*SOFT_LABEL_RUNTIMES), "help": SOFT_LABELS_HELP})
     #: ``--soft-labels-min-agreement``: the INT8 teacher's labels are used only at or above this agreement
     #: with the PyTorch teacher on the validation split.
-    soft_labels_min_agreement: float = 0.995
+    soft_labels_min_agreement: float = field(default=0.995, metadata={
+        "help": "use the INT8 teacher's labels only where its answers agree with the PyTorch teacher's on at least this "
+                "share of the validation split (default 0.995)"})
 
     def problems(self) -> list[Problem]:
         problems = self._nested_problems("train") + self._nested_problems("student") + _device_problems(self)

@@ -86,7 +86,8 @@ def int8_teacher(teacher) -> Path:
         meta = None
     if meta is not None and meta.get("kind") == "onnx-int8":
         return folder
-    print(f"soft labels: building the teacher's ONNX Runtime INT8 copy in {folder} (once per teacher)", flush=True)
+    print(f"soft labels: building the teacher's ONNX Runtime INT8 copy in {folder} (once per teacher; its labels "
+          "are then checked against the PyTorch teacher's on the validation split)", flush=True)
     # No data: the agreement check below is the accuracy check that matters here (against the PyTorch
     # teacher's own labels, on the split the student is validated on).
     return quantize(teacher.path, folder, method="ort-dynamic")
