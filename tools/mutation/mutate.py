@@ -60,6 +60,9 @@ class Target:
     #: ``{function: (first line, last line)}``: substrings of the first and last source line of the
     #: part of that function to mutate (for a long function of which only a loop decides).
     ranges: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: ``{function: (first line, last line)}``: a part of that function left out, marked the same way (a
+    #: branch that only a slow multi-process test reaches; the table in docs/development.md names it).
+    skip: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: A file that older trees lack: skipped there.
     optional: bool = False
     #: Regular expressions of source lines whose statements only build text for people (a message, the
@@ -118,8 +121,13 @@ MODULES: dict[str, list[Target]] = {
     # The soft-label cache: its key, and the store that fills and writes it. ``SoftLabelStore.get`` is one
     # subscript (``return self.logits[rows]``), in which mutmut finds nothing to change: listing it stops the run.
     "soft_labels": [
+        # teacher_logits' torchrun branch (each rank labels every size-th row, then gathers) runs only with
+        # WORLD_SIZE > 1: tests/test_distributed.py (slow: two processes, over a minute a run here) checks its
+        # cache against one process's, too slow to run per mutant.
         Target("compress/teacher.py", ["_ids_digest", "soft_label_cache_path", "teacher_logits"],
-               ["tests/test_fingerprint_keys.py"]),
+               ["tests/test_fingerprint_keys.py"],
+               skip={"teacher_logits": ("mine = np.arange(rank, len(tokenized), size)",
+                                        "logits = gather_rows(local, mine, len(tokenized))")}),
         Target("compress/distill/soft_labels.py", [
             "SoftLabelStore.__init__", "SoftLabelStore.missing", "SoftLabelStore.put", "SoftLabelStore.save"],
             ["tests/test_fingerprint_keys.py"])],
@@ -315,6 +323,8 @@ def select(work: Path, targets: list[Target]) -> tuple[dict[str, str], dict[str,
             for name in names:
                 diff = diffs[name]
                 if function in target.ranges and not in_range(diff, source, target.ranges[function]):
+                    continue
+                if function in target.skip and in_range(diff, source, target.skip[function]):
                     continue
                 (messages if is_message_mutant(diff) else run)[name] = diff
     return run, messages
