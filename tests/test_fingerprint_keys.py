@@ -228,6 +228,8 @@ def test_soft_label_cache_key_is_teacher_weights_token_ids_and_precision():
     assert path == cache_dir() / "soft-labels" / f"{_sha(f'W|{ids.hexdigest()}|bf16=False'.encode())}.npy"
     assert soft_label_cache_path(teacher, _tokenized(rows), precision="bf16").name == \
         f"{_sha(f'W|{ids.hexdigest()}|bf16=True'.encode())}.npy"
+    assert soft_label_cache_path(teacher, _tokenized(rows), precision="fp16").name == \
+        f"{_sha(f'W|{ids.hexdigest()}|precision=fp16'.encode())}.npy"  # any later precision: a key of its own
     assert soft_label_cache_path(SimpleNamespace(weights_sha256="V"), _tokenized(rows)) != path  # another teacher
     assert soft_label_cache_path(teacher, _tokenized([[101, 7, 102], [101, 8, 10, 102]])) != path  # one token
     assert soft_label_cache_path(teacher, _tokenized([[101, 7, 102, 101], [8, 9, 102]])) != path  # row boundaries
