@@ -144,6 +144,30 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def run_cli(argv: list[str], capsys, threads: int = 1):
+    """``bert-compress ARGV`` through the CLI's ``main`` in this process, as a ``CompletedProcess``.
+
+    For the runs beside one that must be a process of its own (killed, interrupted, torchrun): the same
+    command line without another interpreter start-up (torch and transformers imports cost most of ten
+    seconds on two busy cores). ``threads`` torch threads, 1 as ``OMP_NUM_THREADS=1`` gives the
+    subprocesses, so the floating-point sums are the ones they make."""
+    import subprocess
+
+    import torch
+
+    from compress.cli import main
+
+    capsys.readouterr()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        code = main(argv)
+    finally:
+        torch.set_num_threads(before)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, out, err)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_cache(tmp_path_factory):
     """Every cache (fetched assets, prepared data, soft labels) goes to a fresh folder for the

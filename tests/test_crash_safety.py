@@ -1,5 +1,10 @@
 """Crash safety on a real subprocess: SIGKILL mid-distillation then resume gives the same student
-as an uninterrupted run; Ctrl-C stops at the next step with a checkpoint and says how to resume."""
+as an uninterrupted run; Ctrl-C stops at the next step with a checkpoint and says how to resume.
+
+Only a run that is killed or interrupted needs to be a process of its own; the uninterrupted run, the
+resume and the runs that stop on an error run the same command line through the CLI's ``main`` in this
+process (``tests.conftest.run_cli``, one torch thread as the subprocesses have), so that a resume test
+pays one interpreter start-up, not three."""
 
 import json
 import os
@@ -11,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_bert, sentiment_rows, write_csv
+from tests.conftest import make_bert, run_cli, sentiment_rows, write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Resuming restores weights, optimiser, scheduler, RNG states and the data position, so the resumed
@@ -30,11 +35,15 @@ def setup(tmp_path_factory):
     return root, teacher, data
 
 
-def _cmd(teacher, data, out, epochs=30):
+def _args(teacher, data, out, epochs=30):
     # the teacher's head is random (distill would refuse it): this test is about checkpoints, not teaching
-    return [sys.executable, "-m", "compress", "distill", "--teacher", str(teacher), "--data", str(data),
-            "--student", "1x32", "--init", "random", "--epochs", str(epochs), "--lr", "1e-3", "--batch-size", "16",
-            "--save-steps", "5", "--out", str(out), "--seed", "3", "--allow-untrained-teacher"]
+    return ["distill", "--teacher", str(teacher), "--data", str(data), "--student", "1x32", "--init", "random",
+            "--epochs", str(epochs), "--lr", "1e-3", "--batch-size", "16", "--save-steps", "5", "--out", str(out),
+            "--seed", "3", "--allow-untrained-teacher"]
+
+
+def _cmd(teacher, data, out, epochs=30):
+    return [sys.executable, "-m", "compress", *_args(teacher, data, out, epochs)]
 
 
 def _wait_for_checkpoint(folder: Path, proc, timeout=240, settle=0.3):
@@ -45,13 +54,12 @@ def _wait_for_checkpoint(folder: Path, proc, timeout=240, settle=0.3):
     time.sleep(settle)
 
 
-def test_sigkill_then_resume_matches_an_uninterrupted_run(setup):
+def test_sigkill_then_resume_matches_an_uninterrupted_run(setup, capsys):
     from safetensors.torch import load_file
 
     root, teacher, data = setup
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    full = subprocess.run(_cmd(teacher, data, root / "full", epochs=30), cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    full = run_cli(_args(teacher, data, root / "full", epochs=30), capsys)
     assert full.returncode == 0, full.stderr[-2000:]
 
     proc = subprocess.Popen(_cmd(teacher, data, root / "killed", epochs=30), cwd=ROOT, env=env,
@@ -61,8 +69,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(setup):
     assert proc.wait() == -9, "the run finished before it could be killed; give it more epochs"
     assert not (root / "killed").exists(), "a killed run must not leave an artifact"
     assert list((root / "killed.checkpoints").glob("checkpoint-*"))
-    resumed = subprocess.run(_cmd(teacher, data, root / "killed", epochs=30) + ["--resume"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=600)
+    resumed = run_cli(_args(teacher, data, root / "killed", epochs=30) + ["--resume"], capsys)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming from" in resumed.stdout
 
@@ -126,7 +133,7 @@ def _mount_tmpfs(path: Path, size: str) -> None:
     assert done.returncode == 0, f"mount -t tmpfs failed although the process may mount: {done.stderr.strip()}"
 
 
-def test_disk_full_during_a_checkpoint_keeps_the_previous_one(setup, tmp_path):
+def test_disk_full_during_a_checkpoint_keeps_the_previous_one(setup, tmp_path, capsys):
     """A real full disk: a 20 MB tmpfs holds one checkpoint of the tiny student (~12 MB) but not two.
 
     Skipped only where the process lacks the capability to mount (checked from its credentials, not
@@ -138,9 +145,7 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_one(setup, tmp_path):
     small = tmp_path / "small-disk"
     _mount_tmpfs(small, "20m")
     try:
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        cmd = _cmd(teacher, data, small / "student", epochs=3)
-        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        done = run_cli(_args(teacher, data, small / "student", epochs=3), capsys)
         assert done.returncode == 2, done.stderr[-3000:]
         assert "disk full while saving the checkpoint of step" in done.stderr, done.stderr[-3000:]
         assert "Traceback" not in done.stderr
@@ -152,7 +157,7 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_one(setup, tmp_path):
         subprocess.run(["umount", str(small)], capture_output=True)
 
 
-def test_nan_loss_stops_with_the_step_terms_and_checkpoint(setup, tmp_path):
+def test_nan_loss_stops_with_the_step_terms_and_checkpoint(setup, tmp_path, capsys):
     """A teacher with a corrupted (NaN) classifier makes the soft-label loss NaN at the first step."""
     from safetensors.torch import load_file, save_file
 
@@ -164,9 +169,7 @@ def test_nan_loss_stops_with_the_step_terms_and_checkpoint(setup, tmp_path):
     weights = load_file(broken / "model.safetensors")
     weights["classifier.weight"] = weights["classifier.weight"] * float("nan")
     save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(_cmd(broken, data, tmp_path / "student", epochs=1), cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = run_cli(_args(broken, data, tmp_path / "student", epochs=1), capsys)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "training loss became non-finite at step 0" in done.stderr
     assert "kd=nan" in done.stderr and "Last good checkpoint: none yet" in done.stderr
@@ -174,20 +177,23 @@ def test_nan_loss_stops_with_the_step_terms_and_checkpoint(setup, tmp_path):
     assert not (tmp_path / "student").exists()
 
 
-def _prune_cmd(teacher, data, out, epochs=12):
-    return [sys.executable, "-m", "compress", "prune", "--model", str(teacher), "--data", str(data), "--heads", "0.5",
-            "--ffn", "0.5", "--recover-epochs", str(epochs), "--lr", "1e-3", "--batch-size", "16", "--save-steps", "5",
+def _prune_args(teacher, data, out, epochs=12):
+    return ["prune", "--model", str(teacher), "--data", str(data), "--heads", "0.5", "--ffn", "0.5",
+            "--recover-epochs", str(epochs), "--lr", "1e-3", "--batch-size", "16", "--save-steps", "5",
             "--out", str(out), "--seed", "3"]
 
 
-def test_sigkill_during_prune_recovery_then_resume_matches_an_uninterrupted_run(setup):
+def _prune_cmd(teacher, data, out, epochs=12):
+    return [sys.executable, "-m", "compress", *_prune_args(teacher, data, out, epochs)]
+
+
+def test_sigkill_during_prune_recovery_then_resume_matches_an_uninterrupted_run(setup, capsys):
     """Recovery trains in a stable folder beside the output, so a killed prune resumes like distill."""
     from safetensors.torch import load_file
 
     root, teacher, data = setup
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    full = subprocess.run(_prune_cmd(teacher, data, root / "pruned-full"), cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    full = run_cli(_prune_args(teacher, data, root / "pruned-full"), capsys)
     assert full.returncode == 0, full.stderr[-2000:]
     assert not (root / "pruned-full.checkpoints").exists()  # the scratch folder goes once the artifact is written
 
@@ -199,8 +205,7 @@ def test_sigkill_during_prune_recovery_then_resume_matches_an_uninterrupted_run(
     assert proc.wait() == -9, "the prune finished before it could be killed; give it more recovery epochs"
     assert not (root / "pruned-killed").exists(), "a killed run must not leave an artifact"
     assert list(recovery.glob("checkpoint-*"))
-    resumed = subprocess.run(_prune_cmd(teacher, data, root / "pruned-killed") + ["--resume"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=600)
+    resumed = run_cli(_prune_args(teacher, data, root / "pruned-killed") + ["--resume"], capsys)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming from" in resumed.stdout and str(recovery) in resumed.stdout
 
