@@ -135,6 +135,7 @@ def test_softmax_is_stable_and_sums_to_one():
     assert np.allclose(p, [[1 / (1 + np.e), np.e / (1 + np.e)], [0.5, 0.5]])
     p = softmax(np.log(np.array([[1.0, 2.0, 7.0]])))
     assert np.allclose(p, [[0.1, 0.2, 0.7]])
+    assert np.allclose(softmax(np.log(np.array([0.25, 0.75]))), [0.25, 0.75])  # one row alone: over its last axis
 
 
 # ----------------------------------------------------------------------------- Predictor
@@ -249,3 +250,6 @@ def test_a_tagger_gets_each_windows_token_rows_trimmed_of_padding(tmp_path):
     assert [len(r["word_tags"]) for r in results] == [len(t.split()) for t in TEXTS[:3]]
     with pytest.raises(CompressError, match="aggregation"):
         predictor.predict(TEXTS[:1], aggregation="mean-ish")
+    default = predictor.predict(TEXTS[:2])  # first sub-token, no per-word lists unless asked
+    assert default == predictor.predict(TEXTS[:2], aggregation="first", word_tags=False)
+    assert [sorted(r) for r in default] == [["entities", "text"]] * 2
