@@ -124,6 +124,9 @@ def test_planted_scores_rank_as_constructed(base):
         normal = sorted(set(range(64)) - set(faint) - set(decoy))
         assert mf[faint].max() < mf[normal].min() < mf[normal].max() < mf[decoy].min()
         assert (tf[decoy] == 0).all() and (tf[faint] > 0).all() and (tf[normal] > 0).all()
+        # both criteria divide each layer's scores by their mean, so layers compare under --scope global
+        for unit_scores in (mh, th, mf, tf):
+            assert unit_scores.mean() == pytest.approx(1.0, rel=1e-6)  # normalised in float32
 
 
 @pytest.mark.parametrize("importance, kind", [("magnitude", "faint"), ("taylor", "decoy")])
@@ -160,7 +163,7 @@ def test_magnitude_scores_are_group_l2_norms_over_their_mean(base):
     attention-output columns; each layer's scores are divided by their mean (what makes layers comparable)."""
     model, tokenizer = _planted(base, UNIFORM_PLAN)
     enc = {k: v for k, v in _gradient_batches(tokenizer, 1)[0].items() if k != "labels"}
-    _, scores = score_units(model, enc, "magnitude")
+    _, scores = score_units(model, enc)  # magnitude is the default
     for layer, parts in enumerate(layer_parts(model)):
         dims = sum((_weights(model, p) ** 2).sum(1) for p in (parts.query, parts.key, parts.value))
         dims = dims + (_weights(model, parts.attn_out) ** 2).sum(0)
@@ -207,7 +210,10 @@ def test_selection_rounds_to_the_nearest_count_and_keeps_a_floor():
     assert select_units(scores, 0.9, "uniform") == [[0, 2, 3], [0, 1, 2]]  # 3.6 -> 4, floor of one: 3
     assert select_units(scores, 0.9, "global", min_keep=2) == [[0, 3], [0, 2]]
     assert select_units(scores, 0.9, "uniform", min_keep=2) == [[0, 3], [0, 2]]
-    # ties break by layer, then position; layer 0 stops at its floor of one, layer 1 gives the third unit
+    # ties break by position within a layer (a sort that is not stable reorders ties among 64 units)
+    tied = np.random.default_rng(0).integers(0, 3, 64).astype(float)
+    assert select_units([tied], 0.25) == [sorted(sorted(range(64), key=lambda j: (tied[j], j))[:16])]
+    # ... and by layer, then position, globally; layer 0 stops at its floor of one, layer 1 gives the third unit
     assert select_units([np.ones(3), np.ones(3)], 0.5, "global") == [[0, 1], [0]]
 
 
@@ -226,3 +232,16 @@ def test_prune_model_refuses_bad_settings_before_touching_the_model(base):
         assert str(refused.value).startswith(start), (kw, str(refused.value))
     assert structure(model) == before and not hasattr(model.config, PRUNING_KEY)
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_model_with_a_small_vocabulary_is_traced_and_pruned():
+    """The tracing batch holds ids below the vocabulary size whatever it is (a 64-token vocabulary here)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2,
+                                                     num_attention_heads=4, intermediate_size=64))
+    plan = prune_model(model, heads=0.5, ffn=0.25)
+    assert [len(h) for h in plan.heads] == [2, 2] and [len(f) for f in plan.ffn] == [16, 16]
+    assert structure(model)["heads_per_layer"] == [2, 2]
+
