@@ -177,6 +177,22 @@ def test_mean_over_seeds_reduces_to_a_t_interval_without_seed_spread():
         mean_over_seeds_interval(per_example[None, :])
 
 
+def test_mean_over_seeds_interval_adds_both_variances_with_welch_satterthwaite_df():
+    """A 3-seed x 4-example table worked by hand: example means 2/3, 1/3, 1, 2/3 (variance 2/27, over 4:
+    1/54); seed means 3/4, 1/2, 3/4 (variance 1/24, over 3: 1/144); se^2 = 1/54 + 1/144 = 11/432."""
+    from scipy.stats import t as student_t
+
+    per_seed = np.array([[1, 0, 1, 1], [0, 0, 1, 1], [1, 1, 1, 0]])
+    var_examples, var_seeds = 1 / 54, 1 / 144
+    se2 = var_examples + var_seeds
+    df = se2 ** 2 / (var_examples ** 2 / 3 + var_seeds ** 2 / 2)
+    half = student_t.ppf(0.95, df) * math.sqrt(se2)
+    got = mean_over_seeds_interval(per_seed, confidence=0.9)
+    assert got.estimate == pytest.approx(2 / 3) and got.confidence == 0.9
+    assert (got.low, got.high) == (pytest.approx(2 / 3 - half), pytest.approx(2 / 3 + half))
+    assert f"{df:.1f} df" in got.method
+
+
 def test_history_z_and_t_scores():
     window = [10.0, 10.2, 9.8, 10.1, 9.9]
     sd = math.sqrt((0 + 0.04 + 0.04 + 0.01 + 0.01) / 4)
