@@ -128,6 +128,26 @@ def test_normalize_texts_splits_pairs_and_keeps_order():
         normalize_texts([("a", "b"), ("c", "d", "e")])
     with pytest.raises(CompressError, match="input 0 is a int"):
         normalize_texts([3])
+    with pytest.raises(CompressError, match=r"got a bytes, not a text .*\(decode bytes first"):
+        normalize_texts(b"good")
+    for wrong, name in (({"text": "good"}, "dict"), (5, "int")):
+        with pytest.raises(CompressError, match=f"got a {name}, not a text or a list of texts; give a") as error:
+            normalize_texts(wrong)
+        assert "decode" not in str(error.value)
+
+
+def test_length_sorted_batches_and_pad_rows_on_their_own():
+    """The two pieces every batching path shares, called directly: the refusals, no token types given
+    (zeros when the model takes them), and no rows at all."""
+    from compress.windows import length_sorted_batches, pad_rows
+
+    for wrong in (0, True, 2.0):
+        with pytest.raises(CompressError, match="batch-size"):
+            length_sorted_batches([3, 1], wrong)
+    arrays = pad_rows([[5, 6], [7]], None, 9, need_token_types=True)
+    assert arrays["input_ids"].tolist() == [[5, 6], [7, 9]] and arrays["token_type_ids"].tolist() == [[0, 0], [0, 0]]
+    empty = pad_rows([], None, 0, need_token_types=False)
+    assert empty["input_ids"].shape == empty["attention_mask"].shape == (0, 0)
 
 
 def test_softmax_is_stable_and_sums_to_one():
@@ -148,7 +168,7 @@ def test_logits_come_back_in_the_input_order_whatever_the_batch_size(classifier)
         got = predictor.logits(TEXTS, batch_size=batch_size)
         assert got.shape == (len(TEXTS), 3) and got.dtype == np.float32
         np.testing.assert_allclose(got, expected, atol=1e-5, err_msg=f"batch_size={batch_size}")
-    assert predictor.logits([]).shape == (0, 3)
+    assert predictor.logits([]).shape == (0, 3) and predictor.logits([]).dtype == np.float32
     np.testing.assert_allclose(predictor.logits(TEXTS[1]), expected[1:2], atol=1e-5)  # one text
 
 
@@ -175,8 +195,8 @@ def test_a_choice_sends_each_batch_to_the_artifact_chosen_for_its_size(classifie
     """A ``choice`` folder by hand: BERT (takes token types) for batch 1, MPNet (does not) for batch 8.
 
     Each batch must reach the artifact measured nearest its size on a log scale (2 rows: BERT, 3
-    rows: MPNet) with exactly the arrays that artifact takes: a pair's token types kept for BERT,
-    dropped for MPNet (whose forward has no such argument)."""
+    rows: MPNet) with the arrays that artifact takes: a pair's token types kept for BERT (its answer
+    depends on them), dropped for MPNet (whose forward names no such argument)."""
     import json
     import shutil
 
@@ -253,3 +273,22 @@ def test_a_tagger_gets_each_windows_token_rows_trimmed_of_padding(tmp_path):
     default = predictor.predict(TEXTS[:2])  # first sub-token, no per-word lists unless asked
     assert default == predictor.predict(TEXTS[:2], aggregation="first", word_tags=False)
     assert [sorted(r) for r in default] == [["entities", "text"]] * 2
+
+
+def test_more_labels_than_a_short_texts_tokens_keep_every_logit(tmp_path):
+    """A classifier's output row is one logit per label, never cut to the window's token count (a
+    3-token text, 5 labels), and ``max`` pooling set on the predictor is the pooling used."""
+    from conftest import make_bert
+
+    folder = make_bert(tmp_path / "five", layers=1, head=True, num_labels=5, seed=1)
+    expected = _one_at_a_time(folder, ["good", "bad plot"])
+    predictor = Predictor.load(folder, threads=1)
+    np.testing.assert_allclose(predictor.logits(["good", "bad plot"]), expected, atol=1e-5)
+    long = " ".join(TEXTS * 6)  # past max_length: several windows, pooled
+    predictor.set_windows(stride=8)
+    windows = predictor.encode([long])
+    assert len(windows) > 1
+    rows = np.stack(predictor.run_windows(windows))
+    np.testing.assert_allclose(predictor.set_windows(8, "max").logits([long]), rows.max(0, keepdims=True), atol=1e-6)
+    np.testing.assert_allclose(predictor.set_windows(8, "mean").logits([long]), rows.mean(0, keepdims=True),
+                               atol=1e-5)
