@@ -177,6 +177,16 @@ def test_mean_over_seeds_reduces_to_a_t_interval_without_seed_spread():
         mean_over_seeds_interval(per_example[None, :])
 
 
+def test_the_paired_bootstrap_is_reproducible_from_its_seed():
+    """The same inputs give the same interval on every run (the gate's verdict must not flicker), and
+    another seed draws other replicates."""
+    rng = np.random.default_rng(3)
+    ref, art = rng.random(400) < 0.9, rng.random(400) < 0.85
+    first = accuracy_drop_interval(ref, art, resamples=500)
+    assert accuracy_drop_interval(ref, art, resamples=500) == first
+    assert accuracy_drop_interval(ref, art, resamples=500, seed=1) != first
+
+
 def test_mean_over_seeds_interval_adds_both_variances_with_welch_satterthwaite_df():
     """A 3-seed x 4-example table worked by hand: example means 2/3, 1/3, 1, 2/3 (variance 2/27, over 4:
     1/54); seed means 3/4, 1/2, 3/4 (variance 1/24, over 3: 1/144); se^2 = 1/54 + 1/144 = 11/432."""
