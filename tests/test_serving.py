@@ -175,7 +175,9 @@ def test_requirements_serve_venv_predicts(artifacts, tmp_path):
     unreachable = _unreachable_package_sources(python)
     if unreachable:
         pytest.skip(unreachable)
-    pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    # --no-compile: byte-compiling numpy's and onnxruntime's sources is seconds of CPU and no part of the install
+    # under test (Python compiles what it imports on first use either way).
+    pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"]
     got = subprocess.run(pip + ["-r", str(ROOT / "requirements-serve.txt")], capture_output=True, text=True, timeout=900)
     assert got.returncode == 0, f"pip could not install requirements-serve.txt: {got.stderr.strip()[-3000:]}"
     source = tmp_path / "source"  # a copy, so the build leaves nothing in the checkout
