@@ -1170,9 +1170,3 @@ class OptimizeConfig(ConfigBase):
         return problems
 
 
-#: Stage name -> its config class, in the order a recipe runs the stages.
-STAGE_CONFIGS: dict[str, type[ConfigBase]] = {
-    "teacher": TeacherConfig, "pretrain": PretrainConfig, "distill": DistillConfig, "prune": PruneConfig,
-    "export": ExportConfig, "quantize": QuantizeConfig, "optimize": OptimizeConfig, "bench": BenchConfig,
-    "gate": GateConfig,
-}

@@ -302,6 +302,11 @@ def all_stages() -> list[Stage]:
     return list(_REGISTRY.values())
 
 
+def stage_configs() -> dict[str, type[ConfigBase]]:
+    """Stage name -> its config class, in recipe order."""
+    return {stage.name: stage.config for stage in _REGISTRY.values()}
+
+
 def find(name: str) -> Stage | None:
     return _REGISTRY.get(name)
 
@@ -322,4 +327,4 @@ def for_config(config: ConfigBase) -> Stage | None:
 
 
 __all__ = ["BUILTIN", "Input", "Outputs", "Stage", "all_stages", "artifact_complete", "find", "for_config", "get",
-           "names", "never_complete", "register", "results_complete", "unregister"]
+           "names", "never_complete", "register", "results_complete", "stage_configs", "unregister"]

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from compress.cli import build_parser, stage_config
-from compress.config import (STAGE_CONFIGS, BenchConfig, ConfigError, DataOptions, DistillConfig, ExportConfig,
+from compress.stages import stage_configs
+from compress.config import (BenchConfig, ConfigError, DataOptions, DistillConfig, ExportConfig,
                              GateConfig, PruneConfig, QuantizeConfig, StudentSpec, TeacherConfig, TrainSettings)
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
@@ -82,7 +83,7 @@ def _config_dests(parser: argparse.ArgumentParser) -> set[str]:
 def test_every_command_flag_is_a_config_key_and_back():
     """What a recipe section takes is exactly what the stage's command takes as flags."""
     subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
-    for stage, cls in STAGE_CONFIGS.items():
+    for stage, cls in stage_configs().items():
         flags = _config_dests(subparsers[stage]) - DATA_FLAGS
         keys = set(cls.known_keys())
         not_flags = {"atol"} if stage == "export" else ({"progress"} if stage == "bench" else set())
@@ -138,7 +139,7 @@ def chain(tmp_path_factory):
 def test_compress_json_config_reloads_into_the_config_that_made_it(chain, stage):
     cfg, folder = chain[stage]
     saved = json.loads((folder / "compress.json").read_text())["config"]
-    reloaded = STAGE_CONFIGS[stage].from_dict(saved, where=f"{folder}/compress.json")
+    reloaded = stage_configs()[stage].from_dict(saved, where=f"{folder}/compress.json")
     assert reloaded == cfg
     assert reloaded.to_dict() == saved
     assert reloaded.fingerprint() == cfg.fingerprint()

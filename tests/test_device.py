@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from compress.cli import build_parser, main, stage_config
-from compress.config import STAGE_CONFIGS, ConfigError
+from compress.config import ConfigError
+from compress.stages import stage_configs
 from compress.device import DEVICE_FORMS, check_device_spec, device_problem, mixed_precision, resolve_device
 from compress.errors import CompressError
 from tests.conftest import make_bert, sentiment_rows, write_csv
@@ -44,7 +45,7 @@ def test_bad_forms_get_one_clear_error(spec):
 
 @pytest.mark.parametrize("stage", DEVICE_STAGES)
 def test_every_model_stage_config_has_a_validated_device(stage):
-    cls = STAGE_CONFIGS[stage]
+    cls = stage_configs()[stage]
     assert cls().device == "auto" and "device" in cls.known_keys()
     assert cls.from_dict({"device": "cuda:1"}, check=False).device == "cuda:1"
     with pytest.raises(ConfigError) as info:

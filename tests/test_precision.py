@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from compress.cli import build_parser, main, stage_config
-from compress.config import STAGE_CONFIGS, ConfigError, TeacherConfig
+from compress.config import ConfigError, TeacherConfig
+from compress.stages import stage_configs
 from compress.device import (PRECISIONS, PrecisionChoice, cpu_flags, decide_precision, mixed_precision,
                              resolve_precision)
 from compress.errors import CompressError
@@ -207,8 +208,8 @@ def test_every_model_command_has_the_precision_flag_of_the_one_field(command):
 
     action = next(a for a in _subparsers()[command]._actions if "--precision" in a.option_strings)
     assert action.default == "auto" and tuple(action.choices) == PRECISIONS and PRECISION_HELP in action.help
-    if command in STAGE_CONFIGS:
-        assert STAGE_CONFIGS[command]().precision == "auto" and "precision" in STAGE_CONFIGS[command].known_keys()
+    if command in stage_configs():
+        assert stage_configs()[command]().precision == "auto" and "precision" in stage_configs()[command].known_keys()
 
 
 @pytest.mark.parametrize("argv", [
