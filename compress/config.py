@@ -40,8 +40,8 @@ SOFT_LABEL_RUNTIMES = ("auto", "pytorch", "onnx-int8")
 SOFT_LABELS_AUTO_MIN_ROWS = 2000
 SOFT_LABELS_HELP = ("who labels the training rows and the transfer set: onnx-int8 (the teacher's ONNX Runtime INT8 "
                     "copy, used only where it agrees with the PyTorch teacher on --soft-labels-min-agreement of the "
-                    "validation split), pytorch (the teacher itself), or auto (onnx-int8 on the CPU when there are at "
-                    f"least {SOFT_LABELS_AUTO_MIN_ROWS:,} rows to label and no intermediate losses; else pytorch)")
+                    "validation split), pytorch (the teacher itself), or auto (onnx-int8 on a CPU with VNNI when there "
+                    f"are at least {SOFT_LABELS_AUTO_MIN_ROWS:,} rows to label and no intermediate losses; else pytorch)")
 SCHEDULES = ("joint", "two-stage")
 IMPORTANCES = ("magnitude", "taylor")
 SCOPES = ("uniform", "global")

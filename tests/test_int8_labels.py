@@ -31,20 +31,27 @@ def _distill(teacher, data, out, **kw):
     return json.loads((distill(cfg, out) / "compress.json").read_text())
 
 
-@pytest.mark.parametrize("setting, device, intermediate, world, rows, expected, why", [
-    ("pytorch", "cpu", False, 1, 10**6, False, "--soft-labels pytorch"),
-    ("auto", "cpu", True, 1, 10**6, False, "intermediate losses"),
-    ("onnx-int8", "cpu", True, 1, 10**6, False, "intermediate losses"),
-    ("auto", "cpu", False, 2, 10**6, False, "distributed"),
-    ("auto", "cpu", False, 1, 0, False, "cached"),
-    ("auto", "cuda:0", False, 1, 10**6, False, "cuda:0"),
-    ("auto", "cpu", False, 1, SOFT_LABELS_AUTO_MIN_ROWS - 1, False, "fewer than"),
-    ("auto", "cpu", False, 1, SOFT_LABELS_AUTO_MIN_ROWS, True, ""),
-    ("onnx-int8", "cpu", False, 1, 5, True, ""),        # asked for: tried even for a few rows
-    ("onnx-int8", "cuda:0", False, 1, 5, True, ""),
+VNNI = frozenset({"avx2", "avx512f", "avx512_vnni"})
+AVX2 = frozenset({"avx2", "fma"})
+
+
+@pytest.mark.parametrize("setting, device, intermediate, world, rows, flags, expected, why", [
+    ("pytorch", "cpu", False, 1, 10**6, VNNI, False, "--soft-labels pytorch"),
+    ("auto", "cpu", True, 1, 10**6, VNNI, False, "intermediate losses"),
+    ("onnx-int8", "cpu", True, 1, 10**6, VNNI, False, "intermediate losses"),
+    ("auto", "cpu", False, 2, 10**6, VNNI, False, "distributed"),
+    ("auto", "cpu", False, 1, 0, VNNI, False, "cached"),
+    ("auto", "cuda:0", False, 1, 10**6, VNNI, False, "cuda:0"),
+    ("auto", "cpu", False, 1, SOFT_LABELS_AUTO_MIN_ROWS - 1, VNNI, False, "fewer than"),
+    ("auto", "cpu", False, 1, SOFT_LABELS_AUTO_MIN_ROWS, VNNI, True, ""),
+    ("auto", "cpu", False, 1, 10**6, AVX2, False, "no VNNI"),
+    ("auto", "cpu", False, 1, 10**6, frozenset({"avx_vnni"}), True, ""),
+    ("auto", "cpu", False, 1, 10**6, frozenset({"amx_int8"}), True, ""),
+    ("onnx-int8", "cpu", False, 1, 5, AVX2, True, ""),        # asked for: tried even for a few rows, without VNNI
+    ("onnx-int8", "cuda:0", False, 1, 5, VNNI, True, ""),
 ])
-def test_when_the_int8_copy_is_tried(setting, device, intermediate, world, rows, expected, why):
-    wanted, reason = wants_int8(setting, device, intermediate, world, rows)
+def test_when_the_int8_copy_is_tried(setting, device, intermediate, world, rows, flags, expected, why):
+    wanted, reason = wants_int8(setting, device, intermediate, world, rows, flags)
     assert wanted is expected
     assert why in reason
 
