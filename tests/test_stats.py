@@ -185,6 +185,11 @@ def test_the_paired_bootstrap_is_reproducible_from_its_seed():
     first = accuracy_drop_interval(ref, art, resamples=500)
     assert accuracy_drop_interval(ref, art, resamples=500) == first
     assert accuracy_drop_interval(ref, art, resamples=500, seed=1) != first
+    times = 100e6 * np.exp(0.2 * rng.standard_normal(60))
+    other = times / (1.5 * np.exp(0.1 * rng.standard_normal(60)))
+    speedup = speedup_interval(times, other, resamples=500)
+    assert speedup_interval(times, other, resamples=500) == speedup  # the block bootstrap too
+    assert speedup_interval(times, other, resamples=500, seed=1) != speedup
 
 
 def test_mean_over_seeds_interval_adds_both_variances_with_welch_satterthwaite_df():
