@@ -12,7 +12,7 @@ import pytest
 
 from compress.errors import CompressError
 from compress.pipeline import load_recipe, plan, run_recipe
-from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
+from tests.conftest import make_bert, run_cli, sentiment_rows, train_briefly, write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -101,7 +101,7 @@ def test_tiny_recipe_end_to_end_then_everything_is_skipped(tmp_path, capsys):
     assert [r["status"] for r in third] == ["skipped", "ran", "ran", "ran"]
 
 
-def test_killed_run_resumes_at_the_unfinished_stage(tmp_path):
+def test_killed_run_resumes_at_the_unfinished_stage(tmp_path, capsys):
     path = _tiny_recipe(tmp_path, epochs=40)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "compress", "run", str(path)]
@@ -115,7 +115,7 @@ def test_killed_run_resumes_at_the_unfinished_stage(tmp_path):
     proc.wait()
     assert list(ckpts.glob("checkpoint-*")), "distillation never wrote a checkpoint"
     assert not (tmp_path / "run" / "student").exists()  # no half-written artifact
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = run_cli(["run", str(path)], capsys)  # the resume: the same command, in this process
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "[teacher] up to date" in done.stdout
     assert "resuming from" in done.stdout
@@ -184,15 +184,14 @@ def test_editing_a_data_file_reruns_the_stages_that_read_it(tmp_path, capsys):
     assert record["identity"]["inputs"]["data"] == __import__("compress.fingerprint").fingerprint.file_sha256(data)
 
 
-def test_a_stage_error_keeps_its_message_and_debug_shows_the_traceback(tmp_path, sentiment_csv):
+def test_a_stage_error_keeps_its_message_and_debug_shows_the_traceback(tmp_path, sentiment_csv, capsys):
     broken = tmp_path / "no-weights"
     broken.mkdir()
     (broken / "config.json").write_text(json.dumps({"model_type": "bert"}))
     path = _recipe(tmp_path, f"out: {tmp_path / 'run'}\ndata: {sentiment_csv}\nteacher: {{model: {broken}}}\n")
     with pytest.raises(CompressError, match="has a config.json but no weights"):
         run_recipe(load_recipe(path))
-    cmd = [sys.executable, "-m", "compress", "run", str(path)]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = run_cli(["run", str(path)], capsys)
     assert done.returncode == 2 and "error:" in done.stderr and "has a config.json but no weights" in done.stderr
     assert "Traceback" not in done.stderr and "exit code" not in done.stderr
     done = subprocess.run([sys.executable, "-m", "compress", "--debug", "run", str(path)], cwd=ROOT,
@@ -252,7 +251,7 @@ bench: {{quick: true, memory: false, seq_lens: [16], threads: 1}}
     assert [r["status"] for r in run_recipe(load_recipe(path))] == ["skipped"] * 4
 
 
-def test_a_recipe_changed_after_a_kill_does_not_resume_the_old_checkpoint(tmp_path):
+def test_a_recipe_changed_after_a_kill_does_not_resume_the_old_checkpoint(tmp_path, capsys):
     path = _tiny_recipe(tmp_path, epochs=40)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "compress", "run", str(path)]
@@ -270,7 +269,7 @@ def test_a_recipe_changed_after_a_kill_does_not_resume_the_old_checkpoint(tmp_pa
     assert old, "distillation never wrote a checkpoint"
     # the recipe is edited: another learning rate, and fewer epochs so the fresh run is short
     path.write_text(path.read_text().replace("epochs: 40, lr: 0.002", "epochs: 1, lr: 0.001"))
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = run_cli(["run", str(path)], capsys)  # the rerun: the same command, in this process
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "[teacher] up to date" in done.stdout
     assert "resuming from" not in done.stdout
