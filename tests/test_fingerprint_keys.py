@@ -370,3 +370,29 @@ def test_the_store_keeps_float32_refuses_pickles_and_writes_into_new_folders(tmp
     if other_device:
         assert not list(scratch.iterdir())  # nothing was staged in the system's temp folder
         scratch.rmdir()
+
+
+def test_a_config_no_stage_owns_is_fingerprinted_by_its_data_only(tmp_path):
+    """The registry's fallback: a config of no registered stage (a helper config, a stage not yet registered)
+    reads its ``data`` and nothing else; a ``data`` that is not task data (a plain string) is not read."""
+    from dataclasses import dataclass, field
+
+    from compress.config import ConfigBase
+
+    @dataclass
+    class Unowned(ConfigBase):
+        data: DataOptions | str | None = None
+        model: str = ""
+
+    csv = tmp_path / "rows.csv"
+    csv.write_text("text,label\ngood,1\nbad,0\n", encoding="utf-8")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights")
+    owned = fp.stage_inputs(Unowned(data=DataOptions(str(csv)), model=str(model)))
+    assert owned == {"data": fp.data_fingerprint(DataOptions(str(csv)))}  # the model is not an input here
+    assert fp.stage_inputs(Unowned(data=str(csv), model=str(model))) == {}  # a string is not task data
+    assert fp.stage_inputs(Unowned()) == {}
+    changed = fp.stage_inputs(Unowned(data=DataOptions(str(csv))))
+    csv.write_text("text,label\ngood,1\nbad,1\n", encoding="utf-8")
+    assert fp.stage_inputs(Unowned(data=DataOptions(str(csv)))) != changed
