@@ -800,6 +800,17 @@ def test_traffic_agreement_on_the_clopper_pearson_bounds(tmp_path, bound, offset
     assert _status(tmp_path, f"min_traffic_agreement = {float(bounds[bound]) + offset!r}", doc) == expected
 
 
+@pytest.mark.parametrize("where", ["reference", "artifact"])
+def test_traffic_agreement_without_traffic_predictions_fails_and_says_how_to_get_them(tmp_path, where):
+    """A rules file asking for traffic agreement on results made without --traffic-file: a fail, not a skip."""
+    doc = make_results()
+    other = 1 if where == "reference" else 0  # the side that keeps its predictions
+    doc["artifacts"][other]["traffic_agreement"] = {"predictions": [0, 1, 2]}
+    checks = _checks(tmp_path, "[rules]\nmin_traffic_agreement = 0.9\n", doc)
+    check = checks[("student", "min_traffic_agreement")]
+    assert check.status == "fail" and "--traffic-file" in check.message
+
+
 # ----------------------------------------------------------------------------- what a decision reports
 # (found by mutation testing: each of these fails when the gate takes the right decision for the wrong
 # reason, or reports another configuration, confidence or test-set size than the one it decided on)
