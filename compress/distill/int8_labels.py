@@ -132,6 +132,8 @@ def choose_label_runtime(setting: str, min_agreement: float, teacher, validation
     enough with the PyTorch teacher on validation, else the PyTorch teacher."""
     wanted, why_not = wants_int8(setting, device, intermediate, world_size, rows)
     if not wanted:
+        if setting != "pytorch" and rows >= AUTO_MIN_ROWS:  # a labelling big enough for the choice to matter
+            print(f"soft labels: the PyTorch teacher labels the {rows} training rows ({why_not})", flush=True)
         return LabelRuntime("pytorch", why_not)
     if validation is None or validation_logits is None or len(validation) == 0:
         return LabelRuntime("pytorch", "no validation split to check the INT8 teacher's labels against")
