@@ -1001,3 +1001,150 @@ def test_on_inconclusive_fail_headline():
         "passed (inconclusive counted as pass)", EXIT_PASS)
     assert outcome([Check("a", "r", 1.0, "-", "inconclusive")]) == ("INCONCLUSIVE", EXIT_INCONCLUSIVE)
     assert outcome([Check("a", "r", 1.0, "-", "fail")]) == ("FAILED", EXIT_FAIL)
+
+
+# ----------------------------------------------------------------------------- gate survivors of issue 28
+# (each test below fails on a mutant that the tests above let through; the mutant is named in its docstring)
+
+
+def test_passing_point_checks_carry_no_message(tmp_path):
+    """A size or fusion check that passes says nothing (``_evaluate_rule`` 28 kept the failure text)."""
+    checks = _checks(tmp_path, "[rules]\nmax_size_mb = 90\nmin_fused_attention = 6\n"
+                               "require_full_attention_fusion = true\n")
+    for key in (("student", "max_size_mb"), ("student-int8", "max_size_mb"), ("student-int8", "min_fused_attention"),
+                ("student-int8", "require_full_attention_fusion")):
+        assert (checks[key].status, checks[key].message) == ("pass", ""), key
+
+
+def test_a_failing_traffic_agreement_says_where_the_disagreements_are(tmp_path):
+    """190 of 200 texts agree, a limit of 0.99 is above the whole interval: the message points at the file's
+    disagreement list (``_traffic_agreement`` 81 dropped the fail message)."""
+    doc = make_results()
+    reference = [i % 3 for i in range(200)]
+    doc["artifacts"][0]["traffic_agreement"] = {"predictions": reference}
+    doc["artifacts"][1]["traffic_agreement"] = {"predictions": [(p + 1) % 3 if i < 10 else p
+                                                                for i, p in enumerate(reference)]}
+    check = _checks(tmp_path, "[rules]\nmin_traffic_agreement = 0.99\n", doc)[("student", "min_traffic_agreement")]
+    assert check.status == "fail" and check.measured == "0.9500 of 200 texts"
+    assert check.message.startswith("traffic agreement 0.9500 of 200 texts: even the upper bound")
+    assert "traffic_agreement.disagreements" in check.message
+
+
+def test_identical_seed_groups_show_no_fall_and_a_zero_width_interval(tmp_path):
+    """The same seeds benchmarked again: the fall is 0 and its interval [0, 0], in points and as a share
+    (``_accuracy_regression`` 30 showed a 100-point fall, 31 an interval [100, 0])."""
+    base = _with_seed_group([0.88, 0.87, 0.89])
+    check = _checks(tmp_path, "[rules]\nmax_accuracy_regression = 0.0\n", base, copy.deepcopy(base))[
+        ("student", "max_accuracy_regression")]
+    assert check.status == "pass" and check.interval == "[+0.00, +0.00] pt (95%)"
+    assert check.measured.endswith(" points against the baseline (mean of 3 seeds against 3)")
+    assert float(check.measured.split()[1]) == 0.0
+    only_accuracy = "\nlatency_batch_size = 32"  # no latency config in common: the accuracy half decides alone
+    check = _checks(tmp_path, f"[rules]\nmax_regression = 0.0{only_accuracy}\n", base, copy.deepcopy(base))[
+        ("student", "max_regression")]
+    assert check.status == "pass" and check.interval == "[+0.0%, +0.0%] (95%)"
+    assert float(check.measured.split()[1].rstrip("%")) == 0.0
+
+
+def _other_examples_baseline() -> tuple[dict, np.ndarray]:
+    """A baseline run on other examples (the last 100 labels differ, another data fingerprint), and the
+    baseline student's correctness on its own labels (0.95; 0.88 on the new labels)."""
+    baseline = make_results()
+    labels = [1 - y if i >= 900 else y for i, y in enumerate(_labels())]
+    baseline["data"].update(labels=labels, fingerprint="other-test-set")
+    student = baseline["artifacts"][1]["quality"]
+    correct = np.asarray(student["predictions"]) == np.asarray(labels)
+    student["accuracy"] = float(correct.mean())
+    return baseline, correct
+
+
+def test_accuracy_regression_on_other_examples_is_unpaired_at_the_rules_confidence(tmp_path):
+    """Against a baseline of other examples the fall is the unpaired interval, of the baseline's correctness
+    on the baseline's labels, at the rules' confidence, in points and as a share
+    (``_accuracy_regression`` 47 read the baseline against the new labels, 93 dropped the confidence, 94 the
+    share, 95 the baseline's correctness)."""
+    from benchmarks.stats import unpaired_accuracy_drop_interval
+
+    baseline, old = _other_examples_baseline()
+    current = make_results()
+    _set_quality(current["artifacts"][1], 0.85, 0.92)
+    new = np.asarray(current["artifacts"][1]["quality"]["predictions"]) == np.asarray(_labels())
+    assert (old.mean(), new.mean()) == (0.95, 0.85)
+    points = unpaired_accuracy_drop_interval(old, new, 0.9)
+    check = _checks(tmp_path, "[rules]\nmax_accuracy_regression = 0.1\nconfidence = 0.9\n", current, baseline)[
+        ("student", "max_accuracy_regression")]
+    assert "(unpaired: other examples)" in check.measured
+    assert check.interval == f"[{100 * points.low:+.2f}, {100 * points.high:+.2f}] pt (90%)"
+    assert _status(tmp_path, f"max_accuracy_regression = {points.high!r}\nconfidence = 0.9", current,
+                   baseline=baseline) == "pass"
+    assert _status(tmp_path, f"max_accuracy_regression = {points.high - TINY!r}\nconfidence = 0.9", current,
+                   baseline=baseline) == "inconclusive"
+    share = unpaired_accuracy_drop_interval(old, new, 0.9, relative=True)
+    assert abs(share.high - points.high) > 0.005  # the share and the points are told apart
+    check = _checks(tmp_path, "[rules]\nmax_regression = 0.5\nlatency_batch_size = 32\nconfidence = 0.9\n", current,
+                    baseline)[("student", "max_regression")]
+    assert check.interval == f"[{share.low:+.1%}, {share.high:+.1%}] (90%)" and "unpaired" in check.measured
+
+
+def test_paired_max_regression_decides_the_accuracy_share(tmp_path):
+    """max_regression's accuracy half on the same examples is the paired interval of the relative fall: a
+    limit just under its lower bound fails, where the fall in points would not (``_accuracy_regression`` 86)."""
+    from benchmarks.stats import accuracy_drop_interval
+
+    baseline, current = make_results(), make_results()
+    _set_quality(current["artifacts"][1], 0.85, 0.92)
+    labels = np.asarray(_labels())
+    old = np.asarray(baseline["artifacts"][1]["quality"]["predictions"]) == labels
+    new = np.asarray(current["artifacts"][1]["quality"]["predictions"]) == labels
+    share, points = accuracy_drop_interval(old, new, relative=True), accuracy_drop_interval(old, new)
+    assert points.low < share.low - 2 * TINY  # the fall in points sits under the limit used below
+    toml = "max_regression = {!r}\nlatency_batch_size = 32"
+    assert _status(tmp_path, toml.format(share.low - TINY), current, baseline=baseline) == "fail"
+    assert _status(tmp_path, toml.format(share.high), current, baseline=baseline) == "pass"
+    check = _checks(tmp_path, "[rules]\n" + toml.format(0.2) + "\n", current, baseline)[("student", "max_regression")]
+    assert check.interval == f"[{share.low:+.1%}, {share.high:+.1%}] (95%)" and "(paired)" in check.measured
+
+
+def test_relative_drop_of_a_group_against_a_reference_that_got_nothing_right(tmp_path):
+    """A reference right on no example cannot be divided by: the group's drop stays in points, negative (the
+    seeds do better), and passes (``_accuracy_drop`` 81 divided by the reference accuracy 0)."""
+    from benchmarks.stats import mean_over_seeds_interval
+
+    doc = _with_seed_group([0.88, 0.87, 0.89])
+    labels = np.asarray(_labels())
+    teacher = doc["artifacts"][0]["quality"]
+    teacher.update(accuracy=0.0, predictions=[int(1 - y) for y in labels])
+    members = [a for a in doc["artifacts"] if a["name"].startswith("student-s")]
+    per_seed = np.stack([0.0 - (np.asarray(m["quality"]["predictions"]) == labels) for m in members])
+    interval = mean_over_seeds_interval(per_seed)
+    assert interval.high < 0
+    check = _checks(tmp_path, "[rules]\nmax_relative_accuracy_drop = 0.0\n", doc)[("student", "max_relative_accuracy_drop")]
+    assert check.status == "pass"
+    assert check.interval == f"[{100 * interval.low:+.2f}, {100 * interval.high:+.2f}]% (95%)"
+
+
+def test_regression_shows_the_config_with_the_largest_growth(tmp_path):
+    """Constant rounds: normalised latency grows exactly 10% at batch 1 and 4% at batch 8, both under 20%.
+    The check shows batch 1, the larger growth, in the percent format (``_regression`` 212 picked the part
+    by its text, 152 showed the interval unformatted)."""
+    baseline = _exact_results()
+    current = _exact_results((11_000_000, 20_800_000))
+    check = _checks(tmp_path, "[rules]\nmax_regression = 0.2\n", current, baseline)[("student", "max_regression")]
+    assert check.status == "pass"
+    assert check.measured.startswith("latency/reference +10.0% at batch 1 seq 128")
+    assert check.interval == "[+10.0%, +10.0%] (95%)"
+
+
+def test_regression_goes_on_past_a_config_the_reference_was_not_timed_at(tmp_path):
+    """The reference was timed at batch 8 only; the student at batch 1 and 8, its batch-8 latency 20% up. The
+    batch-1 config has no paired speedup, and the next one is still judged: a fail naming batch 8, not an
+    inconclusive for the missing timings (``_regression`` 108 stopped at the first config)."""
+    baseline, current = _exact_results(), _exact_results((10_000_000, 24_000_000))
+    for doc in (baseline, current):
+        doc["artifacts"][0]["latency"] = [_constant_entry(8, 40_000_000)]
+    path = tmp_path / "partial-reference.json"
+    path.write_text(json.dumps(current))
+    current = load_results(path)  # a results file the gate accepts
+    check = _checks(tmp_path, "[rules]\nmax_regression = 0.1\n", current, baseline)[("student", "max_regression")]
+    assert check.status == "fail" and "at batch 8 seq 128 grew 20.0%" in check.message
+    assert check.measured.startswith("latency/reference +20.0% at batch 8 seq 128")
