@@ -12,16 +12,21 @@ construction, and a budget between them must stop the loop at the second.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
 
-from compress.artifact import read_meta
+from compress.artifact import read_meta, write_artifact
 from compress.config import DataOptions
 from compress.errors import CompressError
-from compress.export import export_onnx
-from compress.quantize import _choose, candidate_plan, quantize, sensitive_torch_modules
+from compress.export import PARITY_TEXTS, export_onnx
+from compress.formats.onnx import ONNX_FILE
+from compress.quantize import CandidateSpec, _choose, candidate_plan, quantize, sensitive_torch_modules
 from compress.runtime import Predictor
 from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
 
@@ -41,6 +46,9 @@ def test_candidate_plans_are_pinned():
     assert names("ort-static") == ["per-channel+static-minmax", "per-channel+static-percentile",
                                    "per-channel+static-percentile+sensitive-fp32"]
     assert names("torch-bf16") == ["bf16"]
+    # bf16 and the fp32 IR have no INT8 setting to choose, and compress.json records none as used
+    assert candidate_plan("torch-bf16", per_channel=True) == [CandidateSpec(False, False, False, precision="bf16")]
+    assert candidate_plan("openvino-fp32", per_channel=True) == [CandidateSpec(False, False, False, precision="fp32")]
     assert names("ort-dynamic", per_channel=True, reduce_range=True) == ["per-channel+reduce-range",
                                                                          "per-channel+reduce-range+sensitive-fp32"]
     assert names("ort-static", reduce_range=True) == ["per-channel+static-minmax+reduce-range",
@@ -72,34 +80,72 @@ def test_choose_keeps_the_first_within_budget_else_the_most_accurate_and_earlies
     assert _choose([unmeasured, {"name": "per-channel"}]) is unmeasured
 
 
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
-    """(PyTorch fp32 folder, data, scratch root) for a briefly trained 2-layer BERT with the planted pooler outlier."""
+#: Set by tools/mutation/mutate.py: a folder shared by every mutant's test run (see :func:`built_once`).
+FIXTURE_CACHE = "MUTATION_FIXTURE_CACHE"
+
+
+def built_once(name: str, build: Callable[[Path], None], scratch: Path) -> Path:
+    """``build(folder)`` run into ``scratch/name``; under the mutation driver, once per mutation run.
+
+    The driver runs these tests once per mutant of compress/quantize.py, each in a fresh pytest
+    session. What is built here (the planted model trained, its exports) does not run that module,
+    so it is the same for every mutant; training it again costs about half of a mutant's 20 s. With
+    ``MUTATION_FIXTURE_CACHE`` set (the driver sets it to a folder in its scratch copy, new each run),
+    the first session builds into it and the others read it. Outside the driver nothing is shared.
+    """
+    cache = os.environ.get(FIXTURE_CACHE)
+    if not cache:
+        build(scratch / name)
+        return scratch / name
+    done = Path(cache) / name
+    if not done.is_dir():
+        Path(cache).mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache))
+        build(staging / name)
+        try:
+            os.rename(staging / name, done)  # atomic: a reader sees the whole folder or none
+        except OSError:  # another session got there first, from the same inputs
+            pass
+        shutil.rmtree(staging, ignore_errors=True)
+    return done
+
+
+def _build_planted(folder: Path) -> None:
+    """A briefly trained 2-layer BERT with the planted pooler outlier in ``folder/planted``, its data beside it."""
     import torch
 
     from compress.modeling import load_classifier
 
-    root = tmp_path_factory.mktemp("quantize-fallback")
-    folder = train_briefly(make_bert(root / "bert", layers=2, head=True), steps=60, seed=0)
-    model, tokenizer, _ = load_classifier(folder)
+    trained = train_briefly(make_bert(folder / "bert", layers=2, head=True), steps=60, seed=0)
+    model, tokenizer, _ = load_classifier(trained)
     with torch.no_grad():
         model.bert.pooler.dense.weight[0] *= 1000.0
         model.bert.pooler.dense.bias[0] *= 1000.0
         model.classifier.weight[:, 0] = 0.0
-    planted = root / "planted"
-    model.save_pretrained(planted, safe_serialization=True)
-    tokenizer.save_pretrained(planted)
-    config = json.loads((planted / "config.json").read_text())
-    (planted / "config.json").write_text(json.dumps({**config, "architectures": ["BertForSequenceClassification"]}))
-    data = write_csv(root / "sentiment.csv", sentiment_rows(240, seed=3))
-    return planted, data, root
+    _save_classifier(model, tokenizer, folder / "planted")
+    write_csv(folder / "sentiment.csv", sentiment_rows(240, seed=3))
+
+
+def _save_classifier(model, tokenizer, folder: Path) -> None:
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["BertForSequenceClassification"]}))
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """(PyTorch fp32 folder, data, scratch root) for a briefly trained 2-layer BERT with the planted pooler outlier."""
+    root = tmp_path_factory.mktemp("quantize-fallback")
+    built = built_once("planted-bert", _build_planted, root)
+    return built / "planted", built / "sentiment.csv", root
 
 
 @pytest.fixture(scope="module")
 def outlier(planted):
     """(fp32 ONNX artifact, data, scratch root): the planted model exported."""
     folder, data, root = planted
-    return export_onnx(folder, root / "onnx"), data, root
+    return built_once("planted-onnx", lambda out: export_onnx(folder, out), root), data, root
 
 
 @pytest.fixture(scope="module")
@@ -163,17 +209,18 @@ def test_when_every_candidate_fails_to_build_nothing_is_written_and_each_error_i
     from compress.modeling import load_classifier
 
     folder, data, _ = planted
-    model, tokenizer, _ = load_classifier(folder)
+    tokenizer = load_classifier(folder)[1]
     unused = tokenizer.convert_tokens_to_ids("[unused99]")
     assert unused not in {i for t in sentiment_rows(240, seed=3) for i in tokenizer(t["text"])["input_ids"]}
-    with torch.no_grad():
-        model.bert.embeddings.word_embeddings.weight[unused] = float("nan")
-    broken = tmp_path / "broken"
-    model.save_pretrained(broken, safe_serialization=True)
-    tokenizer.save_pretrained(broken)
-    config = json.loads((broken / "config.json").read_text())
-    (broken / "config.json").write_text(json.dumps({**config, "architectures": ["BertForSequenceClassification"]}))
-    exported = export_onnx(broken, tmp_path / "onnx")
+
+    def build(out: Path) -> None:
+        model = load_classifier(folder)[0]
+        with torch.no_grad():
+            model.bert.embeddings.word_embeddings.weight[unused] = float("nan")
+        _save_classifier(model, tokenizer, out / "broken")
+        export_onnx(out / "broken", out / "onnx")
+
+    exported = built_once("nan-row-onnx", build, tmp_path) / "onnx"
     assert np.isfinite(Predictor.load(exported).logits(["a wonderful film"])).all()
 
     with pytest.raises(CompressError) as failed:
@@ -228,9 +275,9 @@ def test_torch_loop_measures_every_candidate_and_keeps_the_best(torch_every_fall
     assert meta["metrics"]["validation"]["accuracy"] == kept["accuracy"]
     assert any(f"kept the best one ({kept['name']}" in n for n in meta["notes"])
     # each candidate's time is part of the loop's, which is part of the stage's (rounded to 0.01 s each)
-    timings = meta["timings"]
-    assert all(c["seconds"] >= 0 for c in cands)
-    assert sum(c["seconds"] for c in cands) <= timings["candidates_s"] + 0.03 <= timings["total_s"] + 0.04
+    loop, total = meta["timings"]["candidates_s"], meta["timings"]["total_s"]
+    assert all(isinstance(t, float) and t == round(t, 2) >= 0 for t in [c["seconds"] for c in cands] + [loop])
+    assert sum(c["seconds"] for c in cands) <= loop + 0.03 <= total + 0.04
     # the file written is the kept candidate: its validation accuracy is the one recorded
     task = DataOptions(str(data)).load()
     predicted = Predictor.load(path).logits(task.texts("validation")).argmax(-1)
@@ -268,3 +315,58 @@ def test_without_data_one_candidate_is_built_and_nothing_is_judged(planted):
     assert q["size_bytes_int8"] == q["candidates"][0]["size_bytes"]
     assert "metrics" not in meta and not any("no candidate kept" in n for n in meta["notes"])
 
+
+
+def test_the_requested_setting_and_the_fp32_reading_go_to_the_candidates(planted, tmp_path):
+    """--per-channel is the first candidate tried, and every candidate is measured the way the fp32 model
+    reads text: its recorded max_length, stride and pooling (here a window of 8 tokens, so the longer
+    probe texts are windowed). A candidate read with its own defaults (the tokenizer's limit, a quarter
+    window, mean pooling) would record another logit difference than its artifact shows."""
+    from compress.windows import default_stride
+
+    folder, _, _ = planted
+    setting = {"max_length": 8, "stride": 3, "pooling": "max"}
+
+    def copy(tmp: Path) -> None:
+        for item in folder.iterdir():
+            shutil.copyfile(item, tmp / item.name)
+
+    # the fp32 folder as a stage writes it: its compress.json records the reading in the stage's config
+    recorded = write_artifact(tmp_path / "recorded", copy, {"stage": "teacher", "kind": "pytorch", "config": setting})
+    fp32 = Predictor.load(recorded)
+    assert (fp32.max_length, fp32.stride, fp32.pooling) == (8, 3, "max")
+
+    path = quantize(recorded, tmp_path / "int8", method="torch-dynamic", per_channel=True)
+    cand = read_meta(path)["quantization"]["candidates"]
+    assert [(c["name"], c["per_channel"]) for c in cand] == [("per-channel", True)]
+    written = Predictor.load(path)  # the artifact records its parent's reading
+    assert (written.max_length, written.stride, written.pooling) == (8, 3, "max")
+
+    def diff(**reading) -> float:
+        model = Predictor.load(path, **{**setting, **reading})
+        return float(np.max(np.abs(model.logits(PARITY_TEXTS) - fp32.logits(PARITY_TEXTS))))
+
+    assert cand[0]["max_abs_logit_diff"] == pytest.approx(diff(), abs=1e-6)
+    assert default_stride(8) != 3
+    for own in ({"max_length": 128}, {"stride": default_stride(8)}, {"pooling": "mean"}):
+        assert abs(diff(**own) - cand[0]["max_abs_logit_diff"]) > 1e-4, own
+
+
+def test_reduce_range_is_passed_to_the_plan_and_to_the_quantizer(outlier, tmp_path):
+    """--reduce-range without --per-channel: the first ORT candidate is per-tensor with 7-bit weights
+    (ONNX Runtime's reduced range for QInt8 is -64..64, where the full range reaches 127)."""
+    import onnx
+    from onnx import numpy_helper
+
+    def widest_int8_weight(artifact: Path) -> int:
+        graph = onnx.load(str(artifact / ONNX_FILE)).graph
+        weights = [numpy_helper.to_array(t) for t in graph.initializer if t.data_type == onnx.TensorProto.INT8]
+        assert weights
+        return max(int(np.abs(w.astype(np.int16)).max()) for w in weights)
+
+    exported, _, _ = outlier
+    path = quantize(exported, tmp_path / "int8", reduce_range=True)
+    cand = read_meta(path)["quantization"]["candidates"]
+    assert [(c["name"], c["per_channel"], c["reduce_range"]) for c in cand] == [
+        ("per-tensor+reduce-range", False, True)]
+    assert 32 <= widest_int8_weight(path) <= 64 < widest_int8_weight(quantize(exported, tmp_path / "full"))
