@@ -150,18 +150,21 @@ MODULES: dict[str, list[Target]] = {
                timeout_constant=30.0)],
     # The INT8 fallback plan, the loop that tries it, and the choice of the kept candidate.
     "quantize": [Target("compress/quantize.py", ["candidate_plan", "quantize", "_choose"],
-                        # The fallback tests on one planted model (trained once per mutant) that need no
-                        # fp32 ONNX export and ORT runs of every candidate: the PyTorch INT8 loop, the plans,
-                        # the choice, and ORT's failure on every candidate. The ORT budget tests of the same
-                        # file cost a minute per mutant; every other quantize test trains and exports a model of
-                        # its own, and reaches the loop only through its first candidate.
+                        # The fallback tests on one planted model (trained once per run: FIXTURE_CACHE) that
+                        # need no ORT run of every candidate: the PyTorch INT8 loop, the plans, the choice, ORT's
+                        # failure on every candidate, the requested setting and the fp32 model's reading passed
+                        # to the candidates, and one ORT candidate with --reduce-range. The ORT budget tests of
+                        # the same file cost a minute per mutant; every other quantize test trains and exports a
+                        # model of its own, and reaches the loop only through its first candidate.
                         [f"tests/test_quantize_fallback.py::{t}" for t in (
                             "test_candidate_plans_are_pinned",
                             "test_choose_keeps_the_first_within_budget_else_the_most_accurate_and_earliest",
                             "test_when_every_candidate_fails_to_build_nothing_is_written_and_each_error_is_named",
                             "test_torch_loop_measures_every_candidate_and_keeps_the_best",
                             "test_torch_loop_stops_at_the_first_candidate_within_budget",
-                            "test_without_data_one_candidate_is_built_and_nothing_is_judged")],
+                            "test_without_data_one_candidate_is_built_and_nothing_is_judged",
+                            "test_the_requested_setting_and_the_fp32_reading_go_to_the_candidates",
+                            "test_reduce_range_is_passed_to_the_plan_and_to_the_quantizer")],
                         ranges={"quantize": ("candidates: list[dict[str, Any]] = []",
                                              "print(f\"warning: {notes[-1]}\", file=sys.stderr)")},
                         timeout_constant=60.0)],
@@ -173,6 +176,10 @@ KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 #: every mutant of a module whose tests run torch would end as a "timeout", which counts as killed. One
 #: intra-op thread per process (mutmut runs ``--max-children`` of them side by side) keeps the children working.
 MUTMUT_ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: A folder of the module's scratch copy where tests build once per run what does not depend on the mutated
+#: file, such as a trained model (tests/test_quantize_fallback.py's ``built_once``): each mutant's test run
+#: is a fresh pytest session, which would train it again (half of a quantize mutant's time).
+FIXTURE_CACHE = "MUTATION_FIXTURE_CACHE"
 
 
 def _mutmut() -> str:
@@ -362,7 +369,8 @@ def run_module(name: str, work_root: Path, max_children: int, source: Path = ROO
     if not report_only:
         with open(log, "w", encoding="utf-8") as handle:
             proc = subprocess.run([_mutmut(), "run", "--max-children", str(max_children), *sorted(to_run)], cwd=work,
-                                  env=dict(os.environ, **MUTMUT_ENV), stdout=handle, stderr=subprocess.STDOUT)
+                                  env=dict(os.environ, **MUTMUT_ENV, **{FIXTURE_CACHE: str(work / "fixture-cache")}),
+                                  stdout=handle, stderr=subprocess.STDOUT)
         if proc.returncode != 0:
             print(log.read_text(encoding="utf-8")[-4000:])
             raise SystemExit(f"mutmut failed on {name} (exit {proc.returncode}); its log: {log}")
