@@ -72,6 +72,11 @@ class Target:
     #: mutant's time from its tests' call phases only, not their fixtures' setup: where a fixture trains
     #: or exports a model, the default 1 s would stop an unchanged run and count a timeout as a kill.
     timeout_constant: float = 1.0
+    #: Modules mutmut's fork server imports once before it forks a test run per mutant (its
+    #: ``forkserver_warmup = "import"``), instead of collecting the tests: what the tests import lazily and
+    #: slowly (torch, transformers' BERT: about 10 s of each quantize mutant's run on these cores). Only
+    #: installed packages: the project's own modules must be imported by each run, from the mutated copy.
+    preload: list[str] = field(default_factory=list)
 
     @property
     def module(self) -> str:
@@ -167,7 +172,9 @@ MODULES: dict[str, list[Target]] = {
                             "test_reduce_range_is_passed_to_the_plan_and_to_the_quantizer")],
                         ranges={"quantize": ("candidates: list[dict[str, Any]] = []",
                                              "print(f\"warning: {notes[-1]}\", file=sys.stderr)")},
-                        timeout_constant=60.0)],
+                        timeout_constant=60.0,
+                        preload=["torch", "transformers", "transformers.models.bert.modeling_bert", "onnx",
+                                 "onnxruntime.quantization", "pandas", "datasets"])],
 }
 
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
@@ -228,6 +235,11 @@ def prepare(work: Path, targets: list[Target], source: Path = ROOT) -> None:
                      # A mutant that makes a loop endless is killed after 3x its tests' normal time, not 15x.
                      "timeout_multiplier = 3.0\n"
                      f"timeout_constant = {max(t.timeout_constant for t in targets)}\n")
+        preload = sorted({m for t in targets for m in t.preload})
+        if preload:
+            (work / "mutmut-preload.txt").write_text("\n".join(preload) + "\n", encoding="utf-8")
+            handle.write('forkserver_warmup = "import"\n'
+                         f"preload_modules_file = {json.dumps(str(work / 'mutmut-preload.txt'))}\n")
 
 
 GENERATE = """
