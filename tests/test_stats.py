@@ -590,3 +590,79 @@ def test_confidence_must_be_from_one_half_to_below_one(confidence, ok):
     else:
         with pytest.raises(ValueError, match="confidence"):
             proportion_interval(5, 10, confidence)
+
+
+# ----------------------------------------------------------------------------- block length at its boundaries
+# Series built so that each step of the Politis-White choice is known by hand: their autocovariances are
+# exact counts of products of +-1 spikes, so which lags are significant, the window and the result follow.
+
+
+def test_block_length_of_short_series_is_capped_at_a_fifth():
+    """Under 10 rounds the length is min(ceil(n^(1/3)), max(1, n // 5)) = 1; from 10 to 14 rounds the cap
+    n // 5 = 2 is below the floor ceil(n^(1/3)) = 3, so every series of that length gets 2."""
+    for n in range(1, 10):
+        assert block_length(np.arange(n, dtype=float)) == 1, n
+    rng = np.random.default_rng(0)
+    for n in range(10, 15):
+        assert block_length(np.arange(n, dtype=float)) == 2 and block_length(rng.standard_normal(n)) == 2, n
+
+
+def test_block_length_of_constant_rounds_is_the_floor_without_a_numpy_warning():
+    """No variance: the floor ceil(100^(1/3)) = 5, decided before any autocorrelation (a division by the zero
+    variance) is computed, so the gate prints no RuntimeWarning on constant timings."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert block_length(np.full(100, 7.0)) == 5
+
+
+def _spike_pairs(lag: int, n: int = 200, period: int = 20) -> np.ndarray:
+    """Zeros with a pair of equal spikes ``lag`` apart at the start of every ``period`` rounds, the pairs'
+    signs alternating (mean 0): the autocorrelation is exactly 1/2 at ``lag`` and 0 at every other lag up to
+    ``period - lag - 1``."""
+    x = np.zeros(n)
+    for j, start in enumerate(range(0, n, period)):
+        x[start] = x[start + lag] = (-1.0) ** j
+    return x
+
+
+def test_block_length_looks_for_the_first_run_of_five_insignificant_lags():
+    """K_n = max(5, sqrt(log10 n)) = 5 here. 200 rounds: band 2 sqrt(log10(200)/200) = 0.21, floor 6, cap 40.
+
+    A correlation of 1/2 at lag 6 comes after five lags of none: the run starts at m = 0, the window is
+    2 lags of zero autocovariance, g = 0, so the floor, 6 (a run of six would reach past lag 6 and give 14).
+    The same correlation at lag 2 is inside the first five: m = 2, window 4, g0 = var (1 + 2 * 1/2),
+    g = 2 * 2 * var / 2, so the length is ceil((2 g^2 / (4/3 g0^2))^(1/3) 200^(1/3)) = ceil(1.5^(1/3) 5.85) = 7.
+    """
+    lag6, lag2 = _spike_pairs(6), _spike_pairs(2)
+    var = float(lag6 @ lag6) / 200
+    assert float(lag6[:-6] @ lag6[6:]) / 200 == var / 2 and float(lag2[:-2] @ lag2[2:]) / 200 == var / 2
+    assert block_length(lag6) == 6 == _reference_block_length(lag6)
+    assert math.ceil(1.5 ** (1 / 3) * 200 ** (1 / 3)) == 7
+    assert block_length(lag2) == 7 == _reference_block_length(lag2)
+
+
+def test_block_length_falls_back_to_the_floor_without_a_positive_long_run_variance():
+    """Lag 1 carries the only correlation within the window: m = 1, window 2 (weights 1 and 0), so
+    g0 = var + 2 acov(1). Blocks (1, -1, 0 x 8) give acov(1) = -var / 2 exactly, g0 = 0; blocks
+    (1, -2, 1, 0 x 7) give -2/3 var (lag 2, 1/6, is inside the band 0.28), g0 < 0. Either way there is no
+    optimal length to compute, and the floor ceil(100^(1/3)) = 5 is used."""
+    zero, negative = np.tile([1.0, -1.0] + [0.0] * 8, 10), np.tile([1.0, -2.0, 1.0] + [0.0] * 7, 10)
+    var = float(zero @ zero) / 100
+    assert var + 2 * (float(zero[:-1] @ zero[1:]) / 100) == 0.0
+    assert block_length(zero) == 5 == _reference_block_length(zero)
+    assert block_length(negative) == 5 == _reference_block_length(negative)
+
+
+def test_relative_accuracy_drop_prints_no_numpy_warning():
+    """The relative drop divides only where the reference got something right and writes 0 elsewhere, into an
+    array it made for that (numpy warns of uninitialised memory when ``where`` comes without ``out``)."""
+    import warnings
+
+    ref, art = _pairs(700, 100, 60, 140)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        accuracy_drop_interval(ref, art, relative=True)
+        none_right = accuracy_drop_interval([False] * 20, [True] * 5 + [False] * 15, relative=True)
+    assert (none_right.estimate, none_right.low, none_right.high) == (0.0, 0.0, 0.0)
