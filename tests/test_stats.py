@@ -666,3 +666,33 @@ def test_relative_accuracy_drop_prints_no_numpy_warning():
         accuracy_drop_interval(ref, art, relative=True)
         none_right = accuracy_drop_interval([False] * 20, [True] * 5 + [False] * 15, relative=True)
     assert (none_right.estimate, none_right.low, none_right.high) == (0.0, 0.0, 0.0)
+
+
+def test_an_autocorrelation_exactly_on_the_band_is_significant():
+    """Insignificant means strictly inside 2 sqrt(log10 n / n) (0.2828 for 100 rounds). Integer spikes (every
+    dot product exact, in any summation order): a pair (a, a) 5 rounds apart, and isolated spikes 12 apart
+    that sum with it to 0, their squares chosen (by a search) so that the lag-5 autocorrelation a^2 / sum(x^2)
+    is the band to the last bit; every other lag up to 11 is 0. On the band, lag 5 counts: m = 5, the window
+    10 lags (weight 1 at lag 5), g0 = var (1 + 2 band), g = 10 band var, so the length is
+    ceil((1.5 (10 band / (1 + 2 band))^2)^(1/3) 100^(1/3)) = 8. Just inside the band, the first five lags are
+    all insignificant: m = 0, a window of 2 zero lags, the floor 5."""
+    n, a, u, w1, w2 = 100, 16_777_234, 8_104_928, 805, 2770
+    band = 2 * math.sqrt(math.log10(n) / n)
+
+    def series(w2: int) -> np.ndarray:
+        x = np.zeros(n)
+        x[0] = x[5] = a
+        x[17] = x[29] = -u
+        x[41] = -(2 * a - 2 * u)
+        x[53], x[65], x[77], x[89] = w1, -w1, w2, -w2
+        return x
+
+    on, inside = series(w2), series(w2 + 1)
+    for x in (on, inside):
+        assert x.sum() == 0 and float(x @ x) < 2 ** 53
+        assert [float(x[:-k] @ x[k:]) for k in range(1, 12)] == [0.0] * 4 + [float(a * a)] + [0.0] * 6
+    assert float(a * a) / n / (float(on @ on) / n) == band
+    assert float(a * a) / n / (float(inside @ inside) / n) < band
+    assert math.ceil((1.5 * (10 * band / (1 + 2 * band)) ** 2) ** (1 / 3) * n ** (1 / 3)) == 8
+    assert block_length(on) == 8 == _reference_block_length(on)
+    assert block_length(inside) == 5 == _reference_block_length(inside)
