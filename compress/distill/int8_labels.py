@@ -163,7 +163,7 @@ def choose_label_runtime(setting: str, min_agreement: float, teacher, validation
 
 def fill_int8_cache(runtime: LabelRuntime, parts: list[tuple[Any, Path]]) -> float:
     """Label every ``(tokenized, cache file)`` part whose cache file is missing; return the seconds spent."""
-    from compress.teacher import save_logits
+    from compress.distill.soft_labels import save_logits
 
     t0 = time.perf_counter()
     for tokenized, path in parts:

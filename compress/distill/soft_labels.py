@@ -21,6 +21,14 @@ from pathlib import Path
 import numpy as np
 
 
+def save_logits(path: Path, logits: np.ndarray) -> None:
+    """Write a soft-label cache file atomically: a reader finds the whole array or no file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npy.tmp", delete=False) as handle:
+        np.save(handle, logits, allow_pickle=False)
+    os.replace(handle.name, path)
+
+
 @dataclass
 class Part:
     """A contiguous block of store rows that has one cache file (the labelled split, or one transfer part)."""
@@ -71,9 +79,6 @@ class SoftLabelStore:
         for part in self.parts:
             if self.loaded.get(part.name) or not self.known[part.start:part.stop].all():
                 continue
-            part.cache.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=part.cache.parent, suffix=".npy.tmp", delete=False) as handle:
-                np.save(handle, self.logits[part.start:part.stop], allow_pickle=False)
-            os.replace(handle.name, part.cache)
+            save_logits(part.cache, self.logits[part.start:part.stop])
             written[part.name] = str(part.cache)
         return written
