@@ -24,8 +24,10 @@ install: $(VENV)/.installed
 demo: install
 	HF_HUB_OFFLINE=1 $(PY) -m compress run recipes/default.yaml --out $(DEMO_OUT)
 
+# Test files spread over the cores (pytest-xdist; a file's tests stay on one worker, so its module fixtures
+# are built once), at most 4 workers, one intra-op thread each: on 2 cores 528 s against 1,049 s serial.
 test: install
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 # Mutation testing (mutmut, pinned in the `mutation` extra) of the modules where a silent bug costs
 # users most: the gate's statistics and verdicts, the checkpoint fingerprint, the soft-label cache keys,

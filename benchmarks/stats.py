@@ -208,6 +208,13 @@ def paired_table(correct_a: Sequence[bool], correct_b: Sequence[bool]) -> np.nda
     return np.array([np.sum(a & b), np.sum(a & ~b), np.sum(~a & b), np.sum(~a & ~b)], dtype=np.int64)
 
 
+def relative_to(drop: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """``drop / base`` element-wise, 0 where ``base`` is 0 (a reference that got nothing right has lost
+    nothing), without numpy's division warning."""
+    has_base = base > 0
+    return np.where(has_base, drop / np.where(has_base, base, 1.0), 0.0)
+
+
 def accuracy_drop_interval(correct_reference: Sequence[bool], correct_artifact: Sequence[bool],
                            confidence: float = DEFAULT_CONFIDENCE, relative: bool = False,
                            resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
@@ -228,7 +235,7 @@ def accuracy_drop_interval(correct_reference: Sequence[bool], correct_artifact: 
         if not relative:
             return drop
         ref_acc = (t[:, 0] + t[:, 1]) / n
-        return np.divide(drop, ref_acc, out=np.zeros_like(drop), where=ref_acc > 0)
+        return relative_to(drop, ref_acc)
 
     what = "relative accuracy drop" if relative else "accuracy drop"
     return percentile_interval(float(stat(table)[0]), stat(draws), confidence,
@@ -248,7 +255,7 @@ def unpaired_accuracy_drop_interval(correct_old: Sequence[bool], correct_new: Se
     drop = p_old - p_new
     est = float(old.mean() - new.mean())
     if relative:
-        drop = np.divide(drop, p_old, out=np.zeros_like(drop), where=p_old > 0)
+        drop = relative_to(drop, p_old)
         est = est / float(old.mean()) if old.mean() > 0 else 0.0
     return percentile_interval(est, drop, confidence,
                                f"independent bootstraps over {len(old)} and {len(new)} examples (not paired)")

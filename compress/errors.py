@@ -15,3 +15,18 @@ class CompressError(Exception):
 
 class NonFiniteLossError(CompressError):
     """Training produced a NaN or infinite loss; carries the step and the loss terms."""
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of ``exc``'s message, cut to ``limit`` characters ("" for an empty message).
+
+    Third-party errors (quantizers, exporters, converters) often carry a whole stack dump or
+    graph listing in their message; a user-facing error or a report row quotes one line of it.
+    """
+    lines = str(exc).splitlines()
+    return lines[0][:limit] if lines else ""
+
+
+def describe(exc: BaseException, limit: int = 300) -> str:
+    """``"TypeName: first line"``: how a caught third-party failure is recorded in a report."""
+    return f"{type(exc).__name__}: {first_line(exc, limit)}"

@@ -32,7 +32,7 @@ import numpy as np
 
 from compress.artifact import read_meta, weights_sha256, write_artifact
 from compress.config import ExportConfig
-from compress.errors import CompressError
+from compress.errors import CompressError, describe, first_line
 from compress.runtime import ONNX_FILE, artifact_kind, default_max_length, encode_batches
 
 DEFAULT_OPSET = 17
@@ -287,7 +287,7 @@ def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int, ma
     except CompressError:
         raise
     except Exception as exc:
-        raise CompressError(f"torch.onnx.export failed at --opset {opset}: {str(exc).splitlines()[0][:300]}. "
+        raise CompressError(f"torch.onnx.export failed at --opset {opset}: {first_line(exc)}. "
                             f"Try --opset {DEFAULT_OPSET}.") from exc
 
 
@@ -335,7 +335,7 @@ def _optimize(raw: Path, fused: Path, num_heads: int, all_head_size: int) -> str
         optimized.save_model_to_file(str(fused), use_external_data_format=False)
         return None
     except Exception as exc:  # the optimizer raises many types; the unfused graph is the fallback
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        return describe(exc, 200)
 
 
 def count_fused_ops(onnx_file: str | os.PathLike) -> dict[str, int]:

@@ -45,7 +45,7 @@ import numpy as np
 
 from compress.artifact import read_meta, weights_sha256, write_artifact
 from compress.config import OPTIMIZE_CANDIDATES, OptimizeConfig
-from compress.errors import CompressError
+from compress.errors import CompressError, describe
 from compress.formats.openvino import openvino_missing
 from compress.progress import bars_enabled
 
@@ -124,7 +124,7 @@ def build_candidates(parent: Path, cfg: OptimizeConfig, work: Path) -> tuple[dic
         try:
             built[name] = builders[name](work / name, built)
         except Exception as exc:  # one runtime failing (a quantizer bug, an unfusable graph) must not lose the others
-            errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            errors[name] = describe(exc)
             print(f"warning: candidate {name} could not be built: {errors[name]}", file=sys.stderr)
     return built, errors
 

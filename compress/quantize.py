@@ -51,7 +51,7 @@ import numpy as np
 
 from compress.artifact import folder_size_bytes, read_meta, weights_sha256, write_artifact
 from compress.config import QUANTIZE_GRAPHS, QUANTIZE_METHODS, DataOptions, QuantizeConfig
-from compress.errors import CompressError
+from compress.errors import CompressError, describe
 from compress.export import PARITY_TEXTS, check_out_is_not_input, count_fused_ops, export_onnx
 from compress.formats.onnx import INT8_OPS, ONNX_FILE
 from compress.formats.torch_int8 import save_torch_int8
@@ -288,7 +288,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             except CompressError:
                 raise
             except Exception as exc:  # a quantizer failure on one setting must not lose the others
-                record["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                record["error"] = describe(exc)
                 print(f"warning: candidate {spec.name} failed: {record['error']}", file=sys.stderr)
                 continue
             built[spec.name] = folder

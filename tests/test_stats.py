@@ -656,8 +656,8 @@ def test_block_length_falls_back_to_the_floor_without_a_positive_long_run_varian
 
 
 def test_relative_accuracy_drop_prints_no_numpy_warning():
-    """The relative drop divides only where the reference got something right and writes 0 elsewhere, into an
-    array it made for that (numpy warns of uninitialised memory when ``where`` comes without ``out``)."""
+    """The relative drop divides only where the reference got something right and is 0 elsewhere, with no
+    division warning on the way."""
     import warnings
 
     ref, art = _pairs(700, 100, 60, 140)
@@ -696,3 +696,14 @@ def test_an_autocorrelation_exactly_on_the_band_is_significant():
     assert math.ceil((1.5 * (10 * band / (1 + 2 * band)) ** 2) ** (1 / 3) * n ** (1 / 3)) == 8
     assert block_length(on) == 8 == _reference_block_length(on)
     assert block_length(inside) == 5 == _reference_block_length(inside)
+
+
+def test_relative_to_divides_where_there_is_a_base_and_is_zero_elsewhere():
+    import warnings
+
+    from benchmarks.stats import relative_to
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = relative_to(np.array([0.1, -0.2, 0.3, 0.0]), np.array([0.5, 0.0, 0.25, 0.0]))
+    assert got.tolist() == [0.1 / 0.5, 0.0, 0.3 / 0.25, 0.0]

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compress.errors import CompressError
+from compress.errors import CompressError, first_line
 
 #: The IR files of an OpenVINO artifact (optimum-intel's names, so its tools recognise the folder).
 OPENVINO_XML = "openvino_model.xml"
@@ -61,7 +61,7 @@ def convert_onnx(onnx_file: str | os.PathLike):
     try:
         return ov.convert_model(str(onnx_file))
     except Exception as exc:
-        raise CompressError(f"{onnx_file}: OpenVINO could not convert it ({str(exc).splitlines()[0][:300]}). Export the "
+        raise CompressError(f"{onnx_file}: OpenVINO could not convert it ({first_line(exc)}). Export the "
                             "model again with bert-compress export --no-optimize.") from exc
 
 
@@ -103,6 +103,6 @@ def compile_ir(folder: str | os.PathLike, threads: int | None = None, spinning: 
     try:
         compiled = core.compile_model(core.read_model(str(xml)), "CPU", config)
     except Exception as exc:
-        raise CompressError(f"{xml}: OpenVINO {ov.__version__} could not open it ({str(exc).splitlines()[0][:300]}). "
+        raise CompressError(f"{xml}: OpenVINO {ov.__version__} could not open it ({first_line(exc)}). "
                             f"It was tested with {TESTED_VERSIONS['openvino']}; build the artifact again.") from exc
     return compiled, [i.get_any_name() for i in compiled.inputs]

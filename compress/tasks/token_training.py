@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
+from compress.errors import CompressError, first_line
 from compress.tasks.alignment import IGNORE_INDEX, label_positions, word_logits
 
 #: Columns a token-classification model takes (``token_type_ids`` only when the tokenizer makes them).
@@ -40,7 +40,7 @@ def encode_words(tokenizer, sentences: Sequence[Sequence[str]], max_length: int)
         enc = tokenizer([list(s) for s in sentences], is_split_into_words=True, truncation=True,
                         max_length=max_length)
     except ValueError as exc:  # e.g. a byte-level BPE tokenizer saved without add_prefix_space
-        raise CompressError(f"the tokenizer cannot take pre-split words ({str(exc).splitlines()[0][:200]}). For a "
+        raise CompressError(f"the tokenizer cannot take pre-split words ({first_line(exc, 200)}). For a "
                             "RoBERTa-style tokenizer, save it with add_prefix_space=True "
                             "(AutoTokenizer.from_pretrained(DIR, add_prefix_space=True).save_pretrained(DIR)).") from exc
     out = {k: list(v) for k, v in enc.items() if k in MODEL_COLUMNS}

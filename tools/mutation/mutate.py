@@ -108,7 +108,7 @@ MODULES: dict[str, list[Target]] = {
     "stats": [Target("benchmarks/stats.py", [
         "Interval.verdict", "_check_confidence", "percentile_interval", "block_length", "block_bootstrap_indices",
         "_paired_ratios", "speedup_replicates", "speedup_interval", "ratio_of_independent", "series_median_interval",
-        "throughput_interval", "paired_table", "accuracy_drop_interval", "unpaired_accuracy_drop_interval",
+        "throughput_interval", "paired_table", "relative_to?", "accuracy_drop_interval", "unpaired_accuracy_drop_interval",
         "detectable_drop", "proportion_interval", "mean_over_seeds_interval", "history_score", "history_flagged"],
         ["tests/test_stats.py"])],
     # The gate's verdicts: which rules apply, each rule's decision, how decisions combine into the exit
@@ -174,7 +174,9 @@ MODULES: dict[str, list[Target]] = {
                                              "print(f\"warning: {notes[-1]}\", file=sys.stderr)")},
                         timeout_constant=60.0,
                         preload=["torch", "transformers", "transformers.models.bert.modeling_bert", "onnx",
-                                 "onnxruntime.quantization", "pandas", "datasets"])],
+                                 "onnxruntime.quantization", "pandas", "datasets"]),
+                 # How a candidate's failure is quoted in the report (also optimize's, export's and OpenVINO's).
+                 Target("compress/errors.py", ["first_line", "describe"], ["tests/test_errors.py"])],
 }
 
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
