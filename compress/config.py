@@ -482,6 +482,18 @@ class DataOptions(ConfigBase):
                               self.split_seed, num_labels)
         return task.subset(self.limit, seed=self.split_seed)
 
+    def load_any(self, num_labels: int | None = None):
+        """The data for whichever task it holds: a :class:`compress.tasks.token_data.TokenTaskData` for
+        tagging data (built-in ``wnut17``, CoNLL, tagged JSONL), else :meth:`load`'s classification task.
+        For the stages that score any task (quantize's check, optimize, bench)."""
+        from compress.tasks.task_choice import TOKEN, data_task
+
+        if data_task(self.data) != TOKEN:
+            return self.load(num_labels)
+        from compress.tasks.token_data import load_token_data
+
+        return load_token_data(self.data, seed=self.split_seed).subset(self.limit, seed=self.split_seed)
+
 
 @dataclass
 class TrainSettings(ConfigBase):

@@ -176,31 +176,22 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
         if p.max_length != ref.max_length:
             raise CompressError(f"{paths[name]} truncates at {p.max_length} tokens but {parent_path} at "
                                 f"{ref.max_length}: its answers would differ for long texts. Rebuild it from --model.")
-    task = data.load(num_labels=ref.num_labels)
-    check_labels_fit(task, ref.num_labels, who=f"the model in {parent_path}")
-    texts = task.texts("validation")
-    labels = np.asarray(task.splits["validation"]["label"])
-    if len(labels) == 0:
-        raise CompressError(f"{task.source}: the validation split is empty; optimize checks accuracy there.")
+    from compress.quality import SplitScorer
+
+    scorer = SplitScorer(data.load_any(num_labels=ref.num_labels), "validation")
+    scorer.check_model(ref)
+    texts = scorer.inputs
+    metric = scorer.metric
 
     rows: dict[str, dict[str, Any]] = {}
-    ref_pred = None
+    ref_pred = scorer.predict(ref)
+    ref_metrics = scorer.metrics(ref_pred)
     for name, predictor in predictors.items():
-        pred = predictor.logits(texts).argmax(-1)
-        if name == REFERENCE:
-            ref_pred = pred
-        accuracy = float((pred == labels).mean())
-        rows[name] = {"name": name, "kind": predictor.kind, "path": str(paths[name]), "accuracy": accuracy,
-                      "size_bytes": predictor.size_bytes, "_pred": pred}
-    ref_acc = rows[REFERENCE]["accuracy"]
+        pred = ref_pred if name == REFERENCE else scorer.predict(predictor)
+        rows[name] = {"name": name, "kind": predictor.kind, "path": str(paths[name]),
+                      **scorer.compare(pred, ref_pred, ref_metrics), "size_bytes": predictor.size_bytes}
     for row in rows.values():
-        row["accuracy_drop"] = round(ref_acc - row["accuracy"], 6)
-        row["agreement"] = float((row.pop("_pred") == ref_pred).mean())
-        reasons = []
-        if row["accuracy_drop"] > max_accuracy_drop:
-            reasons.append(f"accuracy drop {row['accuracy_drop']:.4f} > budget {max_accuracy_drop:g}")
-        if min_agreement is not None and row["agreement"] < min_agreement:
-            reasons.append(f"agreement {row['agreement']:.4f} < {min_agreement:g}")
+        reasons = scorer.failures(row, max_accuracy_drop, min_agreement)
         row["eligible"] = not reasons
         row["excluded_because"] = "; ".join(reasons) or None
         row["latency"] = []
@@ -236,10 +227,12 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
         "decided_by": decided_by,
         "table": [rows[n] for n in names],
         "reference": REFERENCE,
+        "task": scorer.task.name,
+        "metric": metric,
         "settings": {"device": device, "batch_sizes": list(batch_sizes), "seq_len": seq_len, "threads": threads,
                      "warmup": warmup,
                      "runs": runs, "max_accuracy_drop": max_accuracy_drop, "min_agreement": min_agreement,
-                     "split": "validation", "n": int(len(labels)),
+                     "split": "validation", "n": scorer.n,
                      "order": "interleaved, starting variant rotating each round; speedup = median of per-round "
                               "ratios against the PyTorch fp32 parent",
                      "ranking": RANKING_RULE},
@@ -368,12 +361,13 @@ def optimize(cfg: OptimizeConfig, out: str | os.PathLike, progress: bool = True)
             "config": cfg.to_dict(),
             "device": decision["settings"]["device"],
             "data": parent_meta.get("data"),
+            "task": decision["task"],
             "choice": {"by_batch_size": {b: f"candidates/{n}" for b, n in decision["by_batch_size"].items()},
                        "names": decision["by_batch_size"], "reasons": decision["reasons"],
                        # Per batch size: which rule decided (fastest, or agreement among tied intervals) and who tied.
                        "decided_by": decision["decided_by"], "ranking": RANKING_RULE,
                        "rule": "each batch goes to the artifact chosen for the nearest measured batch size (log scale)"},
-            "optimize": {k: decision[k] for k in ("table", "reference", "settings", "decided_on", "machine")},
+            "optimize": {k: decision[k] for k in ("table", "reference", "metric", "settings", "decided_on", "machine")},
             "timings": {"measure_s": measure_s, "total_s": None},
             "software": package_versions(),
         }
@@ -404,7 +398,8 @@ def format_decision(meta: dict[str, Any]) -> str:
     batches = opt["settings"]["batch_sizes"]
     flags = ", ".join(f for f, on in opt["decided_on"]["cpu_flags"].items() if on) or "none"
     width = max([len("candidate")] + [len(row["name"]) for row in opt["table"]]) + 2
-    head = f"{'candidate':<{width}}{'kind':<12}{'accuracy':>9}{'drop':>8}{'agree':>8}" + "".join(
+    metric = opt.get("metric", "accuracy")
+    head = f"{'candidate':<{width}}{'kind':<12}{ {'entity_f1': 'F1'}.get(metric, metric):>9}{'drop':>8}{'agree':>8}" + "".join(
         f"{f'b{b} p50 ms':>12}{f'b{b} x':>8}" for b in batches) + "  status"
     lines = [f"CPU: {opt['decided_on']['cpu_model']} (flags: {flags}); threads {opt['settings']['threads']}; "
              f"sequence {opt['settings']['seq_len']}; speedups against the PyTorch fp32 model", head]
@@ -423,6 +418,6 @@ def format_decision(meta: dict[str, Any]) -> str:
                                                           if ties else "") if won
                   else row["excluded_because"] or (f"tied at batch {', '.join(lost)}, lower agreement" if lost
                                                    else "slower"))
-        lines.append(f"{row['name']:<{width}}{row['kind']:<12}{100 * row['accuracy']:>8.1f}%{100 * row['accuracy_drop']:>7.1f}"
+        lines.append(f"{row['name']:<{width}}{row['kind']:<12}{100 * row[metric]:>8.1f}%{100 * row[f'{metric}_drop']:>7.1f}"
                      f"{100 * row['agreement']:>7.1f}%{cells}  {status}")
     return "\n".join(lines)

@@ -253,15 +253,15 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             builder = _TorchBuilder(source)
 
         fp32 = Predictor.load(fp32_dir, device=run_on, precision=decided.precision)
-        evaluation = _Evaluation(data, fp32) if data is not None else None
+        evaluation = _Evaluation(data.load_any(), fp32) if data is not None else None
         if method == "ort-static":
             from compress.ort_static import calibration_texts
 
-            builder = _OrtStaticBuilder(fp32_dir, op_types, fp32, calibration_texts(evaluation.task, calibration_size))
+            builder = _OrtStaticBuilder(fp32_dir, op_types, fp32, calibration_texts(evaluation.data, calibration_size))
         elif method == "openvino-int8":
             from compress.ort_static import calibration_texts
 
-            builder = _OpenVinoBuilder(fp32_dir, fp32, calibration_texts(evaluation.task, calibration_size))
+            builder = _OpenVinoBuilder(fp32_dir, fp32, calibration_texts(evaluation.data, calibration_size))
         if evaluation is None:
             print("warning: no --data given: INT8 accuracy is not measured and no fallback is tried; pass --data to "
                   "check the accuracy change against fp32", file=sys.stderr)
@@ -283,7 +283,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                 record["max_abs_logit_diff"] = probe.max_diff(candidate)
                 if evaluation is not None:
                     record.update(evaluation.score(candidate))
-                    record["within_budget"] = record["accuracy_drop"] <= max_accuracy_drop
+                    record["within_budget"] = not evaluation.scorer.failures(record, max_accuracy_drop)
                 record["seconds"] = round(time.perf_counter() - c0, 2)
             except CompressError:
                 raise
@@ -294,8 +294,8 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             built[spec.name] = folder
             if evaluation is None or record["within_budget"]:
                 break
-            print(f"quantize: candidate {spec.name} drops accuracy by {record['accuracy_drop']:.4f} "
-                  f"(budget {max_accuracy_drop:g}); trying the next fallback", file=sys.stderr)
+            print(f"quantize: candidate {spec.name}: {'; '.join(evaluation.scorer.failures(record, max_accuracy_drop))}; "
+                  "trying the next fallback", file=sys.stderr)
         timings["candidates_s"] = round(time.perf_counter() - t0, 2)
 
         good = [c for c in candidates if c["name"] in built]
@@ -303,12 +303,13 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             errors = "; ".join(f"{c['name']}: {c.get('error')}" for c in candidates)
             raise CompressError(f"every INT8 candidate for {source} failed ({errors}); nothing was written. "
                                 "Re-export the model (bert-compress export) and try again, or try the other --method.")
-        chosen = _choose(good)
+        metric = evaluation.scorer.metric if evaluation else "accuracy"
+        chosen = _choose(good, metric)
         chosen_dir = built[chosen["name"]]
         within = chosen.get("within_budget") if evaluation is not None else None
         if evaluation is not None and not within:
-            notes.append(f"no candidate kept the accuracy drop within {max_accuracy_drop:g}; kept the best one "
-                         f"({chosen['name']}, drop {chosen['accuracy_drop']:.4f})")
+            notes.append(f"no candidate kept the {evaluation.scorer.metric} drop within {max_accuracy_drop:g}; kept the "
+                         f"best one ({chosen['name']}, drop {chosen[evaluation.scorer.drop_key]:.4f})")
             print(f"warning: {notes[-1]}", file=sys.stderr)
 
         fp32_size = folder_size_bytes(fp32_dir)
@@ -317,8 +318,9 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             "candidates": candidates,
             "chosen": chosen["name"],
             "max_accuracy_drop": max_accuracy_drop, "within_budget": within,
-            "accuracy_fp32": evaluation.accuracy_fp32 if evaluation else None,
-            "accuracy_int8": chosen.get("accuracy"), "accuracy_drop": chosen.get("accuracy_drop"),
+            # The task's primary metric: accuracy_fp32/int8/drop for a classifier, entity_f1_... for a tagger.
+            "metric": metric, f"{metric}_fp32": evaluation.fp32 if evaluation else None,
+            f"{metric}_int8": chosen.get(metric), f"{metric}_drop": chosen.get(f"{metric}_drop"),
             "split": "validation" if evaluation else None,
             "size_bytes_fp32": fp32_size, "size_bytes_int8": chosen["size_bytes"],
             "size_ratio": round(chosen["size_bytes"] / fp32_size, 4) if fp32_size else None,
@@ -339,14 +341,16 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                                      calibration_size=calibration_size, device=device, precision=precision).to_dict(),
             "device": run_on,
             "precision": decided.to_dict(),
-            "data": evaluation.task.describe() if evaluation else parent_meta.get("data"),
+            "data": evaluation.data.describe() if evaluation else parent_meta.get("data"),
+            "task": fp32.task,
             "quantization": quantization,
             "timings": timings,
             "notes": notes,
         }
         if evaluation is not None:
-            meta["metrics"] = {"validation": {"accuracy": chosen["accuracy"], "agreement": chosen["agreement"],
-                                              "fp32_accuracy": evaluation.accuracy_fp32, "n": evaluation.n}}
+            meta["metrics"] = {"validation": {metric: chosen[metric], "agreement": chosen["agreement"],
+                                              f"fp32_{metric}": evaluation.fp32, "n": evaluation.n,
+                                              **{k: chosen[k] for k in ("per_type_f1", "per_type_f1_drop") if k in chosen}}}
         if exported is not None:
             meta["export"] = {k: exported.get(k) for k in ("onnx", "parity", "config")}
         if method in ONNX_METHODS:
@@ -373,47 +377,45 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
     return path
 
 
-def _choose(good: list[dict[str, Any]]) -> dict[str, Any]:
-    """The first candidate within budget; else the most accurate (ties: the earlier, simpler one)."""
+def _choose(good: list[dict[str, Any]], metric: str = "accuracy") -> dict[str, Any]:
+    """The first candidate within budget; else the best on ``metric`` (the task's primary one; ties: the
+    earlier, simpler one)."""
     within = [c for c in good if c.get("within_budget")]
     if within:
         return within[0]
-    if any("accuracy" in c for c in good):
-        return max(good, key=lambda c: (c.get("accuracy", -1.0), -good.index(c)))
+    if any(metric in c for c in good):
+        return max(good, key=lambda c: (c.get(metric, -1.0), -good.index(c)))
     return good[0]
 
 
 def _report(path: Path, q: dict[str, Any]) -> None:
     size = f"{q['size_bytes_fp32'] / 1e6:.1f} MB -> {q['size_bytes_int8'] / 1e6:.1f} MB"
-    if q["accuracy_fp32"] is None:
+    m = q.get("metric", "accuracy")
+    if q[f"{m}_fp32"] is None:
         print(f"quantize: {path} ({q['chosen']}; {size}; accuracy not measured)")
     else:
-        print(f"quantize: {path} ({q['chosen']}; {size}; validation accuracy fp32 {q['accuracy_fp32']:.4f} -> "
-              f"{ {'BF16': 'bf16', 'FP32': 'fp32'}.get(q.get('weight_type'), 'int8')} {q['accuracy_int8']:.4f}, drop {q['accuracy_drop']:.4f}, "
+        print(f"quantize: {path} ({q['chosen']}; {size}; validation {m.replace('_', ' ')} fp32 {q[f'{m}_fp32']:.4f} -> "
+              f"{ {'BF16': 'bf16', 'FP32': 'fp32'}.get(q.get('weight_type'), 'int8')} {q[f'{m}_int8']:.4f}, drop {q[f'{m}_drop']:.4f}, "
               f"{'within' if q['within_budget'] else 'OVER'} budget {q['max_accuracy_drop']:g})")
 
 
 class _Evaluation:
-    """Validation accuracy of the fp32 model, and of each candidate against it."""
+    """The fp32 model's validation quality (the task's primary metric: accuracy, entity F1), and each
+    candidate's against it on the same examples (:class:`compress.quality.SplitScorer`)."""
 
     def __init__(self, data, fp32: Predictor):
-        from compress.data import check_labels_fit
+        from compress.quality import SplitScorer
 
-        self.task = data.load()
-        check_labels_fit(self.task, fp32.num_labels, who=f"the model in {fp32.path}")
-        self.texts = self.task.texts("validation")
-        self.labels = np.asarray(self.task.splits["validation"]["label"])
-        self.n = len(self.labels)
-        if self.n == 0:
-            raise CompressError(f"{self.task.source}: the validation split is empty; the accuracy check needs rows.")
-        self.pred_fp32 = fp32.logits(self.texts).argmax(-1)
-        self.accuracy_fp32 = float((self.pred_fp32 == self.labels).mean())
+        self.data = data
+        self.scorer = SplitScorer(data, "validation")
+        self.scorer.check_model(fp32)
+        self.n = self.scorer.n
+        self.pred_fp32 = self.scorer.predict(fp32)
+        self.metrics_fp32 = self.scorer.metrics(self.pred_fp32)
+        self.fp32 = self.metrics_fp32[self.scorer.metric]
 
     def score(self, candidate: Predictor) -> dict[str, Any]:
-        pred = candidate.logits(self.texts).argmax(-1)
-        accuracy = float((pred == self.labels).mean())
-        return {"accuracy": accuracy, "accuracy_drop": round(self.accuracy_fp32 - accuracy, 6),
-                "agreement": float((pred == self.pred_fp32).mean()), "n": self.n}
+        return self.scorer.compare(self.scorer.predict(candidate), self.pred_fp32, self.metrics_fp32)
 
 
 class _ProbeTexts:
@@ -421,10 +423,11 @@ class _ProbeTexts:
 
     def __init__(self, fp32: Predictor):
         self.texts = PARITY_TEXTS
-        self.reference = fp32.logits(self.texts)
+        self.reference = np.concatenate([o.reshape(-1) for o in fp32.outputs(self.texts)])
 
     def max_diff(self, candidate: Predictor) -> float:
-        return float(np.max(np.abs(candidate.logits(self.texts) - self.reference)))
+        got = np.concatenate([o.reshape(-1) for o in candidate.outputs(self.texts)])
+        return float(np.max(np.abs(got - self.reference)))
 
 
 # ----------------------------------------------------------------------------- builders

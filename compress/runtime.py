@@ -309,6 +309,17 @@ class Predictor:
         return pool_windows(np.stack(self.run_windows(windows, batch_size)), windows.sample, windows.n_samples,
                             self.pooling)
 
+    def outputs(self, texts: Text | Sequence[Text], batch_size: int = 32) -> list[np.ndarray]:
+        """The model's output per input, for any task: a classifier's logit row (as :meth:`logits`), a
+        tagger's ``(tokens, labels)`` logits with its windows merged (each token from the window where
+        it has most context). For comparing two artifacts of one model, whatever its head."""
+        if self.task != "token-classification":
+            return list(self.logits(texts, batch_size))
+        from compress.windows import merge_token_outputs
+
+        windows = self.encode(texts)
+        return merge_token_outputs(windows, self.run_windows(windows, batch_size)) if len(windows) else []
+
     def encode(self, texts: Text | Sequence[Text]) -> Windows:
         """``texts`` (or ``(text, pair)`` tuples: the second is windowed) cut into this model's windows."""
         firsts, seconds = normalize_texts(texts)

@@ -46,17 +46,7 @@ def _generic(names: list[str] | None) -> bool:
 def load_tagging_data(cfg: TeacherConfig, label_names: list[str] | None = None) -> TokenTaskData:
     """The teacher's tagging data (``--data``, cut to ``--limit`` sentences per split, seeded)."""
     data = load_token_data(cfg.data.data, seed=cfg.data.split_seed, label_names=label_names)
-    limit = cfg.data.limit
-    if limit:
-        from datasets import DatasetDict
-
-        from compress.data import _fingerprint
-
-        cut = DatasetDict({name: split.shuffle(seed=cfg.data.split_seed).select(range(min(limit, len(split))))
-                           for name, split in data.splits.items()})
-        data = TokenTaskData(cut, data.label_names, data.scheme, f"{data.source}[:{limit}]", data.files,
-                             _fingerprint(cut), data.problems, data.notes)
-    return data
+    return data.subset(cfg.data.limit, seed=cfg.data.split_seed)
 
 
 def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:

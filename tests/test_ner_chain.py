@@ -372,3 +372,130 @@ def test_teacher_takes_jsonl_tagging_data(tmp_path, capsys):
     assert meta["task"] == "token-classification" and not meta["fine_tuned"]
     assert meta["data"]["source"] == str(data) and meta["label_names"] == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
     assert set(meta["metrics"]) == {"validation", "test"} and "random" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- INT8 and optimize on entity F1
+
+
+def _scored_folder(tmp_path: Path, per: int, loc: int) -> Path:
+    """A folder of train/validation/test CoNLL files whose validation split holds ``loc`` one-word LOC
+    entities and ``per`` PER ones, one entity per sentence (so sentences and entities line up)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    rows = [(["we", "saw", "Paris"], ["O", "O", "B-LOC"])] * loc + [(["we", "saw", "Alice"], ["O", "O", "B-PER"])] * per
+    for split in ("train", "validation", "test"):
+        write_conll(tmp_path / f"{split}.conll", rows)
+    return tmp_path
+
+
+def test_a_collapsed_type_fails_the_check_even_when_overall_f1_holds(tmp_path):
+    """100 LOC and 12 PER entities: a candidate that loses 9 of the 12 PER keeps overall F1 within a
+    0.1 budget (0.958) but PER's F1 falls from 1.0 to 0.4, under half: it is out, and says why. The
+    same loss on a type with fewer than COLLAPSE_MIN_SUPPORT gold entities is reported, not judged."""
+    from compress.quality import COLLAPSE_MIN_SUPPORT, SplitScorer
+    from compress.tasks.token_data import load_token_data
+
+    scorer = SplitScorer(load_token_data(str(_scored_folder(tmp_path, per=12, loc=100))), "validation")
+    assert scorer.metric == "entity_f1" and scorer.drop_key == "entity_f1_drop" and scorer.n == 112
+    gold = scorer.gold
+
+    def losing(k):  # the first k PER sentences tagged all O
+        return [["O", "O", "O"] if 100 <= i < 100 + k else list(t) for i, t in enumerate(gold)]
+
+    record = scorer.compare(losing(9), gold)
+    assert record["entity_f1"] == pytest.approx(2 * (103 / 112) / (1 + 103 / 112))
+    assert record["entity_f1_drop"] < 0.1
+    assert record["per_type_f1"]["PER"] == pytest.approx(0.4) and record["per_type_f1_drop"]["PER"] == pytest.approx(0.6)
+    assert record["per_type_f1_drop"]["LOC"] == 0.0
+    assert record["collapsed_types"] == {"PER": [1.0, pytest.approx(0.4)]}
+    assert scorer.failures(record, 0.1) == ["type PER collapsed: F1 1.000 -> 0.400"]
+    # Exactly half is not a collapse (under half is): 8 of 12 lost leaves PER at 0.5.
+    half = scorer.compare(losing(8), gold)
+    assert half["per_type_f1"]["PER"] == 0.5 and half["collapsed_types"] == {}
+    assert scorer.failures(half, 0.1) == []
+    # Over budget overall too: both reasons.
+    assert scorer.failures(record, 0.01)[0].startswith("entity F1 drop 0.0")
+
+    few = SplitScorer(load_token_data(str(_scored_folder(tmp_path / "few", per=COLLAPSE_MIN_SUPPORT - 1, loc=100))))
+    lost = [["O", "O", "O"] if i >= 100 else list(t) for i, t in enumerate(few.gold)]
+    small = few.compare(lost, few.gold)
+    assert small["per_type_f1"]["PER"] == 0.0 and small["collapsed_types"] == {}
+    assert few.failures(small, 0.1) == []
+
+
+def test_word_texts_give_one_whitespace_word_per_gold_word():
+    from compress.tagging import whitespace_words
+    from compress.tasks.token_data import word_texts
+
+    sentences = [["New\u00a0York", "", "is", "big"], ["a\tb", "c"]]
+    texts = word_texts(sentences)
+    assert texts == ["New_York _ is big", "a_b c"]
+    assert [len(whitespace_words(t)) for t in texts] == [4, 2]
+
+
+def test_quantize_a_tagger_is_decided_on_entity_f1(trained, exported, tmp_path, capsys):
+    """ORT INT8 of the toy tagger, checked on the validation split's entity F1 through the serving path:
+    the recorded fp32 F1 is the one Predictor's entities give, every candidate carries its per-type F1
+    and their change, and the kept INT8 artifact still finds the entities."""
+    from compress.config import DataOptions
+    from compress.quality import SplitScorer
+    from compress.quantize import quantize
+    from compress.runtime import Predictor
+    from compress.tasks.ner_metrics import entity_scores
+    from compress.tasks.token_data import load_token_data
+
+    out = quantize(exported, tmp_path / "int8", method="ort-dynamic", data=DataOptions(str(trained.data)),
+                   max_accuracy_drop=0.05)
+    meta = json.loads((out / "compress.json").read_text())
+    q = meta["quantization"]
+    assert meta["task"] == "token-classification" and q["metric"] == "entity_f1"
+    data = load_token_data(str(trained.data))
+    fp32_tags = [r["word_tags"] for r in Predictor.load(exported).predict(data.texts("validation"), word_tags=True)]
+    assert q["entity_f1_fp32"] == pytest.approx(entity_scores(data.tags("validation"), fp32_tags)["f1"])
+    assert q["entity_f1_fp32"] > 0.8
+    first = q["candidates"][0]
+    assert set(first["per_type_f1"]) == {"LOC", "PER"} and set(first["per_type_f1_drop"]) == {"LOC", "PER"}
+    assert first["within_budget"] is (not SplitScorer(data).failures(first, 0.05))
+    assert q["within_budget"] and q["entity_f1_drop"] <= 0.05
+    assert meta["metrics"]["validation"]["fp32_entity_f1"] == q["entity_f1_fp32"]
+    assert "validation entity f1 fp32" in capsys.readouterr().out
+    int8 = Predictor.load(out)
+    assert int8.kind == "onnx-int8" and int8.task == "token-classification"
+    got = [(e["type"], e["text"]) for e in int8.predict(TEXT)[0]["entities"]]
+    assert got == [("LOC", "New York"), ("PER", "Alice")]
+
+
+def test_quantize_refuses_a_tagger_with_other_tags(trained, exported, tmp_path):
+    from compress.config import DataOptions
+    from compress.quantize import quantize
+
+    other = write_conll(tmp_path / "other.conll", toy_sentences(60, types=("LOC",)))
+    with pytest.raises(CompressError, match=r"tags \['O', 'B-LOC', 'I-LOC', 'B-PER', 'I-PER'\] but .*other.conll has the tags"):
+        quantize(exported, tmp_path / "int8", method="ort-dynamic", data=DataOptions(str(other)))
+    assert not (tmp_path / "int8").exists()
+
+
+def test_optimize_a_tagger_scores_candidates_on_entity_f1_and_serves_the_choice(trained, tmp_path):
+    """optimize on a tagger: every candidate (ONNX fp32, ORT INT8, ORT static INT8, which calibrates on the
+    training sentences) is scored on validation entity F1 with its per-type change; the choice artifact
+    is a tagger that finds the entities."""
+    from compress.config import DataOptions, OptimizeConfig
+    from compress.optimize import format_decision, optimize
+    from compress.runtime import Predictor
+
+    cfg = OptimizeConfig(model=str(trained.path), data=DataOptions(str(trained.data)),
+                         candidates="onnx-fp32,onnx-int8-fused,onnx-static-unfused", batch_sizes=[1, 8], seq_len=16,
+                         warmup=1, runs=3, max_accuracy_drop=0.05, calibration_size=16)
+    out = optimize(cfg, tmp_path / "choice", progress=False)
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["task"] == "token-classification" and meta["optimize"]["metric"] == "entity_f1"
+    rows = {r["name"]: r for r in meta["optimize"]["table"]}
+    assert set(rows) == {"pytorch", "onnx-fp32", "onnx-int8-fused", "onnx-static-unfused"}
+    assert rows["pytorch"]["entity_f1_drop"] == 0.0 and rows["pytorch"]["agreement"] == 1.0
+    for row in rows.values():
+        assert set(row["per_type_f1"]) == {"LOC", "PER"} and "collapsed_types" in row
+        assert row["eligible"] is (row["entity_f1_drop"] <= 0.05 and not row["collapsed_types"])
+    assert abs(rows["onnx-fp32"]["entity_f1"] - rows["pytorch"]["entity_f1"]) < 1e-9
+    assert "F1" in format_decision(meta).splitlines()[1]
+    served = Predictor.load(out)
+    assert served.task == "token-classification"
+    assert [(e["type"], e["text"]) for e in served.predict(TEXT)[0]["entities"]] == [("LOC", "New York"), ("PER", "Alice")]

@@ -100,11 +100,38 @@ class TokenTaskData:
         """The gold tags of a split as names (what :func:`compress.tasks.ner_metrics.entity_scores` takes)."""
         return [[self.label_names[i] for i in row] for row in self.splits[split]["tags"][:]]
 
+    def texts(self, split: str) -> list[str]:
+        """Each sentence of ``split`` as one text (:func:`word_texts`): what a Predictor tags, what
+        static INT8 calibrates on, what the benchmark times."""
+        return word_texts(self.splits[split]["tokens"][:])
+
+    def subset(self, limit: int | None, seed: int = 0) -> "TokenTaskData":
+        """The first ``limit`` sentences of each split (after a seeded shuffle), for quick runs; the label
+        list stays the full training split's, so a cut never renumbers the tags."""
+        if not limit:
+            return self
+        from datasets import DatasetDict
+
+        from compress.data import _fingerprint
+
+        cut = DatasetDict({name: split.shuffle(seed=seed).select(range(min(limit, len(split))))
+                           for name, split in self.splits.items()})
+        return TokenTaskData(cut, self.label_names, self.scheme, f"{self.source}[:{limit}]", self.files,
+                             _fingerprint(cut), self.problems, self.notes)
+
     def describe(self) -> dict[str, Any]:
         """What ``compress.json`` records about the data (the label list is saved with the model)."""
         return {"task": self.task, "source": self.source, "fingerprint": self.fingerprint, "sizes": self.sizes(),
                 "label_names": self.label_names, "scheme": self.scheme,
                 "invalid_sequences": len(self.problems), "invalid_examples": self.problems[:SHOWN_PROBLEMS]}
+
+
+def word_texts(sentences: Sequence[Sequence[str]]) -> list[str]:
+    """Each sentence's words joined by single spaces, any whitespace inside a word (a non-breaking
+    space in scraped text) replaced by ``_`` and an empty word by ``_``, so that splitting the text at
+    whitespace gives back exactly one word per gold tag."""
+    return [" ".join("".join("_" if ch.isspace() else ch for ch in word) or "_" for word in words)
+            for words in sentences]
 
 
 # ----------------------------------------------------------------------------- readers

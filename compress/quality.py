@@ -1,0 +1,138 @@
+"""One split's quality, for every task: what quantize's budget check and optimize's eligibility compare.
+
+A compressed artifact is judged against the model it replaces on the same examples, with the
+task's primary metric (:attr:`compress.tasks.registry.Task.primary_metric`): accuracy for a
+sentence classifier, entity micro F1 for a tagger. :class:`SplitScorer` holds one split's inputs
+and gold answers and scores any :class:`compress.runtime.Predictor` the same way, through the
+path serving uses (``Predictor.logits`` / ``Predictor.predict``), so a number here is one a user
+would see.
+
+For a tagger the split's words are joined by single spaces and tagged by ``Predictor.predict``
+(whitespace words, first sub-token; :meth:`compress.tasks.token_data.TokenTaskData.texts`), so
+each gold word is one predicted word. Overall F1 can hold while one entity type collapses (INT8 saturating
+the logits of a rare tag: onnxruntime issues report a tagger at F1 0.8 falling to 0.05), so a
+candidate also fails when a type with at least :data:`COLLAPSE_MIN_SUPPORT` gold entities keeps
+less than :data:`COLLAPSE_FRACTION` of the reference's F1 on that type.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from compress.errors import CompressError
+from compress.tasks import get_task
+
+#: A type collapses when its F1 falls below this share of the reference model's F1 on it.
+COLLAPSE_FRACTION = 0.5
+#: Types with fewer gold entities in the split are not judged for collapse (their F1 moves by whole
+#: tenths with one entity); their change is still reported.
+COLLAPSE_MIN_SUPPORT = 10
+
+
+class SplitScorer:
+    """The inputs and gold answers of one split of ``data`` (a classification or tagging task)."""
+
+    def __init__(self, data: Any, split: str = "validation"):
+        self.task = get_task(getattr(data, "task", "sequence-classification"))
+        self.metric = self.task.primary_metric
+        #: The record key of the reference's metric minus the candidate's (``accuracy_drop``, ``entity_f1_drop``).
+        self.drop_key = f"{self.metric}_drop"
+        self.source = data.source
+        if split not in data.splits:
+            raise CompressError(f"{data.source} has no {split!r} split (it has {', '.join(data.splits)}); the quality "
+                                "check needs one.")
+        self.tagging = self.task.name == "token-classification"
+        if self.tagging:
+            self.label_names = list(data.label_names)
+            self.inputs: list[Any] = data.texts(split)
+            self.gold: Any = data.tags(split)
+        else:
+            self.inputs = list(data.texts(split))
+            self.gold = np.asarray(data.splits[split]["label"], dtype=np.int64)
+            self.num_labels = data.num_labels
+        self.n = len(self.gold)
+        if self.n == 0:
+            raise CompressError(f"{data.source}: the {split} split is empty; the quality check needs rows there.")
+
+    def check_model(self, predictor: Any) -> None:
+        """One line when ``predictor`` cannot be scored on this data: another task, too few labels, other tags."""
+        where = getattr(predictor, "path", "the model")
+        if predictor.task != self.task.name:
+            raise CompressError(f"{where} is a {predictor.task} model but {self.source} is {self.task.name} data. "
+                                "Give the data the model was trained on.")
+        if self.tagging and list(predictor.label_names) != self.label_names:
+            raise CompressError(f"{where} tags {predictor.label_names} but {self.source} has the tags "
+                                f"{self.label_names}. Give the tagging data the model was trained on.")
+        if not self.tagging and self.num_labels > predictor.num_labels:
+            raise CompressError(f"{self.source}: labels go up to {self.num_labels - 1} ({self.num_labels} classes) but "
+                                f"{where} has {predictor.num_labels} output labels. Use a model fine-tuned on this "
+                                "task, or fix the label column.")
+
+    def predict(self, predictor: Any, batch_size: int = 32) -> Any:
+        """Predicted labels (classifier: an array) or word tags (tagger: one list per sentence)."""
+        if not self.tagging:
+            return predictor.logits(self.inputs, batch_size=batch_size).argmax(-1)
+        tags = [r["word_tags"] for r in predictor.predict(self.inputs, batch_size=batch_size, word_tags=True)]
+        for i, (got, gold) in enumerate(zip(tags, self.gold)):
+            if len(got) != len(gold):  # word_texts makes this impossible; a guard against a changed word split
+                raise CompressError(f"{self.source}: sentence {i} has {len(gold)} words but {len(got)} were tagged.")
+        return tags
+
+    def metrics(self, predictions: Any) -> dict[str, Any]:
+        """The task's metrics of ``predictions`` against the gold answers (``self.metric`` among them)."""
+        if self.tagging:
+            scored = self.task.score(predictions, self.gold)
+            return {k: scored[k] for k in ("entity_f1", "entity_precision", "entity_recall", "per_type_f1",
+                                           "token_accuracy")} | {"support": {t: s["support"] for t, s in
+                                                                             scored["per_type"].items()}}
+        return {"accuracy": float((np.asarray(predictions) == self.gold).mean())}
+
+    def agreement(self, predictions: Any, reference: Any) -> float:
+        """The share of answers (labels; for a tagger, word tags) equal to the reference's."""
+        if self.tagging:
+            from compress.tasks.ner_metrics import token_agreement
+
+            return token_agreement(predictions, reference)
+        return float((np.asarray(predictions) == np.asarray(reference)).mean())
+
+    def compare(self, predictions: Any, reference: Any, reference_metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A candidate's record against the reference model's predictions on the same examples:
+        ``{metric, <metric>_drop, agreement, n}``, for a tagger also the per-type F1, its change against
+        the reference and the collapsed types."""
+        ref = reference_metrics if reference_metrics is not None else self.metrics(reference)
+        got = self.metrics(predictions)
+        out: dict[str, Any] = {self.metric: got[self.metric],
+                               self.drop_key: round(ref[self.metric] - got[self.metric], 6),
+                               "agreement": self.agreement(predictions, reference), "n": self.n}
+        if self.tagging:
+            out["per_type_f1"] = got["per_type_f1"]
+            out["per_type_f1_drop"] = {t: round(f - got["per_type_f1"].get(t, 0.0), 6)
+                                       for t, f in ref["per_type_f1"].items()}
+            out["collapsed_types"] = collapsed_types(ref["per_type_f1"], got["per_type_f1"], ref["support"])
+        return out
+
+    def failures(self, record: dict[str, Any], max_drop: float, min_agreement: float | None = None) -> list[str]:
+        """Why a candidate's record is out of budget (empty when it is within)."""
+        reasons = []
+        name = "accuracy" if self.metric == "accuracy" else "entity F1"
+        if record[self.drop_key] > max_drop:
+            reasons.append(f"{name} drop {record[self.drop_key]:.4f} > budget {max_drop:g}")
+        if min_agreement is not None and record["agreement"] < min_agreement:
+            reasons.append(f"agreement {record['agreement']:.4f} < {min_agreement:g}")
+        for t, (before, after) in (record.get("collapsed_types") or {}).items():
+            reasons.append(f"type {t} collapsed: F1 {before:.3f} -> {after:.3f}")
+        return reasons
+
+
+def collapsed_types(reference: dict[str, float], candidate: dict[str, float], support: dict[str, int],
+                    fraction: float = COLLAPSE_FRACTION, min_support: int = COLLAPSE_MIN_SUPPORT) -> dict[str, list[float]]:
+    """``{type: [reference F1, candidate F1]}`` for each type with ``min_support`` gold entities or more
+    whose F1 fell below ``fraction`` of the reference's."""
+    out = {}
+    for t, before in reference.items():
+        after = candidate.get(t, 0.0)
+        if support.get(t, 0) >= min_support and before > 0 and after < fraction * before:
+            out[t] = [before, after]
+    return out
