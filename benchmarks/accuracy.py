@@ -20,16 +20,22 @@ from compress.modeling import classification_metrics
 from compress.progress import bars_enabled
 
 
-def split_texts_and_labels(task, split: str) -> tuple[list[Any], np.ndarray]:
-    """Texts (or text pairs) and integer labels of one split, refusing a missing or empty split."""
+def split_texts(task, split: str) -> list[Any]:
+    """The texts (or text pairs; a tagger's sentences as space-joined words) of one split, refusing a
+    missing or empty split."""
     if split not in task.splits:
         raise CompressError(f"--split {split}: {task.source} has no {split!r} split (it has "
                             f"{', '.join(task.splits)}). Pick one of those.")
-    texts = task.texts(split)
-    labels = np.asarray(task.splits[split]["label"], dtype=np.int64)
-    if len(labels) == 0:
+    texts = list(task.texts(split))
+    if not texts:
         raise CompressError(f"--split {split}: the {split} split of {task.source} is empty; give data with rows there.")
-    return list(texts), labels
+    return texts
+
+
+def split_texts_and_labels(task, split: str) -> tuple[list[Any], np.ndarray]:
+    """Texts (or text pairs) and integer labels of one split of classification data (:func:`split_texts`)."""
+    texts = split_texts(task, split)
+    return texts, np.asarray(task.splits[split]["label"], dtype=np.int64)
 
 
 def evaluate_quality(predictors: Mapping[str, Any], reference: str, texts: Sequence[Any], labels: np.ndarray,

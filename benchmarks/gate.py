@@ -99,10 +99,18 @@ RULES: dict[str, RuleSpec] = {
     "max_accuracy_regression": RuleSpec("fraction", "against --baseline: accuracy may fall by at most this much, "
                                                     "absolute (0.0 = any significant fall fails), paired on the same "
                                                     "examples"),
+    "max_f1_drop": RuleSpec("fraction", "a tagger's reference entity F1 minus the artifact's, absolute (0.01 = 1 point), "
+                                        "paired bootstrap over sentences"),
+    "max_f1_regression": RuleSpec("fraction", "against --baseline: a tagger's entity F1 may fall by at most this much, "
+                                              "absolute, paired over the same sentences"),
     "min_fused_attention": RuleSpec("count", "fused attention operators in the ONNX graph"),
     "require_full_attention_fusion": RuleSpec("bool", "every transformer layer has a fused attention operator (ONNX)"),
     "confidence": RuleSpec("confidence", "two-sided confidence of the intervals the rules are decided on (default 0.95)"),
 }
+#: Rules on a tagger's entity F1 (benchmarks.f1_rules), and the classifier rules they replace for taggers.
+TAGGING_RULES = ("max_f1_drop", "max_f1_regression")
+CLASSIFIER_RULES = ("max_accuracy_drop", "max_relative_accuracy_drop", "max_accuracy_regression", "min_agreement",
+                    "min_traffic_agreement")
 SELECTORS = ("speedup_batch_size", "speedup_seq_len", "latency_batch_size", "latency_seq_len")
 #: Keys that configure rules rather than being rules (no row of their own).
 SETTINGS = SELECTORS + ("confidence",)
@@ -336,7 +344,12 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
     reference = _require(doc, "reference", (str,), "$", path)
     artifacts = _require(doc, "artifacts", (list,), "$", path)
     labels: list = []
-    if version >= 2:
+    tagging = version >= 2 and isinstance(doc.get("data"), dict) and doc["data"].get("metric") == "entity_f1"
+    types: list = []
+    if tagging:
+        types = _require(doc["data"], "types", (list,), "$.data", path)
+        n = _require(doc["data"], "n", (int,), "$.data", path)
+    elif version >= 2:
         labels = _require(_require(doc, "data", (dict,), "$", path), "labels", (list,), "$.data", path)
         if not labels or not all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
             raise GateInputError(f"{path}: $.data.labels should be a non-empty list of whole numbers. The file was "
@@ -357,9 +370,11 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
         _require(art, "size_bytes", (int,), where, path)
         _require(art, "num_hidden_layers", (int,), where, path, nullable=True)
         quality = _require(art, "quality", (dict,), where, path)
-        _require(quality, "accuracy", _NUMBER, f"{where}.quality", path)
+        _require(quality, "entity_f1" if tagging else "accuracy", _NUMBER, f"{where}.quality", path)
         _require(quality, "agreement", _NUMBER, f"{where}.quality", path)
-        if version >= 2:
+        if tagging:
+            _check_tagging_quality(quality, n, len(types), f"{where}.quality", path)
+        elif version >= 2:
             predictions = _require(quality, "predictions", (list,), f"{where}.quality", path)
             if len(predictions) != len(labels) or not all(isinstance(p, int) and not isinstance(p, bool)
                                                            for p in predictions):
@@ -426,6 +441,22 @@ NO_SAMPLES = ("{which} is a schema version 1 results file: it holds no {what}, s
               "rule cannot be decided. Run bench again with this bert-compress (schema version 2)")
 
 
+def _check_tagging_quality(quality: dict, n: int, n_types: int, where: str, path: Path) -> None:
+    """A tagger's per-sentence entity counts ``(n, types, 3)`` and word agreement ``(n, 2)``, whole numbers."""
+    def whole(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    counts = _require(quality, "entity_counts", (list,), where, path)
+    agree = _require(quality, "word_agreement", (list,), where, path)
+    ok = (len(counts) == n and all(isinstance(row, list) and len(row) == n_types and all(
+        isinstance(c, list) and len(c) == 3 and all(whole(v) for v in c) for c in row) for row in counts)
+        and len(agree) == n and all(isinstance(r, list) and len(r) == 2 and all(whole(v) for v in r) for r in agree))
+    if not ok:
+        raise GateInputError(f"{path}: {where}.entity_counts should be {n} sentences of {n_types} types of (correct, "
+                             f"predicted, gold) counts and {where}.word_agreement {n} (same, words) pairs. The file was "
+                             "edited or damaged; run the benchmark again.")
+
+
 def _select(latency: list[dict], batch: int | None, seq: int | None) -> list[dict]:
     return [e for e in latency if (batch is None or e["batch_size"] == batch) and (seq is None or e["seq_len"] == seq)]
 
@@ -476,6 +507,8 @@ class _Context:
         self.ref = self.arts[results["reference"]]
         self.version = results["schema_version"]
         self.labels = np.asarray((results.get("data") or {}).get("labels") or [], dtype=np.int64)
+        #: A tagger's results (entity F1 per sentence) rather than a classifier's (accuracy per example).
+        self.tagging = (results.get("data") or {}).get("metric") == "entity_f1"
         self.base_arts = {a["name"]: a for a in (baseline or {}).get("artifacts", [])}
         self.base_groups = {g["name"]: g["members"] for g in (baseline or {}).get("groups") or []}
         self._cache: dict = {}
@@ -563,6 +596,10 @@ def _evaluate_rule(rule: str, limit: Any, subject: _Subject, ctx: _Context, acti
 
     if rule in ("min_speedup", "max_p50_ms", "min_throughput"):
         return _latency_rule(rule, limit, subject, ctx, active, confidence)
+    if rule in TAGGING_RULES or (ctx.tagging and rule in CLASSIFIER_RULES):
+        from benchmarks.f1_rules import f1_rule
+
+        return f1_rule(rule, limit, subject, ctx, confidence)
     if rule in ("max_accuracy_drop", "max_relative_accuracy_drop"):
         return _accuracy_drop(rule, limit, subject, ctx, confidence)
     if rule == "min_agreement":
@@ -834,7 +871,12 @@ def _regression(limit: float, subject: _Subject, ctx: _Context, active: dict, co
                                    f"{_ci(interval, '{:+.1%}')}, straddles {limit:.0%}; run more rounds (bench --runs)",
                    "pass": ""}[status]
         parts.append((status, measured, _ci(interval, "{:+.1%}"), message, interval.high))
-    acc_part = _accuracy_regression(limit, subject, base, ctx, confidence)
+    if ctx.tagging:
+        from benchmarks.f1_rules import f1_regression
+
+        acc_part = f1_regression(limit, subject, base, ctx, confidence, relative=True)
+    else:
+        acc_part = _accuracy_regression(limit, subject, base, ctx, confidence)
     if acc_part is None:
         no_samples.append("per-example predictions")
     else:

@@ -70,15 +70,23 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: (points[i][0], -points[i][1]))
 
 
+def quality_metric(results: dict[str, Any]) -> tuple[str, str]:
+    """``(quality key, column name)`` of the results' primary metric: accuracy, or a tagger's entity F1."""
+    metric = (results.get("data") or {}).get("metric") or "accuracy"
+    return metric, {"entity_f1": "entity F1"}.get(metric, metric)
+
+
 def headline(results: dict[str, Any]) -> str:
-    """A few lines for the terminal: accuracy, agreement, p50 and speedup at the chart's configuration."""
+    """A few lines for the terminal: accuracy (a tagger: entity F1), agreement, p50 and speedup at the chart's
+    configuration."""
     batch, seq = chart_config(results)
-    lines = [f"{'artifact':<28}{'kind':<11}{'accuracy':>9}{'agree':>8}{'p50 ms':>10}{'speedup':>9}{'size MB':>9}"
+    metric, title = quality_metric(results)
+    lines = [f"{'artifact':<28}{'kind':<11}{title:>10}{'agree':>8}{'p50 ms':>10}{'speedup':>9}{'size MB':>9}"
              f"   (latency at batch {batch}, seq {seq})"]
     for art in results["artifacts"]:
         lat = latency_at(art, batch, seq) or {}
         speed = (lat.get("speedup") or {}).get("median")
-        lines.append(f"{art['name'][:27]:<28}{art['kind']:<11}{_fmt(art['quality'].get('accuracy'), pct=True):>9}"
+        lines.append(f"{art['name'][:27]:<28}{art['kind']:<11}{_fmt(art['quality'].get(metric), pct=True):>10}"
                      f"{_fmt(art['quality'].get('agreement'), pct=True):>8}{_fmt(lat.get('p50_ms')):>10}"
                      f"{_fmt(speed, suffix='x'):>9}{_fmt(art['size_bytes'] / MB, 1):>9}")
     return "\n".join(lines)
@@ -90,14 +98,15 @@ def demo_table(results: dict[str, Any], markdown: bool = False) -> str:
     sequence), size, and speedup against the reference at each of those two batch sizes."""
     settings = results["settings"]
     small, large, seq = min(settings["batch_sizes"]), max(settings["batch_sizes"]), max(settings["seq_lens"])
-    head = ["artifact", "kind", "accuracy", "of reference", f"p50 ms (batch {small})", f"seq/s (batch {large})",
+    metric, title = quality_metric(results)
+    head = ["artifact", "kind", title, "of reference", f"p50 ms (batch {small})", f"seq/s (batch {large})",
             "size MB", f"speedup b{small}", f"speedup b{large}"]
     reference = next((a for a in results["artifacts"] if a["name"] == results["reference"]), None)
-    ref_acc = (reference or {}).get("quality", {}).get("accuracy")
+    ref_acc = (reference or {}).get("quality", {}).get(metric)
     rows = []
     for art in results["artifacts"]:
         lo, hi = latency_at(art, small, seq) or {}, latency_at(art, large, seq) or {}
-        acc = art["quality"].get("accuracy")
+        acc = art["quality"].get(metric)
         share = acc / ref_acc if acc is not None and ref_acc else None
         rows.append([art["name"], art["kind"], _fmt(acc, pct=True), _fmt(share, pct=True), _fmt(lo.get("p50_ms")),
                      _fmt(hi.get("throughput_seq_per_s"), 1), _fmt(art["size_bytes"] / MB, 1),
@@ -136,6 +145,40 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG,
         f"## Quality ({data['split']} split, {data['n']} examples)",
         "",
     ]
+    if quality_metric(results)[0] == "entity_f1":
+        out += _tagging_quality(arts, ref)
+    else:
+        out += _classification_quality(arts, ref)
+
+    out += ["", "## Latency", ""]
+    return _render_rest(results, out, plots)
+
+
+def _tagging_quality(arts: Sequence[dict[str, Any]], ref: dict[str, Any]) -> list[str]:
+    """A tagger's quality table: entity F1 with its interval, the paired drop, P/R, word agreement, per type."""
+    types = sorted(ref["quality"].get("per_type_f1") or {})
+    rows = []
+    for a in arts:
+        q = a["quality"]
+        drop = q.get("entity_f1_drop")
+        vs = "-" if drop is None else (f"{-100 * drop['estimate']:+.1f} pt [{-100 * drop['high']:+.1f}, "
+                                       f"{-100 * drop['low']:+.1f}]")
+        rows.append([f"`{a['name']}`" + (" (reference)" if a["is_reference"] else ""), a["kind"],
+                     _fmt(q["entity_f1"], pct=True) + _ci_pct(q.get("entity_f1_ci")), vs,
+                     _fmt(q.get("entity_precision"), pct=True), _fmt(q.get("entity_recall"), pct=True),
+                     _fmt(q.get("agreement"), pct=True) + _ci_pct(q.get("agreement_ci"))]
+                    + [_fmt((q.get("per_type_f1") or {}).get(t), pct=True) for t in types])
+    out = _table(["artifact", "kind", "entity F1 [95%]", "vs reference [95%, paired]", "precision", "recall",
+                  "word agreement [95%]"] + [f"F1 {t}" for t in types], rows)
+    support = ", ".join(f"{t} {n}" for t, n in sorted((ref["quality"].get("per_type_support") or {}).items()))
+    return out + ["", "Entity F1: strict span-and-type matching (seqeval's default), micro over types. Intervals: "
+                  "bootstrap over sentences; the difference with the reference paired over the same sentences. Word "
+                  f"agreement: words tagged as the reference tagged them. Gold entities per type: {support}."]
+
+
+def _classification_quality(arts: Sequence[dict[str, Any]], ref: dict[str, Any]) -> list[str]:
+    """The classifier's quality table: accuracy, the paired difference, macro-F1, agreement, McNemar."""
+    out: list[str] = []
     ref_acc = ref["quality"]["accuracy"]
     rows = []
     for a in arts:
@@ -155,8 +198,14 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG,
             "bootstrap over the same examples. Detectable: the smallest true accuracy difference this test set "
             "finds with 80% power. McNemar p: exact paired test of the accuracy difference; above 0.05 the difference "
             "may well be chance."]
+    return out
 
-    out += ["", "## Latency", ""]
+
+def _render_rest(results: dict[str, Any], out: list[str], plots: Sequence[str]) -> str:
+    """``report.md`` after its quality section: latency per configuration, size and memory, fusions, plots."""
+    arts = results["artifacts"]
+    ref = next(a for a in arts if a["name"] == results["reference"])
+    settings = results["settings"]
     for b in settings["batch_sizes"]:
         for s in settings["seq_lens"]:
             out += [f"### batch {b}, sequence {s}", ""]
@@ -235,7 +284,7 @@ def plot_pareto(results: dict[str, Any], path: Path) -> Path:
     for a in results["artifacts"]:
         e = latency_at(a, batch, seq)
         if e is not None:
-            points.append((e["p50_ms"], a["quality"]["accuracy"]))
+            points.append((e["p50_ms"], a["quality"][quality_metric(results)[0]]))
             names.append(a["name"] + (" (ref)" if a["is_reference"] else ""))
     fig = _figure(7, 4.5)
     ax = fig.add_subplot()

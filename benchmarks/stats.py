@@ -242,6 +242,82 @@ def accuracy_drop_interval(correct_reference: Sequence[bool], correct_artifact: 
                                f"paired bootstrap over {n} examples ({what})")
 
 
+def _micro_f1(counts: np.ndarray) -> np.ndarray:
+    """Micro F1 ``2c / (p + g)`` of summed ``(correct, predicted, gold)`` counts (last axis; 0 for 0/0).
+
+    Equal to seqeval's ``2PR / (P + R)`` with ``P = c/p`` and ``R = c/g``, which simplifies to it."""
+    c, total = counts[..., 0].astype(float), (counts[..., 1] + counts[..., 2]).astype(float)
+    has = total > 0
+    return np.where(has, 2.0 * c / np.where(has, total, 1.0), 0.0)
+
+
+def _sentence_totals(counts: Sequence) -> np.ndarray:
+    """``(sentences, 3)`` entity counts summed over the types of :func:`compress.tasks.ner_metrics.sentence_counts`."""
+    a = np.asarray(counts, dtype=np.int64)
+    if a.ndim == 3:
+        a = a.sum(axis=1)
+    if a.ndim != 2 or a.shape[1] != 3:
+        raise ValueError(f"entity counts should be (sentences, types, 3) or (sentences, 3), got shape {a.shape}")
+    return a
+
+
+def f1_interval(counts: Sequence, confidence: float = DEFAULT_CONFIDENCE, resamples: int = RESAMPLES,
+                seed: int = SEED) -> Interval:
+    """Entity micro F1 with a bootstrap over sentences (a sentence's entities are resampled together)."""
+    totals = _sentence_totals(counts)
+    n = len(totals)
+    if n == 0:
+        raise ValueError("no sentences")
+    weights = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=resamples)
+    return percentile_interval(float(_micro_f1(totals.sum(axis=0))), _micro_f1(weights @ totals), confidence,
+                               f"bootstrap over {n} sentences (entity F1)")
+
+
+def f1_drop_interval(reference_counts: Sequence, artifact_counts: Sequence, confidence: float = DEFAULT_CONFIDENCE,
+                     resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
+    """Interval of ``F1(reference) - F1(artifact)`` on the same sentences: a paired bootstrap that resamples
+    sentences, each with both models' entity counts (what the F1 gate rules are decided on)."""
+    ref, art = _sentence_totals(reference_counts), _sentence_totals(artifact_counts)
+    if len(ref) != len(art):
+        raise ValueError(f"{len(ref)} reference sentences but {len(art)} artifact sentences: not paired")
+    n = len(ref)
+    if n == 0:
+        raise ValueError("no sentences")
+    weights = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=resamples)
+    estimate = float(_micro_f1(ref.sum(axis=0)) - _micro_f1(art.sum(axis=0)))
+    return percentile_interval(estimate, _micro_f1(weights @ ref) - _micro_f1(weights @ art), confidence,
+                               f"paired bootstrap over {n} sentences (entity F1 drop)")
+
+
+def unpaired_f1_drop_interval(old_counts: Sequence, new_counts: Sequence, confidence: float = DEFAULT_CONFIDENCE,
+                              resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
+    """``F1(old) - F1(new)`` when the sentences differ: two independent bootstraps over sentences."""
+    old, new = _sentence_totals(old_counts), _sentence_totals(new_counts)
+    if not len(old) or not len(new):
+        raise ValueError("no sentences")
+    rng = np.random.default_rng(seed)
+    w_old = rng.multinomial(len(old), np.full(len(old), 1.0 / len(old)), size=resamples)
+    w_new = rng.multinomial(len(new), np.full(len(new), 1.0 / len(new)), size=resamples)
+    estimate = float(_micro_f1(old.sum(axis=0)) - _micro_f1(new.sum(axis=0)))
+    return percentile_interval(estimate, _micro_f1(w_old @ old) - _micro_f1(w_new @ new), confidence,
+                               f"two independent bootstraps over {len(old)} and {len(new)} sentences (entity F1 drop)")
+
+
+def ratio_interval(counts: Sequence, confidence: float = DEFAULT_CONFIDENCE, resamples: int = RESAMPLES,
+                   seed: int = SEED) -> Interval:
+    """``sum(hits) / sum(totals)`` of per-sentence ``(hits, total)`` pairs (words tagged as the reference
+    tagged them), bootstrapped over sentences: a sentence's words are not independent of one another."""
+    a = np.asarray(counts, dtype=np.int64).reshape(-1, 2)
+    n = len(a)
+    if n == 0 or a[:, 1].sum() == 0:
+        raise ValueError("no words")
+    weights = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=resamples)
+    sums = weights @ a
+    reps = relative_to(sums[:, 0].astype(float), sums[:, 1].astype(float))
+    return percentile_interval(float(a[:, 0].sum() / a[:, 1].sum()), reps, confidence,
+                               f"bootstrap over {n} sentences (share of words)")
+
+
 def unpaired_accuracy_drop_interval(correct_old: Sequence[bool], correct_new: Sequence[bool],
                                     confidence: float = DEFAULT_CONFIDENCE, relative: bool = False,
                                     resamples: int = RESAMPLES, seed: int = SEED) -> Interval:

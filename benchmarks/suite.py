@@ -206,11 +206,23 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
     entries, predictors = _load_predictors(config, precision.precision)
     reference = entries[0]["name"]
     ref_predictor = predictors[reference]
-    task = config.data.load(num_labels=ref_predictor.num_labels)
-    check_labels_fit(task, ref_predictor.num_labels, who=f"the reference {ref_predictor.path}")
-    texts, labels = split_texts_and_labels(task, config.split)
+    task = config.data.load_any(num_labels=ref_predictor.num_labels)
+    tagging = getattr(task, "task", None) == "token-classification"
+    if tagging and traffic_texts is not None:
+        raise CompressError(f"--traffic-file {config.traffic_file}: traffic agreement is measured for sentence "
+                            "classifiers; a tagger's agreement with the reference is the word agreement on --split. "
+                            "Drop --traffic-file.")
+    if tagging:  # entity F1 per sentence (benchmarks.tagging_quality); no integer labels
+        from benchmarks.tagging_quality import evaluate_tagging_quality
+        from compress.quality import SplitScorer
 
-    quality = evaluate_quality(predictors, reference, texts, labels, progress=config.progress)
+        scorer = SplitScorer(task, config.split)
+        texts, labels = scorer.inputs, None
+        quality = evaluate_tagging_quality(predictors, reference, scorer, task.entity_types, progress=config.progress)
+    else:
+        check_labels_fit(task, ref_predictor.num_labels, who=f"the reference {ref_predictor.path}")
+        texts, labels = split_texts_and_labels(task, config.split)
+        quality = evaluate_quality(predictors, reference, texts, labels, progress=config.progress)
     traffic_agreement: dict[str, Any] = {}
     if traffic_texts is not None:  # every artifact, seed-group members too: it is quality, not speed
         from benchmarks.traffic import measure_traffic_agreement
@@ -273,8 +285,9 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
             **realistic_settings,
             **({"traffic_file": traffic_file} if traffic_file else {}),
         },
-        "data": {**task.describe(), "split": config.split, "n": int(len(labels)), "options": asdict(config.data),
-                 "labels": [int(v) for v in labels]},
+        "data": {**task.describe(), "split": config.split, "n": len(texts), "options": asdict(config.data),
+                 **({"metric": "entity_f1", "types": task.entity_types} if tagging
+                    else {"metric": "accuracy", "labels": [int(v) for v in labels]})},
         "reference": reference,
         "artifacts": artifacts,
         "groups": groups,

@@ -171,13 +171,13 @@ def measure_traffic_and_load(predictors: Mapping[str, Any], reference: str, task
                              load_requests: int, default_split: str, progress: bool = True
                              ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """What ``bench --traffic`` and ``--load-clients`` add: ``({name: {"traffic", "load"}}, settings)``."""
-    from benchmarks.accuracy import split_texts_and_labels
+    from benchmarks.accuracy import split_texts
     from benchmarks.load import run_load
 
     per: dict[str, dict[str, Any]] = {name: {} for name in predictors}
     settings: dict[str, Any] = {}
     if traffic_split:
-        texts, _ = split_texts_and_labels(task, traffic_split)
+        texts = split_texts(task, traffic_split)
         if traffic_limit is not None:
             if traffic_limit < 1:
                 raise CompressError(f"--traffic-limit must be at least 1, got {traffic_limit}.")
@@ -190,7 +190,7 @@ def measure_traffic_and_load(predictors: Mapping[str, Any], reference: str, task
                                "order": "split order; artifacts interleaved per request, starting one rotating"}
     if load_clients:
         split = traffic_split or default_split
-        texts, _ = split_texts_and_labels(task, split)
+        texts = split_texts(task, split)
         for name, predictor in predictors.items():
             if progress:
                 print(f"load: {name} with {', '.join(map(str, load_clients))} client thread(s)", file=sys.stderr)

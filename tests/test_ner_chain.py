@@ -499,3 +499,95 @@ def test_optimize_a_tagger_scores_candidates_on_entity_f1_and_serves_the_choice(
     served = Predictor.load(out)
     assert served.task == "token-classification"
     assert [(e["type"], e["text"]) for e in served.predict(TEXT)[0]["entities"]] == [("LOC", "New York"), ("PER", "Alice")]
+
+
+# ----------------------------------------------------------------------------- bench and gate on entity F1
+
+
+@pytest.fixture(scope="module")
+def tagger_results(trained, exported):
+    """``bench --quick`` of the toy tagger: PyTorch (reference), its ONNX export and an ORT INT8 copy."""
+    from compress.cli import main
+    from compress.quantize import quantize
+
+    int8 = quantize(exported, trained.tmp / "int8", method="ort-dynamic")
+    out = trained.tmp / "bench"
+    assert main(["bench", str(exported), str(int8), "--reference", str(trained.path), "--data", str(trained.data),
+                 "--out", str(out), "--quick", "--threads", "1", "--no-memory"]) == 0
+    return out
+
+
+def test_bench_scores_a_tagger_on_entity_f1_per_sentence(trained, tagger_results):
+    from benchmarks.stats import f1_interval
+    from compress.runtime import Predictor
+    from compress.tasks.ner_metrics import entity_scores, sentence_counts
+    from compress.config import DataOptions
+
+    results = json.loads((tagger_results / "results.json").read_text())
+    assert results["data"]["metric"] == "entity_f1" and results["data"]["types"] == ["LOC", "PER"]
+    assert "labels" not in results["data"] and results["data"]["task"] == "token-classification"
+    data = DataOptions(**results["data"]["options"]).load_any()  # --quick's seeded cut, in its order
+    gold = data.tags("test")
+    arts = {a["name"]: a for a in results["artifacts"]}
+    ref = arts[results["reference"]]["quality"]
+    tags = [r["word_tags"] for r in Predictor.load(trained.path).predict(data.texts("test"), word_tags=True)]
+    assert ref["entity_f1"] == pytest.approx(entity_scores(gold, tags)["f1"])
+    assert ref["entity_counts"] == sentence_counts(gold, tags, ["LOC", "PER"])[1].tolist()
+    assert ref["agreement"] == 1.0 and "entity_f1_drop" not in ref
+    assert ref["entity_f1_ci"] == pytest.approx([f1_interval(ref["entity_counts"]).low, f1_interval(ref["entity_counts"]).high])
+    for name, art in arts.items():
+        q = art["quality"]
+        assert len(q["entity_counts"]) == len(gold) == q["n"] and len(q["word_agreement"]) == len(gold)
+        if not art["is_reference"]:
+            assert q["entity_f1_drop"]["estimate"] == pytest.approx(ref["entity_f1"] - q["entity_f1"])
+            assert set(q["per_type_f1_drop"]) == {"LOC", "PER"}
+        assert art["latency"], f"{name} was not timed"
+    report = (tagger_results / "report.md").read_text()
+    assert "entity F1 [95%]" in report and "F1 LOC" in report and "word agreement" in report
+
+
+def _gate(results_dir: Path, tmp_path: Path, rules: str, baseline: Path | None = None) -> tuple[int, str]:
+    import io
+
+    from benchmarks.gate import run_gate
+
+    path = tmp_path / "rules.toml"
+    path.write_text(rules)
+    buf = io.StringIO()
+    code = run_gate(results_dir / "results.json", path, baseline=baseline, out=buf, step_summary="")
+    return code, buf.getvalue()
+
+
+def test_gate_decides_a_tagger_on_entity_f1(tagger_results, tmp_path):
+    code, out = _gate(tagger_results, tmp_path, "[rules]\nmax_f1_drop = 0.5\nmin_agreement = 0.5\n")
+    assert code == 0, out
+    assert "max_f1_drop" in out and "of words" in out
+    # An artifact that tags every word O (its counts are those of that tagging): F1 0, the drop is the
+    # reference's whole F1, far over 0.1: fail; word agreement is the share of O words in the reference's tags.
+    from compress.config import DataOptions
+    from compress.tasks.ner_metrics import sentence_counts
+
+    results = json.loads((tagger_results / "results.json").read_text())
+    data = DataOptions(**results["data"]["options"]).load_any()
+    nothing = [["O"] * len(t) for t in data.tags("test")]
+    worse = next(a for a in results["artifacts"] if not a["is_reference"])
+    worse["quality"]["entity_counts"] = sentence_counts(data.tags("test"), nothing, ["LOC", "PER"])[1].tolist()
+    worse["quality"]["entity_f1"] = 0.0
+    (tmp_path / "worse").mkdir()
+    (tmp_path / "worse" / "results.json").write_text(json.dumps(results))
+    code, out = _gate(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_drop = 0.1\n")
+    assert code == 1 and "entity F1 fell by -" not in out and "entity F1 fell by +" in out, out
+    code, out = _gate(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_regression = 0.1\n",
+                      baseline=tagger_results / "results.json")
+    assert code == 1 and "entity F1 fell" in out, out
+    # A rerun against itself as the baseline: the same sentences, nothing fell.
+    code, out = _gate(tagger_results, tmp_path, "[rules]\nmax_f1_regression = 0.0\n",
+                      baseline=tagger_results / "results.json")
+    assert code == 0 and "paired" in out, out
+
+
+def test_gate_refuses_classifier_rules_on_a_tagger_in_one_line(tagger_results, tmp_path, capsys):
+    code, _ = _gate(tagger_results, tmp_path, "[rules]\nmax_accuracy_drop = 0.01\n")
+    err = capsys.readouterr().err
+    assert code == 3 and "these results are a tagger's (entity F1): use max_f1_drop" in err
+    assert len(err.strip().splitlines()) == 1

@@ -707,3 +707,57 @@ def test_relative_to_divides_where_there_is_a_base_and_is_zero_elsewhere():
         warnings.simplefilter("error")
         got = relative_to(np.array([0.1, -0.2, 0.3, 0.0]), np.array([0.5, 0.0, 0.25, 0.0]))
     assert got.tolist() == [0.1 / 0.5, 0.0, 0.3 / 0.25, 0.0]
+
+
+def test_unpaired_accuracy_drop_interval_is_reproducible():
+    from benchmarks.stats import unpaired_accuracy_drop_interval
+
+    old, new = [True] * 70 + [False] * 30, [True] * 60 + [False] * 40
+    a, b = unpaired_accuracy_drop_interval(old, new), unpaired_accuracy_drop_interval(old, new)
+    assert (a.low, a.high) == (b.low, b.high) and a.low < 0.1 < a.high
+
+
+def _tagger_counts(rng, n, hit):
+    """Per-sentence (correct, predicted, gold) of one type: 2 gold entities each, found with chance ``hit``."""
+    found = rng.random((n, 2)) < hit
+    correct = found.sum(1)
+    return np.stack([correct, correct + (rng.random(n) < 0.1), np.full(n, 2)], axis=1)[:, None, :]
+
+
+def test_f1_intervals_resample_sentences_and_pair_them():
+    from benchmarks.stats import f1_drop_interval, f1_interval, ratio_interval, unpaired_f1_drop_interval
+    from compress.tasks.ner_metrics import scores_from_counts
+
+    rng = np.random.default_rng(3)
+    ref = _tagger_counts(rng, 400, 0.8)
+    art = ref.copy()
+    art[:40, 0, 0] = np.maximum(art[:40, 0, 0] - 1, 0)  # the artifact misses one entity in 40 sentences
+    art[:40, 0, 1] = np.maximum(art[:40, 0, 1] - 1, 0)
+    f1 = f1_interval(ref)
+    assert f1.estimate == pytest.approx(scores_from_counts(["X"], ref)["f1"], abs=1e-12)
+    assert f1.low < f1.estimate < f1.high and "400 sentences" in f1.method
+    drop = f1_drop_interval(ref, art)
+    assert drop.estimate == pytest.approx(scores_from_counts(["X"], ref)["f1"] - scores_from_counts(["X"], art)["f1"])
+    assert 0 < drop.low <= drop.estimate <= drop.high
+    # Pairing removes the sentence-to-sentence spread the two share: much narrower than unpaired (2.9x here).
+    unpaired = unpaired_f1_drop_interval(ref, art)
+    assert (drop.high - drop.low) < (unpaired.high - unpaired.low) / 2
+    same = f1_drop_interval(ref, ref)
+    assert (same.estimate, same.low, same.high) == (0.0, 0.0, 0.0)
+    # Seeded: the same numbers every time.
+    assert f1_drop_interval(ref, art).low == drop.low and unpaired_f1_drop_interval(ref, art).low == unpaired.low
+    assert f1_interval(ref).high == f1.high
+    # (sentences, 3) totals are taken as they are; other shapes and unpaired lengths are refused.
+    assert f1_interval(ref[:, 0, :]).estimate == f1.estimate
+    with pytest.raises(ValueError, match="not paired"):
+        f1_drop_interval(ref, art[:-1])
+    with pytest.raises(ValueError, match="shape"):
+        f1_interval(np.zeros((4, 2)))
+    with pytest.raises(ValueError, match="no sentences"):
+        f1_interval(np.zeros((0, 3)))
+    # No entity predicted or gold anywhere: F1 0, not a division by zero.
+    assert f1_interval(np.zeros((5, 1, 3))).estimate == 0.0
+    words = ratio_interval([[9, 10]] * 50 + [[10, 10]] * 50)
+    assert words.estimate == pytest.approx(0.95) and words.low < 0.95 < words.high
+    with pytest.raises(ValueError, match="no words"):
+        ratio_interval([[0, 0]])
