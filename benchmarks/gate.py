@@ -480,8 +480,7 @@ def combine(statuses: list[str]) -> str:
 
 
 def _ci(interval, fmt: str = "{:.4g}", scale: float = 1.0, suffix: str = "") -> str:
-    return (f"[{fmt.format(scale * interval.low)}, {fmt.format(scale * interval.high)}]{suffix} "
-            f"({100 * interval.confidence:g}%)")
+    return interval.text(fmt, scale, suffix)
 
 
 @dataclass
@@ -597,9 +596,7 @@ def _evaluate_rule(rule: str, limit: Any, subject: _Subject, ctx: _Context, acti
     if rule in ("min_speedup", "max_p50_ms", "min_throughput"):
         return _latency_rule(rule, limit, subject, ctx, active, confidence)
     if rule in TAGGING_RULES or (ctx.tagging and rule in CLASSIFIER_RULES):
-        from benchmarks.f1_rules import f1_rule
-
-        return f1_rule(rule, limit, subject, ctx, confidence)
+        return _tagging_rule(rule, limit, subject, ctx, confidence)
     if rule in ("max_accuracy_drop", "max_relative_accuracy_drop"):
         return _accuracy_drop(rule, limit, subject, ctx, confidence)
     if rule == "min_agreement":
@@ -872,9 +869,7 @@ def _regression(limit: float, subject: _Subject, ctx: _Context, active: dict, co
                    "pass": ""}[status]
         parts.append((status, measured, _ci(interval, "{:+.1%}"), message, interval.high))
     if ctx.tagging:
-        from benchmarks.f1_rules import f1_regression
-
-        acc_part = f1_regression(limit, subject, base, ctx, confidence, relative=True)
+        acc_part = _f1_regression(limit, subject, base, ctx, confidence, relative=True)
     else:
         acc_part = _accuracy_regression(limit, subject, base, ctx, confidence)
     if acc_part is None:
@@ -892,6 +887,45 @@ def _regression(limit: float, subject: _Subject, ctx: _Context, active: dict, co
     if no_samples:
         messages.append(NO_SAMPLES.format(which="RESULTS or --baseline", what=" or ".join(dict.fromkeys(no_samples))))
     return Check(name, rule, limit, measured, status, "; ".join(messages), worst[2])
+
+
+def _tagging_rule(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
+    """A rule of :data:`TAGGING_RULES` (or ``min_agreement``) on a tagger's results (:mod:`benchmarks.f1_rules`
+    decides it); the classifier rules on a tagger's results, and the F1 rules on a classifier's, are refused
+    in one line: a rule that silently passed because its numbers were missing would hide a regression."""
+    from benchmarks import f1_rules
+
+    if not ctx.tagging and rule in TAGGING_RULES:
+        raise GateInputError(f"rule {rule} gates a tagger's entity F1, but these results are a sentence classifier's "
+                             "(accuracy): use max_accuracy_drop / max_accuracy_regression in the rules file.")
+    if ctx.tagging and rule in CLASSIFIER_RULES and rule != "min_agreement":
+        raise GateInputError(f"rule {rule} gates a sentence classifier's accuracy, but these results are a tagger's "
+                             "(entity F1): use max_f1_drop / max_f1_regression in the rules file.")
+    name = subject.name
+    if subject.is_group:
+        return Check(name, rule, limit, "-", "inconclusive", "seed groups of taggers are not gated as a group yet; "
+                                                             "name each member in its own [artifacts.\"NAME\"] table")
+    if rule == "max_f1_drop":
+        return Check(name, rule, limit, *f1_rules.f1_drop(ctx.ref["quality"], subject.art["quality"], limit, confidence))
+    if rule == "max_f1_regression":
+        if ctx.baseline is None:
+            return Check(name, rule, limit, "-", "skip", "no --baseline given")
+        base = _baseline_of(subject, ctx)
+        if base is None:
+            return Check(name, rule, limit, "-", "skip", "not in the baseline (a new artifact)")
+        status, measured, shown, message, _ = _f1_regression(limit, subject, base, ctx, confidence, relative=False)
+        return Check(name, rule, limit, measured, status, message, shown)
+    return Check(name, rule, limit, *f1_rules.word_agreement(subject.art["quality"], limit, confidence))
+
+
+def _f1_regression(limit: float, subject: _Subject, base: dict, ctx: _Context, confidence: float, relative: bool):
+    from benchmarks import f1_rules
+
+    if "entity_counts" not in base["quality"]:
+        raise GateInputError("--baseline holds a sentence classifier's results and RESULTS a tagger's: compare "
+                             "results of the same task.")
+    return f1_rules.f1_regression(base["quality"], subject.art["quality"], ctx.baseline.get("data") or {},
+                                  ctx.results.get("data") or {}, limit, confidence, relative)
 
 
 def _baseline_of(subject: _Subject, ctx: _Context) -> dict | None:

@@ -57,6 +57,10 @@ class Interval:
     confidence: float
     method: str
 
+    def text(self, fmt: str = "{:.4g}", scale: float = 1.0, suffix: str = "") -> str:
+        """``[low, high]suffix (95%)`` with both bounds formatted by ``fmt`` after multiplying by ``scale``."""
+        return f"[{fmt.format(scale * self.low)}, {fmt.format(scale * self.high)}]{suffix} ({100 * self.confidence:g}%)"
+
     def as_dict(self) -> dict:
         return asdict(self)
 
