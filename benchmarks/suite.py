@@ -208,6 +208,9 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
     ref_predictor = predictors[reference]
     task = config.data.load_any(num_labels=ref_predictor.num_labels)
     tagging = getattr(task, "task", None) == "token-classification"
+    if tagging and config.load_clients:
+        raise CompressError("--load-clients measures a sentence classifier's serving calls; for a tagger use --traffic "
+                            "SPLIT (its sentences replayed at their real lengths). Drop --load-clients.")
     if tagging and traffic_texts is not None:
         raise CompressError(f"--traffic-file {config.traffic_file}: traffic agreement is measured for sentence "
                             "classifiers; a tagger's agreement with the reference is the word agreement on --split. "

@@ -591,3 +591,59 @@ def test_gate_refuses_classifier_rules_on_a_tagger_in_one_line(tagger_results, t
     err = capsys.readouterr().err
     assert code == 3 and "these results are a tagger's (entity F1): use max_f1_drop" in err
     assert len(err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- pruning a tagger
+
+
+def test_pruning_a_tagger_removes_heads_and_neurons_and_recovers_entity_f1(trained, tmp_path):
+    """Half the heads and FFN neurons of the toy tagger (Taylor importance from per-token gradients), then
+    one epoch of word-level distillation from the unpruned tagger: the artifact is a smaller tagger,
+    scored on entity F1 before, after pruning and after recovery, and still exports with parity."""
+    from compress.config import DataOptions, PruneConfig, TrainSettings
+    from compress.export import export_onnx
+    from compress.prune.stage import prune
+    from compress.runtime import Predictor
+
+    cfg = PruneConfig(model=str(trained.path), data=DataOptions(str(trained.data)), heads=0.5, ffn=0.5,
+                      importance="taylor", recover_epochs=2, max_length=48,
+                      train=TrainSettings(lr=6e-3, batch_size=8, save_steps=100000, logging_steps=1000,
+                                          sampling="sequential"))
+    out = prune(cfg, tmp_path / "pruned")
+    meta = json.loads((out / "compress.json").read_text())
+    p = meta["pruning"]
+    assert meta["task"] == "token-classification" and p["metric"] == "entity_f1"
+    assert sum(p["heads"]["after"]) == sum(p["heads"]["before"]) // 2
+    assert sum(p["ffn"]["after"]) == sum(p["ffn"]["before"]) // 2
+    assert p["parameters"]["after"] < p["parameters"]["before"]
+    f1 = p["entity_f1"]
+    assert f1["before"]["validation"] > 0.8 and f1["after_recovery"]["validation"] > 0.8
+    assert meta["metrics"]["validation"]["unpruned_entity_f1"] == f1["before"]["validation"]
+    assert meta["metrics"]["validation"]["kl_to_unpruned"] >= 0 and "per_type_f1" in meta["metrics"]["validation"]
+    tagger = Predictor.load(out)
+    assert tagger.task == "token-classification"
+    assert [(e["type"], e["text"]) for e in tagger.predict(TEXT)[0]["entities"]] == [("LOC", "New York"), ("PER", "Alice")]
+    onnx = export_onnx(out, tmp_path / "pruned-onnx")
+    assert json.loads((onnx / "compress.json").read_text())["parity"]["max_abs_diff"] <= 1e-3
+
+
+def test_taylor_gradients_of_a_tagger_ignore_the_unlabelled_tokens(trained):
+    """Per-token cross-entropy over the labelled tokens only: gradients of a batch whose labels are all -100
+    but one token equal those of that one token's loss."""
+    import torch
+
+    from compress.modeling import load_classifier
+    from compress.prune.importance import accumulate_task_gradients
+
+    model, tok, _ = load_classifier(trained.path, task="token-classification")
+    enc = tok(["we went to Paris", "Alice saw Rome"], padding=True, return_tensors="pt")
+    labels = torch.full(enc["input_ids"].shape, -100)
+    labels[0, 4] = 1  # "paris" as B-LOC
+    assert accumulate_task_gradients(model, [{**enc, "labels": labels}]) == 2
+    got = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    logits = model(**enc).logits
+    torch.nn.functional.cross_entropy(logits[0, 4:5].float(), labels[0, 4:5]).backward()
+    for n, p in model.named_parameters():
+        if p.grad is not None:
+            assert torch.allclose(got[n], p.grad, atol=1e-6), n

@@ -133,7 +133,7 @@ def keep_inputs(linear, n: int) -> None:
 
 
 def load_pruned(folder: str | os.PathLike, config, eager_attention: bool = False):
-    """Load a classifier whose ``config.json`` carries :data:`PRUNING_KEY` (``"loader": "compress"``).
+    """Load a classifier or tagger whose ``config.json`` carries :data:`PRUNING_KEY` (``"loader": "compress"``).
 
     Builds the architecture the config describes, shrinks each layer to the recorded head and FFN
     counts, then loads ``model.safetensors`` strictly: every tensor must be present with its
@@ -150,8 +150,13 @@ def load_pruned(folder: str | os.PathLike, config, eager_attention: bool = False
     if spec is None:
         raise CompressError(f"{path / 'config.json'} has no {PRUNING_KEY}: load it with from_pretrained.")
     kwargs = {"attn_implementation": "eager"} if eager_attention else {}
+    from compress.tasks import task_for_architectures
+
+    # The head the config names (a tagger's ...ForTokenClassification has no pooler); a classifier otherwise.
+    head = task_for_architectures(getattr(config, "architectures", None))
+    auto = head.model_class() if head is not None else AutoModelForSequenceClassification
     with quiet_transformers():
-        model = AutoModelForSequenceClassification.from_config(config, **kwargs)
+        model = auto.from_config(config, **kwargs)
     apply_pruned_shapes(model, spec)
     state = _read_safetensors(path, load_file)
     expected = model.state_dict()

@@ -143,7 +143,8 @@ def accumulate_task_gradients(model, batches: list[dict[str, Any]]) -> int:
     """Gradients of the mean cross-entropy over ``batches`` into ``param.grad`` (for Taylor scores).
 
     Run in eval mode: dropout would add noise to first-order scores computed from a few batches.
-    Returns the number of examples used.
+    A tagger's logits ``(batch, tokens, labels)`` are scored per labelled token (``-100``, the tokens
+    that carry no word's tag and the padding, are left out). Returns the number of examples used.
     """
     import torch
 
@@ -157,7 +158,11 @@ def accumulate_task_gradients(model, batches: list[dict[str, Any]]) -> int:
             labels = batch["labels"]
             inputs = {k: v for k, v in batch.items() if k != "labels"}
             logits = model(**inputs).logits
-            loss = torch.nn.functional.cross_entropy(logits.float(), labels) / len(batches)
+            if logits.dim() == 3:  # a tagger: one label per token
+                logits, labels_used = logits.flatten(0, 1), labels.flatten()
+            else:
+                labels_used = labels
+            loss = torch.nn.functional.cross_entropy(logits.float(), labels_used, ignore_index=-100) / len(batches)
             loss.backward()
             n += int(labels.shape[0])
     return n

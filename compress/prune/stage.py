@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from compress.errors import CompressError
 from compress.formats.layouts import encoder_parameters, layer_parts, structure
 from compress.formats.pruned import LOADER_COMPRESS, loader_of
 from compress.prune.removal import prune_model
+from compress.tasks.task_choice import TOKEN
 from compress.training import checkpoint_dir, is_main_process
 
 
@@ -45,20 +47,38 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     if kind != "pytorch":
         raise CompressError(f"--model {source} is a {kind} artifact; pruning needs the PyTorch fp32 folder it was made "
                             "from (the teacher, distill or prune artifact).")
-    task = cfg.data.load()
-    model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle)
+    task = cfg.data.load_any()
+    tagging = getattr(task, "task", None) == TOKEN
+    #: The quality kept while pruning: accuracy for a classifier, entity F1 (validation, test) for a tagger.
+    metric = "entity_f1" if tagging else "accuracy"
+    if tagging:
+        from compress.tasks.task_choice import check_model_task
+
+        check_model_task(source, TOKEN, cfg.data.data, str(source), task.num_labels)
+    model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle,
+                                                 task=TOKEN if tagging else "sequence-classification")
     if not has_head:
         raise CompressError(f"--model {source}: the model has no trained classification head, so there is nothing to "
                             "keep accurate while pruning. Fine-tune it first: bert-compress teacher --model DIR --data DATA --out DIR")
     layer_parts(model)  # refuses unsupported families before any work
     model.to(device)  # evaluation and importance scoring run there; recovery's Trainer uses the same device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    tokenized = {name: tokenize_split(split, tokenizer, cfg.max_length, task.is_pair, what=name)
-                 for name, split in task.splits.items()}
+    if tagging:
+        from compress.tasks.token_training import tokenize_tagged_split
+
+        tokenized = {name: tokenize_tagged_split(split, tokenizer, cfg.max_length, what=name)
+                     for name, split in task.splits.items()}
+    else:
+        tokenized = {name: tokenize_split(split, tokenizer, cfg.max_length, task.is_pair, what=name)
+                     for name, split in task.splits.items()}
     eval_splits = [name for name in ("validation", "test") if name in tokenized]
-    labels = {name: np.asarray(task.splits[name]["label"]) for name in eval_splits}
+    if tagging:
+        evaluate_tagger_splits = _tagger_evaluation(task, tokenized, eval_splits, pad_id)
+    labels = {} if tagging else {name: np.asarray(task.splits[name]["label"]) for name in eval_splits}
 
     def evaluate(m, reference: dict[str, np.ndarray] | None, desc: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        if tagging:
+            return evaluate_tagger_splits(m, reference)
         logits = {name: predict_logits(m, tokenized[name], batch_size=64, pad_id=pad_id, desc=f"{desc} ({name})")
                   for name in eval_splits}
         metrics = {name: classification_metrics(logits[name], labels[name],
@@ -78,7 +98,7 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     t0 = time.perf_counter()
     taylor = cfg.importance == "taylor"
     batches = _batches(tokenized["train"], pad_id, cfg.train.batch_size, cfg.importance_batches if taylor else 1,
-                       cfg.train.seed)
+                       cfg.train.seed, tokenizer if tagging else None)
     batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
     example = {k: v[:2] for k, v in batches[0].items() if k != "labels"}
     plan = prune_model(model, cfg.heads, cfg.ffn, cfg.importance, cfg.scope, example_inputs=example,
@@ -106,14 +126,14 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     try:
         if cfg.recover_epochs > 0:
             t0 = time.perf_counter()
-            model, recovery = _recover(cfg, source, model, tokenizer, work)
+            model, recovery = (_recover_tagger if tagging else _recover)(cfg, source, model, tokenizer, work)
             timings["recover_s"] = round(time.perf_counter() - t0, 2)
             if loader_of(model) != loader or structure(model) != plan.after:
                 raise CompressError("internal: recovery changed the pruned shapes; nothing was written.")
             recovered_metrics, _ = evaluate(model, before_logits, "evaluating the recovered model")
             final_metrics = {name: dict(m) for name, m in recovered_metrics.items()}
         for name in eval_splits:
-            final_metrics[name]["unpruned_accuracy"] = before_metrics[name]["accuracy"]
+            final_metrics[name][f"unpruned_{metric}"] = before_metrics[name][metric]
         timings["total_s"] = round(time.perf_counter() - started, 2)
 
         parent_meta = read_meta(source) or {}
@@ -139,8 +159,10 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
                            "encoder_before": encoder_before, "encoder_after": encoder_parameters(model),
                            "encoder_reduction": round(1 - encoder_parameters(model) / encoder_before, 6)},
             "file_size_bytes": {"before": size_before, "after": None},
-            "accuracy": {"before": _accuracies(before_metrics), "after_prune": _accuracies(after_metrics),
-                         "after_recovery": _accuracies(recovered_metrics) if recovered_metrics else None},
+            # The task's primary metric per split: "accuracy" for a classifier, "entity_f1" for a tagger.
+            "metric": metric,
+            metric: {"before": _accuracies(before_metrics, metric), "after_prune": _accuracies(after_metrics, metric),
+                     "after_recovery": _accuracies(recovered_metrics, metric) if recovered_metrics else None},
             "metrics": {"before": before_metrics, "after_prune": after_metrics, "after_recovery": recovered_metrics},
             "recovery": recovery,
         }
@@ -161,6 +183,7 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
             # scoring and the accuracies before and after pruning are measured in fp32
             "precision": (recovery or {}).get("precision"),
             "data": task.describe(),
+            "task": TOKEN if tagging else "sequence-classification",
             "metrics": final_metrics,
             "timings": timings,
             "notes": notes,
@@ -200,19 +223,25 @@ def kl_divergence(reference_logits: np.ndarray, logits: np.ndarray) -> float:
     return float(np.mean(np.sum(np.exp(ref) * (ref - mod), axis=-1)))
 
 
-def _accuracies(metrics: dict[str, Any] | None) -> dict[str, float]:
-    return {name: m["accuracy"] for name, m in (metrics or {}).items()}
+def _accuracies(metrics: dict[str, Any] | None, metric: str = "accuracy") -> dict[str, float]:
+    return {name: m[metric] for name, m in (metrics or {}).items()}
 
 
-def _batches(train_ds, pad_id: int, batch_size: int, count: int, seed: int) -> list[dict[str, Any]]:
-    """``count`` padded batches of training rows (a seeded sample, so both labels appear early)."""
-    cols = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label") if c in train_ds.column_names]
+def _batches(train_ds, pad_id: int, batch_size: int, count: int, seed: int, tagger_tokenizer=None) -> list[dict[str, Any]]:
+    """``count`` padded batches of training rows (a seeded sample, so both labels appear early); a tagger's
+    (``tagger_tokenizer`` given) with its per-token labels padded with ``-100``."""
+    cols = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label", "labels") if c in train_ds.column_names]
     rows = train_ds.select_columns(cols)
     size = max(2, batch_size)  # the traced example takes two rows, one padded
     order = np.random.default_rng(seed).permutation(len(rows))[:size * count]
     if len(order) < 2:
         raise CompressError("the training split has fewer than 2 rows; pruning needs data to trace and score the model.")
-    collate = DynamicPaddingCollator({"": pad_id})
+    if tagger_tokenizer is not None:
+        from compress.tasks.token_training import token_collator
+
+        collate = token_collator(tagger_tokenizer)
+    else:
+        collate = DynamicPaddingCollator({"": pad_id})
     return [collate([rows[int(i)] for i in order[start:start + size]])
             for start in range(0, len(order), size) if len(order[start:start + size]) >= 2]
 
@@ -261,14 +290,72 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
     }
 
 
+def _tagger_evaluation(task, tokenized: dict[str, Any], splits: list[str], pad_id: int):
+    """``evaluate(model, reference)`` for a tagger: entity F1, per-type F1 and token accuracy per split (first
+    sub-token per word, as the teacher scores), and, against the unpruned model's per-token logits,
+    ``kl_to_unpruned`` over the labelled tokens; returns ``(metrics, logits)`` as the classifier's does."""
+    from compress.tasks import get_task
+    from compress.tasks.token_training import token_logits, word_tags
+
+    score = get_task(TOKEN).score
+
+    def evaluate(m, reference: dict[str, list[np.ndarray]] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        logits = {name: token_logits(m, tokenized[name], 64, pad_id=pad_id) for name in splits}
+        metrics = {}
+        for name in splits:
+            predicted = word_tags(logits[name], tokenized[name]["word_ids"], tokenized[name]["n_words"],
+                                  task.label_names)
+            metrics[name] = score(predicted, task.tags(name))
+            if reference:
+                labelled = [np.asarray(lab) != -100 for lab in tokenized[name]["labels"]]
+                metrics[name]["kl_to_unpruned"] = kl_divergence(
+                    np.concatenate([r[k] for r, k in zip(reference[name], labelled)]),
+                    np.concatenate([x[k] for x, k in zip(logits[name], labelled)]))
+        return metrics, logits
+
+    return evaluate
+
+
+def _recover_tagger(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
+    """A pruned tagger recovered by word-level distillation from the unpruned one (or ``--teacher``):
+    :func:`compress.token_distill.distill_tagger` with the pruned model as the student."""
+    from compress.device import resolve_precision, training_device
+    from compress.modeling import load_classifier, model_device
+    from compress.token_distill import distill_tagger
+
+    if cfg.intermediate:  # on by default for classifiers; a tagger's recovery has no intermediate losses yet
+        print("prune: recovering a tagger distils its words' logits (soft CE at T + hard CE); the intermediate "
+              "losses of --intermediate apply to sentence classifiers only, for now", file=sys.stderr)
+    pruned_dir = work / "pruned-init"
+    shutil.rmtree(pruned_dir, ignore_errors=True)
+    model.save_pretrained(pruned_dir, safe_serialization=True)
+    tokenizer.save_pretrained(pruned_dir)
+    teacher = cfg.teacher or str(source)
+    recovered_dir = distill_tagger(teacher, pruned_dir, cfg.data.data, work / "recovered",
+                                   train=replace(cfg.train, epochs=float(cfg.recover_epochs)),
+                                   temperature=cfg.temperature, alpha_kd=cfg.alpha_kd, alpha_hard=cfg.alpha_hard,
+                                   max_length=cfg.max_length, resume=cfg.resume,
+                                   precision=resolve_precision(cfg.precision, training_device(cfg.device)).precision)
+    recovered, _, _ = load_classifier(recovered_dir, task=TOKEN)
+    recovered.to(model_device(model))
+    meta = read_meta(recovered_dir) or {}
+    return recovered, {"epochs": cfg.recover_epochs,
+                       "teacher": str(Path(teacher).resolve()) if Path(teacher).exists() else teacher,
+                       "teacher_weights_sha256": (meta.get("parent") or {}).get("teacher_weights_sha256"),
+                       "distillation": meta.get("distillation"), "training": meta.get("training"),
+                       "precision": meta.get("precision"), "notes": meta.get("notes")}
+
+
 def _print_summary(path: Path, pruning: dict[str, Any]) -> None:
-    acc = pruning["accuracy"]
+    metric = pruning.get("metric", "accuracy")
+    acc = pruning[metric]
     split = "test" if "test" in acc["before"] else next(iter(acc["before"]), None)
     p = pruning["parameters"]
     line = (f"prune: {path} ({p['before']:,} -> {p['after']:,} parameters, -{100 * p['reduction']:.1f}%; "
             f"loader {pruning['loader']})")
     if split:
-        line += f"; {split} accuracy {acc['before'][split]:.4f} -> {acc['after_prune'][split]:.4f} after pruning"
+        line += (f"; {split} {metric.replace('_', ' ')} {acc['before'][split]:.4f} -> {acc['after_prune'][split]:.4f} "
+                 "after pruning")
         if acc["after_recovery"]:
             line += f" -> {acc['after_recovery'][split]:.4f} after recovery"
     print(line)
