@@ -761,3 +761,27 @@ def test_f1_intervals_resample_sentences_and_pair_them():
     assert words.estimate == pytest.approx(0.95) and words.low < 0.95 < words.high
     with pytest.raises(ValueError, match="no words"):
         ratio_interval([[0, 0]])
+
+
+def test_f1_intervals_of_one_sentence_and_of_unpaired_sets():
+    from benchmarks.stats import f1_drop_interval, ratio_interval, unpaired_f1_drop_interval
+
+    one_ref, one_art = np.array([[[2, 2, 2]]]), np.array([[[1, 2, 2]]])  # F1 1.0 and 0.5
+    single = f1_drop_interval(one_ref, one_art)
+    assert (single.estimate, single.low, single.high) == (0.5, 0.5, 0.5)
+    words = ratio_interval([[3, 4]])
+    assert (words.estimate, words.low, words.high) == (0.75, 0.75, 0.75)
+    # Unpaired: the estimate is the difference of the two F1s, and each side is resampled on its own.
+    rng = np.random.default_rng(5)
+    old, new = _tagger_counts(rng, 300, 0.8), _tagger_counts(rng, 200, 0.6)
+    f1 = lambda c: 2 * c[..., 0].sum() / (c[..., 1].sum() + c[..., 2].sum())  # noqa: E731
+    drop = unpaired_f1_drop_interval(old, new)
+    assert drop.estimate == pytest.approx(f1(old) - f1(new), abs=1e-12)
+    assert 0 < drop.low < drop.estimate < drop.high < 2 * drop.estimate
+    with pytest.raises(ValueError, match="no sentences"):
+        unpaired_f1_drop_interval(old, np.zeros((0, 1, 3)))
+    with pytest.raises(ValueError, match="no sentences"):
+        unpaired_f1_drop_interval(np.zeros((0, 1, 3)), new)
+    # Seeded: the word-agreement interval is the same every time.
+    spread = [[9, 10]] * 20 + [[4, 10]] * 5
+    assert ratio_interval(spread).low == ratio_interval(spread).low < ratio_interval(spread).estimate
