@@ -245,3 +245,23 @@ def test_a_model_with_a_small_vocabulary_is_traced_and_pruned():
     assert [len(h) for h in plan.heads] == [2, 2] and [len(f) for f in plan.ffn] == [16, 16]
     assert structure(model)["heads_per_layer"] == [2, 2]
 
+
+
+def test_taylor_gradients_of_a_tagger_are_those_of_its_labelled_tokens(tmp_path):
+    """A tagger's logits are (batch, tokens, labels): the cross-entropy runs over the labelled tokens only.
+    With every label -100 but two, the gradients equal those of the mean loss of those two tokens."""
+    folder = make_bert(tmp_path / "enc", layers=2)
+    model, tok, _ = load_classifier(folder, 5, ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"], task="token-classification")
+    enc = tok(["we went to paris", "alice saw rome"], padding=True, return_tensors="pt")
+    labels = torch.full(enc["input_ids"].shape, -100)
+    labels[0, 4], labels[1, 1] = 1, 3
+    assert accumulate_task_gradients(model, [{**enc, "labels": labels}]) == 2
+    got = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    logits = model(**enc).logits
+    picked = torch.stack([logits[0, 4], logits[1, 1]])
+    torch.nn.functional.cross_entropy(picked.float(), torch.tensor([1, 3])).backward()
+    assert got
+    for n, p in model.named_parameters():
+        if p.grad is not None:
+            assert torch.allclose(got[n], p.grad, atol=1e-6), n
