@@ -117,11 +117,11 @@ def test_quantize_accuracy_check_and_predictor_on_the_models_device(world):
     predictor = Predictor.load(teacher)
     texts = [r["text"] for r in sentiment_rows(12, seed=9)]
     expected = predictor.logits(texts)
-    reference = _Evaluation(DataOptions(str(data)), predictor).accuracy_fp32
+    reference = _Evaluation(DataOptions(str(data)).load_any(), predictor).fp32
     with OtherDevice() as guard:
         predictor.model.to(DEVICE)
         got = predictor.logits(texts)
-        check = _Evaluation(DataOptions(str(data)), predictor)
+        check = _Evaluation(DataOptions(str(data)).load_any(), predictor)
     assert guard.checked > 0 and isinstance(got, np.ndarray)
     np.testing.assert_allclose(got, expected, atol=1e-6)
-    assert check.accuracy_fp32 == reference
+    assert check.fp32 == reference and check.scorer.metric == "accuracy"
