@@ -24,10 +24,12 @@ from compress.training import checkpoint_dir, is_main_process
 
 
 def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
-    """Prune a classifier artifact, optionally recover it by distillation, and write the artifact.
+    """Prune a classifier (or tagger) artifact, optionally recover it by distillation, and write the artifact.
 
     ``compress.json`` records the heads and FFN neurons per layer before and after, parameters and
-    file size before and after, and accuracy before pruning, right after, and after recovery.
+    file size before and after, and the task's primary metric (accuracy; a tagger's entity F1) before
+    pruning, right after, and after recovery. A tagger's recovery (:func:`_recover_tagger`) distils
+    over the whole tagging data: ``--limit`` cuts the scoring and the importance batches only.
     """
     from compress.assets import resolve_model
     from compress.export import check_out_is_not_input
