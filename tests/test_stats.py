@@ -710,11 +710,15 @@ def test_relative_to_divides_where_there_is_a_base_and_is_zero_elsewhere():
 
 
 def test_unpaired_accuracy_drop_interval_is_reproducible():
+    """Seeded: the same interval every time, another seed another one. Seven resamples, so that the bounds
+    interpolate between a few replicates and an unseeded run would move them."""
     from benchmarks.stats import unpaired_accuracy_drop_interval
 
     old, new = [True] * 70 + [False] * 30, [True] * 60 + [False] * 40
     a, b = unpaired_accuracy_drop_interval(old, new), unpaired_accuracy_drop_interval(old, new)
     assert (a.low, a.high) == (b.low, b.high) and a.low < 0.1 < a.high
+    few = [unpaired_accuracy_drop_interval(old, new, resamples=7, seed=s) for s in (1, 1, 2)]
+    assert (few[0].low, few[0].high) == (few[1].low, few[1].high) != (few[2].low, few[2].high)
 
 
 def _tagger_counts(rng, n, hit):
@@ -782,6 +786,14 @@ def test_f1_intervals_of_one_sentence_and_of_unpaired_sets():
         unpaired_f1_drop_interval(old, np.zeros((0, 1, 3)))
     with pytest.raises(ValueError, match="no sentences"):
         unpaired_f1_drop_interval(np.zeros((0, 1, 3)), new)
-    # Seeded: the word-agreement interval is the same every time.
-    spread = [[9, 10]] * 20 + [[4, 10]] * 5
-    assert ratio_interval(spread).low == ratio_interval(spread).low < ratio_interval(spread).estimate
+    # Seeded: the word-agreement interval is the same every time, another seed another one.
+    spread = [[int(h), 10] for h in rng.integers(0, 11, size=40)]
+    few = [ratio_interval(spread, resamples=7, seed=s) for s in (1, 1, 2)]
+    assert (few[0].low, few[0].high) == (few[1].low, few[1].high) != (few[2].low, few[2].high)
+    # Both sides are resampled: the unpaired interval is wider than either side's own (about sqrt(2) times
+    # for two sides of equal size and spread).
+    a, b = _tagger_counts(rng, 300, 0.7), _tagger_counts(rng, 300, 0.6)
+    from benchmarks.stats import f1_interval
+
+    width = lambda i: i.high - i.low  # noqa: E731
+    assert width(unpaired_f1_drop_interval(a, b)) > 1.25 * max(width(f1_interval(a)), width(f1_interval(b)))
