@@ -19,8 +19,15 @@ from compress.errors import CompressError
 from compress.quiet import quiet_transformers
 
 
-def load_tokenizer(folder: str | Path, model_vocab_size: int | None = None):
-    """The folder's tokenizer, checked against the model's vocabulary size."""
+def load_tokenizer(folder: str | Path, model_vocab_size: int | None = None, words: bool = False):
+    """The folder's tokenizer, checked against the model's vocabulary size.
+
+    ``words``: it will tokenize pre-split words (a tagger's). A byte-level BPE tokenizer (RoBERTa's)
+    saved with ``add_prefix_space=False`` would then read every word as text-initial, without the
+    leading space it has in running text ("went" instead of " went"), so a tagger trained on words
+    would see other tokens than the same tagger serving raw text; it is loaded with
+    ``add_prefix_space=True`` instead, and saved that way with the artifacts made from it.
+    """
     from transformers import AutoTokenizer
 
     path = Path(folder)
@@ -29,6 +36,8 @@ def load_tokenizer(folder: str | Path, model_vocab_size: int | None = None):
                             "the model with tokenizer.save_pretrained(folder).")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+        if words and getattr(tokenizer, "add_prefix_space", None) is False:
+            tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False, add_prefix_space=True)
     except Exception as exc:
         raise CompressError(f"{path}: the tokenizer could not be loaded ({exc}). Re-save it with save_pretrained().") from exc
     if model_vocab_size is not None and len(tokenizer) > model_vocab_size:
@@ -83,13 +92,13 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
     if raw.get(PRUNING_KEY):
         # Heads pruned per layer: no config field describes that shape, so from_pretrained cannot build it.
         model = load_pruned(path, config, eager_attention=eager_attention)
-        tokenizer = load_tokenizer(path, model.config.vocab_size)
+        tokenizer = load_tokenizer(path, model.config.vocab_size, words=task == "token-classification")
         return model, tokenizer, has_head
     use_safe = any((path / n).exists() for n in ("model.safetensors", "model.safetensors.index.json"))
     with quiet_transformers():
         model = spec.model_class().from_pretrained(str(path), config=config, use_safetensors=use_safe,
                                                    trust_remote_code=False)
-    tokenizer = load_tokenizer(path, model.config.vocab_size)
+    tokenizer = load_tokenizer(path, model.config.vocab_size, words=task == "token-classification")
     return model, tokenizer, has_head
 
 

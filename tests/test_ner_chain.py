@@ -681,3 +681,31 @@ def test_pruning_a_tagger_removes_heads_and_neurons_and_recovers_entity_f1(train
     onnx = export_onnx(out, tmp_path / "pruned-onnx")
     assert json.loads((onnx / "compress.json").read_text())["parity"]["max_abs_diff"] <= 1e-3
 
+
+
+def test_a_roberta_tagger_reads_words_with_their_leading_space(tmp_path):
+    """A byte-level BPE tokenizer saved with add_prefix_space=False (RoBERTa's) is loaded for a tagger with
+    add_prefix_space=True: pre-split words then tokenize exactly as the same words in running text do, so
+    training on words and serving raw text see the same tokens (transformers 5 no longer refuses the
+    pre-split call, it reads each word as text-initial)."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import RobertaConfig, RobertaForTokenClassification, RobertaTokenizerFast
+
+    from compress.modeling import load_classifier
+    from compress.tasks.token_training import encode_words
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([" ".join(w for w, _ in zip(*s)) for s in toy_sentences(60)], vocab_size=300,
+                            min_frequency=1, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    folder = tmp_path / "roberta"
+    RobertaTokenizerFast(tokenizer_object=bpe, add_prefix_space=False, bos_token="<s>", eos_token="</s>",
+                         unk_token="<unk>", pad_token="<pad>", mask_token="<mask>").save_pretrained(folder)
+    config = RobertaConfig(vocab_size=300, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                           intermediate_size=64, max_position_embeddings=130, pad_token_id=1, num_labels=5)
+    RobertaForTokenClassification(config).save_pretrained(folder)
+    _, tok, _ = load_classifier(folder, 5, ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"], task="token-classification")
+    assert tok.add_prefix_space is True
+    words = ["we", "went", "to", "New", "York"]
+    assert encode_words(tok, [words], 32)["input_ids"][0] == tok(" ".join(words))["input_ids"]
+    _, classifier_tok, _ = load_classifier(folder, 2)  # a sentence classifier keeps the tokenizer as saved
+    assert classifier_tok.add_prefix_space is False
