@@ -41,7 +41,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
 
 from compress.artifact import read_meta, weights_sha256, write_artifact
 from compress.config import OPTIMIZE_CANDIDATES, OptimizeConfig
@@ -155,7 +154,6 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
 
     from benchmarks.latency import fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved, summarize
     from benchmarks.machine import machine_info
-    from compress.data import check_labels_fit
     from benchmarks.machine import available_cpus
     from benchmarks.stats import speedup_interval
     from compress.runtime import Predictor

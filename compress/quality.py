@@ -17,7 +17,7 @@ less than :data:`COLLAPSE_FRACTION` of the reference's F1 on that type.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
