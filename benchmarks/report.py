@@ -72,8 +72,10 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 def quality_metric(results: dict[str, Any]) -> tuple[str, str]:
     """``(quality key, column name)`` of the results' primary metric: accuracy, or a tagger's entity F1."""
+    from compress.quality import METRIC_NAMES
+
     metric = (results.get("data") or {}).get("metric") or "accuracy"
-    return metric, {"entity_f1": "entity F1"}.get(metric, metric)
+    return metric, METRIC_NAMES.get(metric, metric)
 
 
 def headline(results: dict[str, Any]) -> str:

@@ -396,14 +396,16 @@ def format_decision(meta: dict[str, Any]) -> str:
     batches = opt["settings"]["batch_sizes"]
     flags = ", ".join(f for f, on in opt["decided_on"]["cpu_flags"].items() if on) or "none"
     width = max([len("candidate")] + [len(row["name"]) for row in opt["table"]]) + 2
+    from compress.quality import METRIC_NAMES
+
     metric = opt.get("metric", "accuracy")
-    head = f"{'candidate':<{width}}{'kind':<12}{ {'entity_f1': 'F1'}.get(metric, metric):>9}{'drop':>8}{'agree':>8}" + "".join(
+    head = f"{'candidate':<{width}}{'kind':<12}{METRIC_NAMES.get(metric, metric):>10}{'drop':>8}{'agree':>8}" + "".join(
         f"{f'b{b} p50 ms':>12}{f'b{b} x':>8}" for b in batches) + "  status"
     lines = [f"CPU: {opt['decided_on']['cpu_model']} (flags: {flags}); threads {opt['settings']['threads']}; "
              f"sequence {opt['settings']['seq_len']}; speedups against the PyTorch fp32 model", head]
     for row in opt["table"]:
         if row.get("error"):
-            lines.append(f"{row['name']:<{width}}{'-':<12}{'':>9}{'':>8}{'':>8}" + "".join(f"{'-':>12}{'-':>8}" for _ in batches)
+            lines.append(f"{row['name']:<{width}}{'-':<12}{'':>10}{'':>8}{'':>8}" + "".join(f"{'-':>12}{'-':>8}" for _ in batches)
                          + f"  not built: {row['error'][:80]}")
             continue
         cells = "".join(f"{_at(row, b)['p50_ms']:>12.2f}{_at(row, b)['speedup']['median']:>7.2f}x" for b in batches)
@@ -416,6 +418,6 @@ def format_decision(meta: dict[str, Any]) -> str:
                                                           if ties else "") if won
                   else row["excluded_because"] or (f"tied at batch {', '.join(lost)}, lower agreement" if lost
                                                    else "slower"))
-        lines.append(f"{row['name']:<{width}}{row['kind']:<12}{100 * row[metric]:>8.1f}%{100 * row[f'{metric}_drop']:>7.1f}"
+        lines.append(f"{row['name']:<{width}}{row['kind']:<12}{100 * row[metric]:>9.1f}%{100 * row[f'{metric}_drop']:>7.1f}"
                      f"{100 * row['agreement']:>7.1f}%{cells}  {status}")
     return "\n".join(lines)

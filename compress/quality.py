@@ -24,6 +24,8 @@ import numpy as np
 from compress.errors import CompressError
 from compress.tasks import get_task
 
+#: How each task's primary metric is named for people (messages, tables).
+METRIC_NAMES = {"accuracy": "accuracy", "entity_f1": "entity F1"}
 #: A type collapses when its F1 falls below this share of the reference model's F1 on it.
 COLLAPSE_FRACTION = 0.5
 #: Types with fewer gold entities in the split are not judged for collapse (their F1 moves by whole
@@ -116,7 +118,7 @@ class SplitScorer:
     def failures(self, record: dict[str, Any], max_drop: float, min_agreement: float | None = None) -> list[str]:
         """Why a candidate's record is out of budget (empty when it is within)."""
         reasons = []
-        name = "accuracy" if self.metric == "accuracy" else "entity F1"
+        name = METRIC_NAMES.get(self.metric, self.metric)
         if record[self.drop_key] > max_drop:
             reasons.append(f"{name} drop {record[self.drop_key]:.4f} > budget {max_drop:g}")
         if min_agreement is not None and record["agreement"] < min_agreement:

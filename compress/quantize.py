@@ -283,7 +283,8 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                 record["max_abs_logit_diff"] = probe.max_diff(candidate)
                 if evaluation is not None:
                     record.update(evaluation.score(candidate))
-                    record["within_budget"] = not evaluation.scorer.failures(record, max_accuracy_drop)
+                    over = evaluation.scorer.failures(record, max_accuracy_drop)
+                    record["within_budget"] = not over
                 record["seconds"] = round(time.perf_counter() - c0, 2)
             except CompressError:
                 raise
@@ -294,8 +295,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             built[spec.name] = folder
             if evaluation is None or record["within_budget"]:
                 break
-            print(f"quantize: candidate {spec.name}: {'; '.join(evaluation.scorer.failures(record, max_accuracy_drop))}; "
-                  "trying the next fallback", file=sys.stderr)
+            print(f"quantize: candidate {spec.name}: {'; '.join(over)}; trying the next fallback", file=sys.stderr)
         timings["candidates_s"] = round(time.perf_counter() - t0, 2)
 
         good = [c for c in candidates if c["name"] in built]

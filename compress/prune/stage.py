@@ -262,10 +262,7 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
     from compress.distill.trainer import distill
     from compress.modeling import load_classifier
 
-    pruned_dir = work / "pruned-init"
-    shutil.rmtree(pruned_dir, ignore_errors=True)
-    model.save_pretrained(pruned_dir, safe_serialization=True)
-    tokenizer.save_pretrained(pruned_dir)
+    pruned_dir = _save_pruned_init(model, tokenizer, work)
     teacher = cfg.teacher or str(source)
     config = model.config
     dcfg = DistillConfig(
@@ -280,8 +277,22 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
 
     recovered, _, _ = load_classifier(recovered_dir)
     recovered.to(model_device(model))  # evaluated where the pruned model was
+    return recovered, _recovery_record(cfg, teacher, recovered_dir)
+
+
+def _save_pruned_init(model, tokenizer, work: Path) -> Path:
+    """The pruned model and its tokenizer in ``work/pruned-init``: recovery's student (``--init pretrained:``)."""
+    pruned_dir = work / "pruned-init"
+    shutil.rmtree(pruned_dir, ignore_errors=True)
+    model.save_pretrained(pruned_dir, safe_serialization=True)
+    tokenizer.save_pretrained(pruned_dir)
+    return pruned_dir
+
+
+def _recovery_record(cfg: PruneConfig, teacher: str, recovered_dir: Path) -> dict[str, Any]:
+    """What ``compress.json``'s ``pruning.recovery`` says of a recovery run, read from its artifact."""
     meta = read_meta(recovered_dir) or {}
-    return recovered, {
+    return {
         "epochs": cfg.recover_epochs,
         "teacher": str(Path(teacher).resolve()) if Path(teacher).exists() else teacher,
         "teacher_weights_sha256": (meta.get("parent") or {}).get("teacher_weights_sha256"),
@@ -296,18 +307,13 @@ def _tagger_evaluation(task, tokenized: dict[str, Any], splits: list[str], pad_i
     """``evaluate(model, reference)`` for a tagger: entity F1, per-type F1 and token accuracy per split (first
     sub-token per word, as the teacher scores), and, against the unpruned model's per-token logits,
     ``kl_to_unpruned`` over the labelled tokens; returns ``(metrics, logits)`` as the classifier's does."""
-    from compress.tasks import get_task
-    from compress.tasks.token_training import token_logits, word_tags
-
-    score = get_task(TOKEN).score
+    from compress.tasks.token_training import score_token_logits, token_logits
 
     def evaluate(m, reference: dict[str, list[np.ndarray]] | None) -> tuple[dict[str, Any], dict[str, Any]]:
         logits = {name: token_logits(m, tokenized[name], 64, pad_id=pad_id) for name in splits}
         metrics = {}
         for name in splits:
-            predicted = word_tags(logits[name], tokenized[name]["word_ids"], tokenized[name]["n_words"],
-                                  task.label_names)
-            metrics[name] = score(predicted, task.tags(name))
+            metrics[name] = score_token_logits(logits[name], tokenized[name], task.tags(name), task.label_names)
             if reference:
                 labelled = [np.asarray(lab) != -100 for lab in tokenized[name]["labels"]]
                 metrics[name]["kl_to_unpruned"] = kl_divergence(
@@ -328,10 +334,7 @@ def _recover_tagger(cfg: PruneConfig, source: Path, model, tokenizer, work: Path
     if cfg.intermediate:  # on by default for classifiers; a tagger's recovery has no intermediate losses yet
         print("prune: recovering a tagger distils its words' logits (soft CE at T + hard CE); the intermediate "
               "losses of --intermediate apply to sentence classifiers only, for now", file=sys.stderr)
-    pruned_dir = work / "pruned-init"
-    shutil.rmtree(pruned_dir, ignore_errors=True)
-    model.save_pretrained(pruned_dir, safe_serialization=True)
-    tokenizer.save_pretrained(pruned_dir)
+    pruned_dir = _save_pruned_init(model, tokenizer, work)
     teacher = cfg.teacher or str(source)
     recovered_dir = distill_tagger(teacher, pruned_dir, cfg.data.data, work / "recovered",
                                    train=replace(cfg.train, epochs=float(cfg.recover_epochs)),
@@ -340,12 +343,7 @@ def _recover_tagger(cfg: PruneConfig, source: Path, model, tokenizer, work: Path
                                    precision=resolve_precision(cfg.precision, training_device(cfg.device)).precision)
     recovered, _, _ = load_classifier(recovered_dir, task=TOKEN)
     recovered.to(model_device(model))
-    meta = read_meta(recovered_dir) or {}
-    return recovered, {"epochs": cfg.recover_epochs,
-                       "teacher": str(Path(teacher).resolve()) if Path(teacher).exists() else teacher,
-                       "teacher_weights_sha256": (meta.get("parent") or {}).get("teacher_weights_sha256"),
-                       "distillation": meta.get("distillation"), "training": meta.get("training"),
-                       "precision": meta.get("precision"), "notes": meta.get("notes")}
+    return recovered, _recovery_record(cfg, teacher, recovered_dir)
 
 
 def _print_summary(path: Path, pruning: dict[str, Any]) -> None:

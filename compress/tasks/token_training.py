@@ -135,9 +135,15 @@ def word_tags(logits: Sequence[np.ndarray], word_ids: Sequence[Sequence[int]], n
 def evaluate_tagger(model, tokenized, gold: Sequence[Sequence[str]], label_names: Sequence[str],
                     batch_size: int = 64, precision: str = "fp32", pad_id: int = 0) -> dict[str, Any]:
     """Entity P/R/F1, per-type F1 and token accuracy of the model's word tags on a tokenized split."""
+    return score_token_logits(token_logits(model, tokenized, batch_size, precision, pad_id), tokenized, gold,
+                              label_names)
+
+
+def score_token_logits(logits: Sequence[np.ndarray], tokenized, gold: Sequence[Sequence[str]],
+                       label_names: Sequence[str]) -> dict[str, Any]:
+    """:func:`evaluate_tagger` from per-token logits already computed (:func:`token_logits`)."""
     from compress.tasks import get_task
 
-    logits = token_logits(model, tokenized, batch_size, precision, pad_id)
     predicted = word_tags(logits, tokenized["word_ids"], tokenized["n_words"], label_names)
     return get_task("token-classification").score(predicted, gold)
 
