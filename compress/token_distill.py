@@ -12,7 +12,9 @@ cross-entropy on the gold tags (:func:`compress.losses.soft_cross_entropy`,
     loss = alpha_kd * T^2 * CE(softmax(z_T / T), softmax(z_S / T))  over words
          + alpha_hard * CE(gold, z_S)                                over words
 
-A word the teacher's window cut off has no soft label (its row is NaN) and only the hard term.
+A sentence longer than the window is read in overlapping windows (:mod:`compress.windows`), each word's
+soft label from the teacher window where it has the most context; a word the tokenizer gives no token
+has no soft label (its row is NaN) and only the hard term.
 The soft labels are cached on disk keyed by the teacher's weights and the exact words, so a second
 student reuses them. Training is the stages' Trainer machinery (seeded batch order, NaN guard,
 checkpoints and resume, atomic artifact). Intermediate-layer losses are not applied here (they
@@ -37,12 +39,14 @@ from compress.config import TrainSettings
 from compress.errors import CompressError
 from compress.modeling import count_parameters, load_classifier
 from compress.tasks import get_task
-from compress.tasks.alignment import first_subtokens, word_logits
+from compress.tasks.alignment import IGNORE_INDEX
 from compress.tasks.task_choice import TOKEN, check_model_task, model_head
 from compress.tasks.token_data import TokenTaskData, load_token_data
-from compress.tasks.token_training import NO_WORD, token_collator, token_logits, tokenize_tagged_split, word_tags
+from compress.tasks.token_training import (sentence_word_logits, token_collator, token_logits, tokenize_tagged_split,
+                                           word_tags)
 from compress.training import (check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
                                is_main_process, resume_point, run_trainer, training_arguments)
+from compress.windows import default_stride
 
 
 def _words_digest(sentences: Sequence[Sequence[str]], max_length: int) -> str:
@@ -55,11 +59,13 @@ def _words_digest(sentences: Sequence[Sequence[str]], max_length: int) -> str:
 
 def word_soft_labels(model, tokenizer, sentences: Sequence[Sequence[str]], tags: Sequence[Sequence[int]],
                      max_length: int, weights: str, precision: str = "fp32") -> tuple[list[np.ndarray], bool]:
-    """The teacher's logits per word of every sentence, ``(words, labels)`` each (NaN rows for words its
-    window cut off); ``(arrays, reused)``, cached under the teacher's weights hash and the words."""
+    """The teacher's logits per word of every sentence, ``(words, labels)`` each (NaN rows for words with no
+    token), read through windows; ``(arrays, reused)``, cached under the teacher's weights hash and the words."""
     from datasets import Dataset
 
-    key = hashlib.sha256(f"{weights}|{_words_digest(sentences, max_length)}|{precision}|words".encode()).hexdigest()
+    # "windowed": a long sentence's words come from overlapping windows (before, from one cut window)
+    key = hashlib.sha256(f"{weights}|{_words_digest(sentences, max_length)}|{precision}|words|windowed stride="
+                         f"{default_stride(max_length)}".encode()).hexdigest()
     path = cache_dir() / "soft-labels" / f"{key}.npz"
     lengths = [len(s) for s in sentences]
     if path.exists():
@@ -70,10 +76,9 @@ def word_soft_labels(model, tokenizer, sentences: Sequence[Sequence[str]], tags:
     ds = Dataset.from_dict({"tokens": [list(s) for s in sentences], "tags": [list(t) for t in tags]})
     tokenized = tokenize_tagged_split(ds, tokenizer, max_length, what="teacher")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    rows = token_logits(model, tokenized, precision=precision, pad_id=pad_id)
     out = []
-    for logits, ids, n in zip(rows, tokenized["word_ids"], lengths):
-        per_word, present = word_logits(logits, [None if w == NO_WORD else w for w in ids], n)
+    for per_word, present in sentence_word_logits(token_logits(model, tokenized, precision=precision, pad_id=pad_id),
+                                                  tokenized):
         per_word = per_word.astype(np.float32)
         per_word[~present] = np.nan
         out.append(per_word)
@@ -86,12 +91,18 @@ def word_soft_labels(model, tokenizer, sentences: Sequence[Sequence[str]], tags:
 
 
 def _student_rows(tokenized, soft: list[np.ndarray]):
-    """The student's tokenized split with, per row, each word's first sub-token (``first``, -1 when cut)
-    and the teacher's word logits flattened (``soft``)."""
-    firsts = [first_subtokens([None if w == NO_WORD else w for w in ids], n).tolist()
-              for ids, n in zip(tokenized["word_ids"], tokenized["n_words"])]
+    """The student's tokenized windows with, per row, each word's first sub-token in that window (``first``,
+    -1 when the word's first sub-token is in another window) and its sentence's teacher word logits
+    flattened (``soft``): a word in two windows' overlap is distilled in both, as it is labelled in both."""
+    firsts = []
+    for labels, ids, n in zip(tokenized["labels"], tokenized["word_ids"], tokenized["n_words"]):
+        first = np.full(n, -1, dtype=np.int64)
+        for position, (label, word) in enumerate(zip(labels, ids)):
+            if label != IGNORE_INDEX:  # labelled exactly at each word's first sub-token (window_rows)
+                first[word] = position
+        firsts.append(first.tolist())
     tokenized = tokenized.add_column("first", firsts)
-    return tokenized.add_column("soft", [s.reshape(-1).tolist() for s in soft])
+    return tokenized.add_column("soft", [soft[i].reshape(-1).tolist() for i in tokenized["sample"]])
 
 
 def _collator(tokenizer, num_labels: int):
@@ -243,8 +254,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
             for who, model, tok in (("teacher", t_model, t_tok), ("student", s_model, s_tok)):
                 rows = tokenize_tagged_split(task.splits[name], tok, max_length, what=who)
                 pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-                tagged[who] = word_tags(token_logits(model, rows, pad_id=pad), rows["word_ids"], rows["n_words"],
-                                        task.label_names)
+                tagged[who] = word_tags(token_logits(model, rows, pad_id=pad), rows, task.label_names)
             gold = task.tags(name)
             metrics[name] = {**score(tagged["student"], gold, tagged["teacher"]),
                              "teacher_entity_f1": score(tagged["teacher"], gold)["entity_f1"]}
@@ -254,6 +264,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         "parent": {"teacher": teacher, "teacher_weights_sha256": weights},
         "student": student_info,
         "config": {**settings, "max_length": max_length, "soft_labels": "per word (first sub-token)"},
+        "stride": default_stride(max_length),  # the windows it was trained and scored in; Predictor reads them
         "data": task.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
                      "soft_labels_reused": reused},

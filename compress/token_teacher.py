@@ -36,6 +36,7 @@ from compress.tasks.token_data import TokenTaskData, load_token_data
 from compress.tasks.token_training import entity_f1_callback, evaluate_tagger, token_collator, tokenize_tagged_split
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, guarded_trainer, interrupt_callback,
                                is_main_process, resume_point, run_trainer, training_arguments)
+from compress.windows import default_stride
 
 
 def _generic(names: list[str] | None) -> bool:
@@ -98,6 +99,7 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         "fine_tuned": fine_tuned,
         "label_names": data.label_names,
         "config": cfg.to_dict(),
+        "stride": default_stride(cfg.max_length),  # the windows it was trained and scored in; Predictor reads them
         "device": device_name(device),
         "precision": precision.to_dict(),
         "data": data.describe(),

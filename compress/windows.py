@@ -163,8 +163,8 @@ def backend_of(tokenizer: Any) -> Any:
     return backend
 
 
-def encode_windows(tokenizer: Any, texts: Sequence[str], pairs: Sequence[str] | None = None, *, max_length: int,
-                   stride: int) -> Windows:
+def encode_windows(tokenizer: Any, texts: Sequence[str] | Sequence[Sequence[str]], pairs: Sequence[str] | None = None,
+                   *, max_length: int, stride: int, words: bool = False) -> Windows:
     """Tokenize ``texts`` (or ``(texts[i], pairs[i])`` pairs) into windows of at most ``max_length`` tokens.
 
     A text that fits is one window, identical to ``tokenizer(text, truncation=True, max_length=...)``;
@@ -172,10 +172,15 @@ def encode_windows(tokenizer: Any, texts: Sequence[str], pairs: Sequence[str] | 
     is windowed; when the first leaves room for fewer than ``2 * stride`` of the second's tokens in a
     window, that pair's overlap is lowered to half the room (so its windows still advance by at least
     half their length), and a first text that leaves no room at all is refused with the input's index.
+
+    ``words=True``: each text is a list of pre-split words (a tagger's training sentences), encoded as
+    ``tokenizer(words, is_split_into_words=True)`` encodes them; ``word_ids`` then index those words.
     """
     backend = backend_of(tokenizer)
     if pairs is not None and len(pairs) != len(texts):
         raise CompressError(f"{len(texts)} texts but {len(pairs)} second texts; give one pair per text.")
+    if words and pairs is not None:
+        raise ValueError("pre-split words are windowed one sentence at a time, not as pairs")
     is_pair = pairs is not None
     specials = backend.num_special_tokens_to_add(is_pair)
     stride = check_stride(stride, max_length, backend.num_special_tokens_to_add(False))  # a pair's may be lowered
@@ -188,8 +193,9 @@ def encode_windows(tokenizer: Any, texts: Sequence[str], pairs: Sequence[str] | 
             for group_stride, members in groups.items():
                 backend.enable_truncation(max_length, stride=group_stride,
                                           strategy="only_second" if is_pair else "longest_first", direction="right")
-                inputs = [(texts[i], pairs[i]) for i in members] if is_pair else [texts[i] for i in members]
-                for i, enc in zip(members, backend.encode_batch(inputs, add_special_tokens=True)):
+                inputs = ([(texts[i], pairs[i]) for i in members] if is_pair
+                          else [list(texts[i]) for i in members] if words else [texts[i] for i in members])
+                for i, enc in zip(members, backend.encode_batch(inputs, is_pretokenized=words, add_special_tokens=True)):
                     encodings[i] = (enc, group_stride)
         finally:
             _restore(backend, saved_truncation, saved_padding)

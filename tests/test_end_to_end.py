@@ -134,41 +134,53 @@ def test_misaligned_tokenizers_fall_back_to_logits(tokenizer):
     assert tokenizations_align(tokenizer, cased, a[1:], b[1:])[0]
 
 
-def _interrupt_after_first_checkpoint(checkpoints, done):
-    """Send this process a real SIGINT (what Ctrl-C sends) once ``checkpoints`` holds a complete checkpoint."""
+def _interrupt_after_first_checkpoint(monkeypatch) -> list[int]:
+    """Make distillation send itself a real SIGINT (what Ctrl-C sends) right after its first checkpoint is
+    saved; returns the list that records the step it was sent at.
+
+    The signal is raised in the training's own (main) thread from the Trainer's ``on_save`` event, so
+    it always lands while the stage's Ctrl-C handler is installed. (An earlier version sent it from a
+    watcher thread polling for the checkpoint, so where it landed depended on thread timing; in about
+    one suite run in five the pytest worker running it died.)
+    """
     import signal
-    import threading
-    import time
 
-    main_thread = threading.main_thread().ident
+    import compress.distill.trainer as trainer_module
 
-    def watch():
-        while not done.is_set():
-            if list(checkpoints.glob("checkpoint-*/trainer_state.json")):  # written last: the save is complete
-                signal.pthread_kill(main_thread, signal.SIGINT)
-                return
-            time.sleep(0.002)
+    real = trainer_module.interrupt_callback
+    sent: list[int] = []
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    return watcher
+    def interrupting():
+        stop = real()
+        on_save = stop.on_save
+
+        def on_save_then_interrupt(args, state, control, **kwargs):
+            control = on_save(args, state, control, **kwargs)
+            if not sent:
+                sent.append(state.global_step)
+                signal.raise_signal(signal.SIGINT)  # handled before this returns: the flag is set, the step finishes
+            return control
+
+        stop.on_save = on_save_then_interrupt
+        return stop
+
+    monkeypatch.setattr(trainer_module, "interrupt_callback", interrupting)
+    return sent
 
 
 def test_resume_continues_from_a_checkpoint(trained_teacher, tmp_path, capsys, monkeypatch):
     """A distillation stopped by a real SIGINT after its first checkpoint, then resumed with the *same*
     config, continues from that checkpoint and ends with the uninterrupted run's weights.
 
-    The step it stops at depends on when the signal lands (the handler lets the running step
-    finish, saves and stops), so the test reads it from the error message. That the resumed run
-    trained only the remaining steps is seen in the soft labels it had to compute: every batch of
-    this one epoch holds 16 new rows, so a run that restarted would fill all 192. The weights must
-    be equal to the bit: resuming restores the weights, optimiser, scheduler, RNG states and the
-    data position, and the batches are the same (seeded per epoch), so the same float operations
-    run in the same order.
+    The signal arrives as the step-3 checkpoint is saved; the stage's handler lets the next step
+    finish, saves it and stops, so the run stops at step 4 (read from the error message). That the
+    resumed run trained only the remaining steps is seen in the soft labels it had to compute: every
+    batch of this one epoch holds 16 new rows, so a run that restarted would fill all 192. The
+    weights must be equal to the bit: resuming restores the weights, optimiser, scheduler, RNG
+    states and the data position, and the batches are the same (seeded per epoch), so the same float
+    operations run in the same order.
     """
     import re
-    import signal
-    import threading
 
     from safetensors.torch import load_file
 
@@ -193,18 +205,14 @@ def test_resume_continues_from_a_checkpoint(trained_teacher, tmp_path, capsys, m
     monkeypatch.setenv("BERT_COMPRESS_CACHE", str(tmp_path / "cache-resumed"))
     out = tmp_path / "student"
     ckpt = checkpoint_dir(out)
-    done = threading.Event()
-    # A signal that arrived after training had ended must not stop pytest: this handler takes it then.
-    previous = signal.signal(signal.SIGINT, lambda *_: None)
-    try:
-        _interrupt_after_first_checkpoint(ckpt, done)
-        with pytest.raises(CompressError, match="interrupted at step") as stopped:
-            distill(config(), out)
-    finally:
-        done.set()
-        signal.signal(signal.SIGINT, previous)
+    sent = _interrupt_after_first_checkpoint(monkeypatch)
+    with pytest.raises(CompressError, match="interrupted at step") as stopped:
+        distill(config(), out)
+    monkeypatch.undo()  # the resumed run gets no signal (and the cache variable goes with it: set it again)
+    monkeypatch.setenv("BERT_COMPRESS_CACHE", str(tmp_path / "cache-resumed"))
+    assert sent == [3]
     step = int(re.search(r"interrupted at step (\d+)", str(stopped.value)).group(1))
-    assert 3 <= step < total, f"stopped at step {step}"
+    assert step == 4, f"stopped at step {step}"
     assert not out.exists()
     assert (ckpt / f"checkpoint-{step}" / "trainer_state.json").is_file()
     capsys.readouterr()

@@ -691,8 +691,10 @@ def test_a_roberta_tagger_reads_words_with_their_leading_space(tmp_path):
     from tokenizers import ByteLevelBPETokenizer
     from transformers import RobertaConfig, RobertaForTokenClassification, RobertaTokenizerFast
 
+    from datasets import Dataset
+
     from compress.modeling import load_classifier
-    from compress.tasks.token_training import encode_words
+    from compress.tasks.token_training import tokenize_tagged_split
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator([" ".join(w for w, _ in zip(*s)) for s in toy_sentences(60)], vocab_size=300,
@@ -706,6 +708,7 @@ def test_a_roberta_tagger_reads_words_with_their_leading_space(tmp_path):
     _, tok, _ = load_classifier(folder, 5, ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"], task="token-classification")
     assert tok.add_prefix_space is True
     words = ["we", "went", "to", "New", "York"]
-    assert encode_words(tok, [words], 32)["input_ids"][0] == tok(" ".join(words))["input_ids"]
+    rows = tokenize_tagged_split(Dataset.from_dict({"tokens": [words], "tags": [[0] * len(words)]}), tok, 32)
+    assert rows["input_ids"][0] == tok(" ".join(words))["input_ids"]
     _, classifier_tok, _ = load_classifier(folder, 2)  # a sentence classifier keeps the tokenizer as saved
     assert classifier_tok.add_prefix_space is False

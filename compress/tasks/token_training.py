@@ -3,20 +3,25 @@
 What a tagger stage (the teacher today) needs beyond what a sentence classifier needs:
 
 - :func:`tokenize_tagged_split`: each sentence's words tokenized as pre-split words
-  (``is_split_into_words``), each word's tag on its **first** sub-token and ``-100`` on the rest
-  and on special tokens (:mod:`compress.tasks.alignment`), as a ``datasets.Dataset`` with the
-  ``word_ids`` kept so predictions can be read back per word;
+  (``is_split_into_words``) into windows of ``max_length`` tokens (:mod:`compress.windows`: a
+  sentence that fits is one row, a longer one several that overlap by ``stride`` tokens), each
+  word's tag on its **first** sub-token and ``-100`` on the rest and on special tokens
+  (:mod:`compress.tasks.alignment`), as a ``datasets.Dataset`` with the ``word_ids``, the sentence
+  (``sample``) and, per word, the position it is read from (``read_at``) kept;
 - :func:`token_collator`: ``DataCollatorForTokenClassification`` (labels padded with ``-100``)
   fed only the model's columns;
-- :func:`word_tags` / :func:`evaluate_tagger`: the model's per-token logits read per word (first
-  sub-token, the same rule as the labels) and scored with entity-level F1
-  (:mod:`compress.tasks.ner_metrics`, seqeval's default rules) through the registry's task;
+- :func:`sentence_word_logits` / :func:`word_tags` / :func:`evaluate_tagger`: the model's per-token
+  logits read per word (first sub-token, the same rule as the labels; a long sentence's word from
+  the window where it has the most context, as :class:`compress.runtime.Predictor` reads it) and
+  scored with entity-level F1 (:mod:`compress.tasks.ner_metrics`, seqeval's default rules) through
+  the registry's task;
 - :func:`entity_f1_callback`: a Trainer callback that scores validation after every epoch, so the
   training log shows entity F1, not only the loss.
 
-A sentence longer than ``max_length`` tokens is cut there, and its words past the cut are
-predicted ``O`` in scoring; the count is printed (windows for training are :mod:`compress.windows`'
-concern). Imports transformers and datasets only inside the functions that need them.
+Nothing is cut: a sentence longer than ``max_length`` tokens is trained on in every window (a word in
+two windows' overlap is a training example in both, as transformers' QA examples train on
+overlapping windows) and read back, for scoring and soft labels, from one window per word.
+Imports transformers and datasets only inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -26,56 +31,81 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError, first_line
-from compress.tasks.alignment import IGNORE_INDEX, label_positions, word_logits
+from compress.tasks.alignment import IGNORE_INDEX
+from compress.windows import Windows, default_stride, encode_windows, max_context_windows
 
 #: Columns a token-classification model takes (``token_type_ids`` only when the tokenizer makes them).
 MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
 NO_WORD = -1
 
 
-def encode_words(tokenizer, sentences: Sequence[Sequence[str]], max_length: int) -> dict[str, list]:
-    """Tokenize sentences given as word lists; adds ``word_ids`` (``-1`` for special tokens)."""
-    try:
-        enc = tokenizer([list(s) for s in sentences], is_split_into_words=True, truncation=True,
-                        max_length=max_length)
-    except ValueError as exc:  # e.g. a byte-level BPE tokenizer saved without add_prefix_space
-        raise CompressError(f"the tokenizer cannot take pre-split words ({first_line(exc, 200)}). For a "
-                            "RoBERTa-style tokenizer, save it with add_prefix_space=True "
-                            "(AutoTokenizer.from_pretrained(DIR, add_prefix_space=True).save_pretrained(DIR)).") from exc
-    out = {k: list(v) for k, v in enc.items() if k in MODEL_COLUMNS}
-    out["word_ids"] = [[NO_WORD if w is None else int(w) for w in enc.word_ids(i)] for i in range(len(sentences))]
+def window_rows(windows: Windows, tags: Sequence[Sequence[int]], n_words: Sequence[int]) -> dict[str, list]:
+    """The training rows of windowed sentences: per window its ``word_ids`` (``-1`` off the words),
+    ``labels`` (each word's tag at its first sub-token of the *sentence*, so a window that begins
+    inside a word does not label that word's continuation), ``sample`` (its sentence) and
+    ``read_at``: for each word of the sentence, the position in this window it is read from, or -1
+    when another window gives it more context (:func:`compress.windows.max_context_windows`) or it
+    has no token at all. Every word with a token is read from exactly one window of its sentence."""
+    out: dict[str, list] = {"input_ids": [], "attention_mask": [], "token_type_ids": [], "labels": [], "word_ids": [],
+                            "sample": [], "n_words": [], "read_at": []}
+    for i in range(windows.n_samples):
+        rows = windows.windows_of(i)
+        chosen = max_context_windows(windows.spans(i), int(windows.doc_lengths[i]))
+        first_token: dict[int, int] = {}  # word -> its first sub-token's index in the sentence's tokens
+        for k, w in enumerate(rows):
+            a = int(windows.segment[w, 0])
+            for p, word in enumerate(windows.word_ids[w]):
+                if word is not None:
+                    first_token.setdefault(int(word), int(windows.start[w]) + p - a)
+        for k, w in enumerate(rows):
+            a, start = int(windows.segment[w, 0]), int(windows.start[w])
+            ids = [NO_WORD if word is None else int(word) for word in windows.word_ids[w]]
+            labels = [IGNORE_INDEX] * len(ids)
+            read_at = [-1] * int(n_words[i])
+            for p, word in enumerate(ids):
+                t = start + p - a
+                if word >= 0 and first_token[word] == t:
+                    labels[p] = int(tags[i][word])
+                    if chosen[t] == k:
+                        read_at[word] = p
+            out["input_ids"].append(windows.input_ids[w])
+            out["attention_mask"].append(windows.attention_mask[w])
+            out["token_type_ids"].append(windows.token_type_ids[w])
+            out["labels"].append(labels)
+            out["word_ids"].append(ids)
+            out["sample"].append(i)
+            out["n_words"].append(int(n_words[i]))
+            out["read_at"].append(read_at)
     return out
 
 
-def tokenize_tagged_split(ds, tokenizer, max_length: int, with_length: bool = False, what: str = "teacher"):
-    """A split of a :class:`compress.tasks.token_data.TokenTaskData` (``tokens``, ``tags``) tokenized and
-    aligned: ``input_ids``, ``attention_mask`` (``token_type_ids``), ``labels``, ``word_ids``, ``n_words``
-    (and ``length`` for length-grouped batches)."""
+def tokenize_tagged_split(ds, tokenizer, max_length: int, with_length: bool = False, what: str = "teacher",
+                          stride: int | None = None):
+    """A split of a :class:`compress.tasks.token_data.TokenTaskData` (``tokens``, ``tags``) tokenized into
+    windows and aligned (:func:`window_rows`): ``input_ids``, ``attention_mask`` (``token_type_ids``),
+    ``labels``, ``word_ids``, ``sample``, ``n_words``, ``read_at`` (and ``length`` for length-grouped
+    batches). ``stride`` defaults to :func:`compress.windows.default_stride` of ``max_length``."""
+    from datasets import Dataset
+
     limit = getattr(tokenizer, "model_max_length", None)
     if isinstance(limit, int) and 0 < limit < max_length:
         print(f"warning: --max-length {max_length} exceeds the {what} tokenizer's limit {limit}; using {limit}",
               file=sys.stderr)
         max_length = limit
-
-    def encode(batch: dict[str, list]) -> dict[str, list]:
-        out = encode_words(tokenizer, batch["tokens"], max_length)
-        out["labels"] = [label_positions([None if w == NO_WORD else w for w in ids], tags)
-                         for ids, tags in zip(out["word_ids"], batch["tags"])]
-        out["n_words"] = [len(t) for t in batch["tokens"]]
-        out["cut_words"] = [len(t) - len({w for w in ids if w != NO_WORD}) for ids, t in zip(out["word_ids"],
-                                                                                             batch["tokens"])]
-        if with_length:
-            out["length"] = [len(ids) for ids in out["input_ids"]]
-        return out
-
-    tokenized = ds.map(encode, batched=True, desc=f"tokenizing ({what})", load_from_cache_file=False)
-    cut = [c for c in tokenized["cut_words"] if c]
-    if cut:
-        print(f"warning: {len(cut)} of {len(tokenized)} sentences are longer than {max_length} tokens for the {what} "
-              f"tokenizer; their last {sum(cut)} words in all get no label in training and are predicted O in "
-              "scoring. Raise --max-length to keep them.", file=sys.stderr)
-    return tokenized.remove_columns(["cut_words"])
+    stride = default_stride(max_length) if stride is None else stride
+    sentences = [list(words) for words in ds["tokens"]]
+    windows = encode_windows(tokenizer, sentences, max_length=max_length, stride=stride, words=True)
+    columns = window_rows(windows, ds["tags"], [len(words) for words in sentences])
+    if "token_type_ids" not in getattr(tokenizer, "model_input_names", MODEL_COLUMNS):
+        del columns["token_type_ids"]
+    if with_length:
+        columns["length"] = [len(ids) for ids in columns["input_ids"]]
+    long = int(np.count_nonzero(np.bincount(windows.sample, minlength=len(sentences)) > 1)) if len(sentences) else 0
+    if long:
+        print(f"note: {long} of {len(sentences)} sentences are longer than {max_length} tokens for the {what} "
+              f"tokenizer; each is read in windows overlapping by {stride} tokens ({len(windows)} rows in all).",
+              file=sys.stderr)
+    return Dataset.from_dict(columns)
 
 
 def token_collator(tokenizer):
@@ -121,15 +151,33 @@ def token_logits(model, tokenized, batch_size: int = 64, precision: str = "fp32"
     return out
 
 
-def word_tags(logits: Sequence[np.ndarray], word_ids: Sequence[Sequence[int]], n_words: Sequence[int],
-              label_names: Sequence[str]) -> list[list[str]]:
-    """Each word's tag: the argmax of its first sub-token's logits; ``O`` for a word cut off by truncation."""
-    out = []
-    for rows, ids, n in zip(logits, word_ids, n_words):
-        per_word, present = word_logits(rows, [None if w == NO_WORD else w for w in ids], n)
-        best = per_word.argmax(-1)
-        out.append([label_names[int(b)] if p else "O" for b, p in zip(best, present)])
-    return out
+def sentence_word_logits(logits: Sequence[np.ndarray], tokenized) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per sentence, ``(logits, present)``: each word's first-sub-token logit row ``(words, labels)``
+    taken from the window :func:`window_rows` reads it from, and which words had a token at all.
+
+    ``logits`` are the per-token logits of every row of ``tokenized`` (:func:`token_logits`)."""
+    samples, read_at, n_words = tokenized["sample"], tokenized["read_at"], tokenized["n_words"]
+    if len(logits) != len(samples):
+        raise ValueError(f"{len(logits)} rows of logits for {len(samples)} windows")
+    n = max(samples) + 1 if len(samples) else 0
+    width = next((np.asarray(x).shape[-1] for x in logits), 0)
+    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * n
+    for rows, sample, read, words in zip(logits, samples, read_at, n_words):
+        if out[sample] is None:
+            out[sample] = (np.zeros((words, width), dtype=np.asarray(rows).dtype), np.zeros(words, dtype=bool))
+        per_word, present = out[sample]
+        read = np.asarray(read, dtype=np.int64)
+        has = read >= 0
+        per_word[has] = np.asarray(rows)[read[has]]
+        present |= has
+    return [x if x is not None else (np.zeros((0, width)), np.zeros(0, dtype=bool)) for x in out]
+
+
+def word_tags(logits: Sequence[np.ndarray], tokenized, label_names: Sequence[str]) -> list[list[str]]:
+    """Each sentence's word tags: the argmax of each word's first sub-token logits
+    (:func:`sentence_word_logits`); ``O`` for a word the tokenizer gave no token."""
+    return [[label_names[int(b)] if p else "O" for b, p in zip(per_word.argmax(-1), present)]
+            for per_word, present in sentence_word_logits(logits, tokenized)]
 
 
 def evaluate_tagger(model, tokenized, gold: Sequence[Sequence[str]], label_names: Sequence[str],
@@ -144,7 +192,7 @@ def score_token_logits(logits: Sequence[np.ndarray], tokenized, gold: Sequence[S
     """:func:`evaluate_tagger` from per-token logits already computed (:func:`token_logits`)."""
     from compress.tasks import get_task
 
-    predicted = word_tags(logits, tokenized["word_ids"], tokenized["n_words"], label_names)
+    predicted = word_tags(logits, tokenized, label_names)
     return get_task("token-classification").score(predicted, gold)
 
 
