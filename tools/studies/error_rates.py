@@ -1,6 +1,6 @@
 """Measured error rates of the gate's rules: false alarms on no-change reruns, power against real regressions.
 
-``python -m benchmarks.error_rates --reference TEACHER --artifacts STUDENT ONNX ONNX_INT8 --weak WEAK_STUDENT
+``python -m tools.studies.error_rates --reference TEACHER --artifacts STUDENT ONNX ONNX_INT8 --weak WEAK_STUDENT
 --data movie-reviews --out runs/error-rates [--rules gates.toml] [--runs 3] [--rounds 1000] [--block-rounds 100]``
 
 What it does, and why each step is honest:
@@ -33,6 +33,9 @@ Every trial goes through :func:`benchmarks.gate.evaluate`, the code CI runs. The
 an inconclusive result both ways: as a fail (the default exit 4 stops a CI job) and as a pass
 (``--on-inconclusive pass``); a "false alarm" is a no-change trial counted as a fail, "caught" a
 regressed trial counted as a fail.
+
+A study script, not a feature: it lives in ``tools/studies`` (not installed) and runs from a checkout.
+Produced: docs/ci.md, "Measured error rates of the default rules".
 """
 
 from __future__ import annotations
@@ -393,7 +396,7 @@ def markdown(rows: list[dict[str, Any]], spread: list[dict[str, Any]], command: 
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.error_rates", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.studies.error_rates", description=__doc__.split("\n\n")[0])
     p.add_argument("--reference", required=True, help="the reference artifact (the teacher)")
     p.add_argument("--artifacts", nargs="+", required=True, help="the candidate artifacts the rules gate")
     p.add_argument("--weak", required=True, help="a real weaker student (same recipe, trained less)")
@@ -481,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              "runs": len(docs), "rounds": args.rounds, "block": args.block_rounds,
              "accuracy_trials": args.accuracy_trials, "n": quality["data"]["n"],
              "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    command = "python -m benchmarks.error_rates " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
+    command = "python -m tools.studies.error_rates " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
     text = markdown(rows, spread, command, facts)
     (out / "rates.md").write_text(text, encoding="utf-8")
     (out / "rates.json").write_text(json.dumps({"facts": facts, "command": command, "rules": rules_path.read_text(),

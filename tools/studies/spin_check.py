@@ -1,8 +1,11 @@
-"""Does thread spinning colour interleaved timings here? ``python -m benchmarks.spin_check PT_DIR ONNX_DIR [spin|nospin]``.
+"""Does thread spinning colour interleaved timings here? ``python -m tools.studies.spin_check PT_DIR ONNX_DIR [spin|nospin]``.
 
 Times a PyTorch artifact and an ONNX artifact at batch 1 x 128 tokens on 2 threads, each alone
 and then interleaved, and prints p50/p90 in ms. Run it once as is (both runtimes spin) and once
 with ``OMP_WAIT_POLICY=PASSIVE ... nospin`` (idle threads sleep), which is what ``bench`` does.
+
+A study script, not a feature: it lives in ``tools/studies`` (not installed) and runs from a checkout.
+Produced: docs/ci.md, "`bert-compress bench`" (why bench times with idle threads asleep).
 """
 
 from __future__ import annotations

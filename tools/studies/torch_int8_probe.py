@@ -7,7 +7,7 @@ Int8DynamicActivationInt8WeightConfig())``, a tensor subclass that runs INT8 mat
 ``torch.compile`` (inductor), so both eager and compiled are timed. Run::
 
     pip install --no-deps --target /tmp/torchao torchao==0.18.0   # not a dependency of bert-compress
-    OMP_WAIT_POLICY=PASSIVE PYTHONPATH=/tmp/torchao python -m benchmarks.torch_int8_probe [--layers 6 --hidden 384]
+    OMP_WAIT_POLICY=PASSIVE PYTHONPATH=/tmp/torchao python -m tools.studies.torch_int8_probe [--layers 6 --hidden 384]
 
 (Outside the venv on purpose: with torchao installed, ``import transformers`` imports it too, and
 prints its failed CUDA-extension loads, in every process.)
@@ -17,6 +17,9 @@ values): fp32 eager; ``torch.ao`` dynamic INT8 exactly as :mod:`compress.formats
 it; torchao INT8 eager; torchao INT8 compiled. They are timed interleaved in one process
 (:func:`benchmarks.latency.run_interleaved`) at each batch size, and each speedup is the median of
 per-round ratios against the ``torch.ao`` path, so a shared machine's drift cancels.
+
+A study script, not a feature: it lives in ``tools/studies`` (not installed) and runs from a checkout.
+Produced: docs/torch-int8.md, "Measured".
 """
 
 from __future__ import annotations
