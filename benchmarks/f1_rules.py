@@ -14,6 +14,13 @@ words are not independent of one another):
 - ``min_agreement``: the share of words tagged as the reference tagged them, bootstrapped over sentences;
 - ``max_regression``'s quality half: the F1 fall as a share of the baseline's F1.
 
+A seed group (``bench --seeds NAME=A,B,C``) is gated on its members' mean: ``max_f1_drop`` and
+``min_agreement`` add the seed spread to the bootstrap's test-set term
+(:func:`benchmarks.stats.mean_f1_drop_over_seeds_interval`,
+:func:`benchmarks.stats.mean_ratio_over_seeds_interval`), as a classifier's group adds it to its
+accuracy drop; ``max_f1_regression`` compares the two runs' per-seed F1 with Welch's t (equal
+entity counts member for member: the same models benchmarked again, no change).
+
 Each function returns the parts of a :class:`benchmarks.gate.Check` after the rule and its limit:
 ``(measured, status, message, interval text)``; :func:`benchmarks.gate._tagging_rule` picks the rule.
 """
@@ -40,6 +47,40 @@ def f1_drop(ref: dict[str, Any], art: dict[str, Any], limit: float, confidence: 
                 f"{shown} is over {100 * limit:g} pt",
         f"inconclusive: the {100 * confidence:g}% paired interval of the F1 drop, {shown}, straddles {100 * limit:g} "
         "pt; more test sentences would decide"), shown
+
+
+def f1_drop_over_seeds(ref: dict[str, Any], members: list[dict[str, Any]], limit: float,
+                       confidence: float) -> tuple[str, str, str, str]:
+    """``max_f1_drop`` of a seed group: the reference's F1 minus its members' mean F1."""
+    from benchmarks.stats import mean_f1_drop_over_seeds_interval
+
+    interval = mean_f1_drop_over_seeds_interval(ref["entity_counts"], [m["entity_counts"] for m in members],
+                                                confidence)
+    mean_f1 = sum(float(m["entity_f1"]) for m in members) / len(members)
+    measured = (f"{100 * interval.estimate:+.2f} pt (mean of {len(members)} seeds {mean_f1:.4f} vs "
+                f"{ref['entity_f1']:.4f})")
+    shown = interval.text("{:+.2f}", 100.0, " pt")
+    status = interval.verdict(limit, higher_is_better=False)
+    return measured, status, _message(
+        status, f"entity F1 fell by {measured}: even the lower bound of its {100 * confidence:g}% interval {shown} "
+                f"is over {100 * limit:g} pt",
+        f"inconclusive: the {100 * confidence:g}% interval of the seeds' mean F1 drop, {shown}, straddles "
+        f"{100 * limit:g} pt; more test sentences (or seeds) would decide"), shown
+
+
+def word_agreement_over_seeds(members: list[dict[str, Any]], limit: float,
+                              confidence: float) -> tuple[str, str, str, str]:
+    """``min_agreement`` of a seed group: the members' mean share of words tagged as the reference tagged them."""
+    from benchmarks.stats import mean_ratio_over_seeds_interval
+
+    interval = mean_ratio_over_seeds_interval([m["word_agreement"] for m in members], confidence)
+    measured = f"{interval.estimate:.4f} of words (mean of {len(members)} seeds)"
+    shown = interval.text("{:.4f}")
+    status = interval.verdict(limit, higher_is_better=True)
+    return measured, status, _message(
+        status, f"word agreement {measured}: even the upper bound of its interval {shown} is below {limit:g}",
+        f"inconclusive: the {100 * confidence:g}% interval of the seeds' mean word agreement, {shown}, straddles "
+        f"{limit:g}; more test sentences (or seeds) would decide"), shown
 
 
 def word_agreement(art: dict[str, Any], limit: float, confidence: float) -> tuple[str, str, str, str]:

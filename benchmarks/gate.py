@@ -869,7 +869,8 @@ def _regression(limit: float, subject: _Subject, ctx: _Context, active: dict, co
                    "pass": ""}[status]
         parts.append((status, measured, _ci(interval, "{:+.1%}"), message, interval.high))
     if ctx.tagging:
-        acc_part = _f1_regression(limit, subject, base, ctx, confidence, relative=True)
+        acc_part = (_f1_group_regression(limit, subject, ctx, confidence, relative=True) if subject.is_group
+                    else _f1_regression(limit, subject, base, ctx, confidence, relative=True))
     else:
         acc_part = _accuracy_regression(limit, subject, base, ctx, confidence)
     if acc_part is None:
@@ -902,10 +903,10 @@ def _tagging_rule(rule: str, limit: float, subject: _Subject, ctx: _Context, con
         raise GateInputError(f"rule {rule} gates a sentence classifier's accuracy, but these results are a tagger's "
                              "(entity F1): use max_f1_drop / max_f1_regression in the rules file.")
     name = subject.name
-    if subject.is_group:
-        return Check(name, rule, limit, "-", "inconclusive", "seed groups of taggers are not gated as a group yet; "
-                                                             "name each member in its own [artifacts.\"NAME\"] table")
+    members = [m["quality"] for m in subject.members] if subject.is_group else None
     if rule == "max_f1_drop":
+        if members is not None:
+            return Check(name, rule, limit, *f1_rules.f1_drop_over_seeds(ctx.ref["quality"], members, limit, confidence))
         return Check(name, rule, limit, *f1_rules.f1_drop(ctx.ref["quality"], subject.art["quality"], limit, confidence))
     if rule == "max_f1_regression":
         if ctx.baseline is None:
@@ -913,9 +914,55 @@ def _tagging_rule(rule: str, limit: float, subject: _Subject, ctx: _Context, con
         base = _baseline_of(subject, ctx)
         if base is None:
             return Check(name, rule, limit, "-", "skip", "not in the baseline (a new artifact)")
-        status, measured, shown, message, _ = _f1_regression(limit, subject, base, ctx, confidence, relative=False)
+        part = (_f1_group_regression(limit, subject, ctx, confidence) if members is not None
+                else _f1_regression(limit, subject, base, ctx, confidence, relative=False))
+        if part is None:
+            return Check(name, rule, limit, "-", "inconclusive", "the baseline has no seed group of this name, or "
+                                                                 "one of the two has fewer than two seeds")
+        status, measured, shown, message, _ = part
         return Check(name, rule, limit, measured, status, message, shown)
+    if members is not None:
+        return Check(name, rule, limit, *f1_rules.word_agreement_over_seeds(members, limit, confidence))
     return Check(name, rule, limit, *f1_rules.word_agreement(subject.art["quality"], limit, confidence))
+
+
+def _f1_group_regression(limit: float, subject: _Subject, ctx: _Context, confidence: float, relative: bool = False):
+    """The F1 fall of a seed group of taggers against the baseline's group of that name, in points or
+    (``relative``) as a share of the baseline's mean F1: Welch's t over the per-seed entity F1 (between two
+    groups scored on the same sentences the seed spread dominates), or no change at all when every member's
+    entity counts equal the baseline member's. ``(status, measured, interval text, message, upper)``, or
+    ``None`` when the baseline has no such group or either has fewer than two seeds."""
+    from benchmarks.stats import Interval
+
+    base_names = ctx.base_groups.get(subject.name)
+    if not base_names:
+        return None
+    old = [ctx.base_arts[n]["quality"] for n in base_names]
+    new = [m["quality"] for m in subject.members]
+    if "entity_counts" not in old[0]:
+        raise GateInputError("--baseline holds a sentence classifier's results and RESULTS a tagger's: compare "
+                             "results of the same task.")
+    if len(old) == len(new) and [q["entity_counts"] for q in old] == [q["entity_counts"] for q in new]:
+        interval = Interval(0.0, 0.0, 0.0, confidence, "the same entity counts as the baseline, seed for seed")
+    else:
+        interval = _welch_drop([q["entity_f1"] for q in old], [q["entity_f1"] for q in new], confidence,
+                               relative=relative)
+    if interval is None:
+        return None
+    how = f"mean of {len(new)} seeds against {len(old)}"
+    if relative:
+        measured = f"entity F1 {-interval.estimate:+.1%} of the baseline's ({how})"
+        shown, fell, over = _ci(interval, "{:+.1%}"), f"{interval.estimate:.1%} of the baseline's", f"{limit:.0%}"
+    else:
+        measured = f"entity F1 {-100 * interval.estimate:+.2f} points against the baseline ({how})"
+        shown = _ci(interval, "{:+.2f}", scale=100.0, suffix=" pt")
+        fell, over = f"{100 * interval.estimate:.2f} points", f"{100 * limit:g} points"
+    status = interval.verdict(limit, higher_is_better=False)
+    message = {"fail": f"entity F1 fell {fell}; even the lower bound of its interval {shown} is over {over}",
+               "inconclusive": f"inconclusive: the interval of the F1 fall, {shown}, straddles {over}; more seeds "
+                               "would decide",
+               "pass": ""}[status]
+    return status, measured, shown, message, float(interval.high)
 
 
 def _f1_regression(limit: float, subject: _Subject, base: dict, ctx: _Context, confidence: float, relative: bool):

@@ -397,6 +397,73 @@ def mean_over_seeds_interval(per_seed: np.ndarray, confidence: float = DEFAULT_C
                     f"mean over {seeds} seeds x {n} examples, seed and test-set variance, t with {df:.1f} df")
 
 
+def _seed_mean_interval(per_seed: np.ndarray, replicates: np.ndarray, n: int, confidence: float,
+                        what: str) -> Interval:
+    """Interval of a statistic's mean over seeds when the statistic is not a mean over examples (entity F1,
+    a ratio of sums), :func:`mean_over_seeds_interval`'s rule with the test-set term from a bootstrap.
+
+    ``per_seed`` holds each seed's statistic on the whole test set, ``replicates`` the seed-averaged
+    statistic on each resample of the ``n`` sentences. The standard error adds the test-set term (the
+    replicates' variance) and the seed term (the variance of the per-seed values over the number of
+    seeds); degrees of freedom by Welch-Satterthwaite, Student's t.
+    """
+    from scipy.stats import t as student_t
+
+    _check_confidence(confidence)
+    per_seed = np.asarray(per_seed, dtype=float)
+    seeds = len(per_seed)
+    estimate = float(per_seed.mean())
+    var_test = float(np.var(replicates, ddof=1))
+    var_seeds = float(per_seed.var(ddof=1)) / seeds
+    se2 = var_test + var_seeds
+    if se2 == 0:
+        return Interval(estimate, estimate, estimate, confidence, f"mean over {seeds} seeds x {n} sentences (no spread)")
+    df = se2 ** 2 / ((var_test ** 2) / (n - 1) + (var_seeds ** 2) / (seeds - 1))
+    half = float(student_t.ppf(1 - (1 - confidence) / 2, df)) * math.sqrt(se2)
+    return Interval(estimate, estimate - half, estimate + half, confidence,
+                    f"mean over {seeds} seeds x {n} sentences ({what}), seed and test-set variance, t with {df:.1f} df")
+
+
+def mean_f1_drop_over_seeds_interval(reference_counts: Sequence, seed_counts: Sequence[Sequence],
+                                     confidence: float = DEFAULT_CONFIDENCE, resamples: int = RESAMPLES,
+                                     seed: int = SEED) -> Interval:
+    """Interval of ``F1(reference) - mean over seeds of F1(seed)`` on the same sentences: a seed group of
+    taggers against the reference, the entity-F1 twin of :func:`mean_over_seeds_interval` (the test-set
+    term from a paired bootstrap that resamples sentences with every model's counts)."""
+    ref = _sentence_totals(reference_counts)
+    members = [_sentence_totals(c) for c in seed_counts]
+    if len(members) < 2:
+        raise ValueError("a mean over seeds needs at least two seeds")
+    if any(len(m) != len(ref) for m in members):
+        raise ValueError(f"{len(ref)} reference sentences but seeds with {sorted({len(m) for m in members})}: not paired")
+    n = len(ref)
+    if n < 2:
+        raise ValueError("a mean over seeds needs at least two sentences")
+    weights = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=resamples)
+    per_seed = np.array([float(_micro_f1(ref.sum(axis=0)) - _micro_f1(m.sum(axis=0))) for m in members])
+    replicates = _micro_f1(weights @ ref) - np.mean([_micro_f1(weights @ m) for m in members], axis=0)
+    return _seed_mean_interval(per_seed, replicates, n, confidence, "entity F1 drop, paired bootstrap")
+
+
+def mean_ratio_over_seeds_interval(seed_counts: Sequence[Sequence], confidence: float = DEFAULT_CONFIDENCE,
+                                   resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
+    """Mean over seeds of :func:`ratio_interval`'s ``sum(hits) / sum(totals)`` (a seed group's word agreement),
+    its test-set term from a bootstrap over the sentences all seeds share."""
+    members = [np.asarray(c, dtype=np.int64).reshape(-1, 2) for c in seed_counts]
+    if len(members) < 2:
+        raise ValueError("a mean over seeds needs at least two seeds")
+    n = len(members[0])
+    if any(len(m) != n for m in members):
+        raise ValueError("the seeds were scored on different sentences: not paired")
+    if n < 2 or any(m[:, 1].sum() == 0 for m in members):
+        raise ValueError("no words")
+    weights = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=resamples)
+    per_seed = np.array([m[:, 0].sum() / m[:, 1].sum() for m in members], dtype=float)
+    replicates = np.mean([relative_to((weights @ m)[:, 0].astype(float), (weights @ m)[:, 1].astype(float))
+                          for m in members], axis=0)
+    return _seed_mean_interval(per_seed, replicates, n, confidence, "words, bootstrap over sentences")
+
+
 # ----------------------------------------------------------------------------- history
 
 

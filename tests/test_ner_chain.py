@@ -641,6 +641,70 @@ def test_gate_decides_a_tagger_on_entity_f1(tagger_results, tmp_path):
     assert code == 0 and "paired" in out, out
 
 
+def _tagger_seed_group(results: dict, keep: list[int]) -> dict:
+    """``results`` with its first non-reference artifact as seeds "student-s0", "student-s1", ... of a group
+    "student": seed ``k`` keeps that artifact's entity counts, except that with ``keep[k] = m > 0`` it tags
+    every word O on every m-th test sentence (their counts become those of an all-O tagging)."""
+    import copy
+
+    from compress.config import DataOptions
+    from compress.tasks.ner_metrics import sentence_counts
+
+    doc = copy.deepcopy(results)
+    data = DataOptions(**doc["data"]["options"]).load_any()
+    gold = data.tags("test")
+    first = next(a for a in doc["artifacts"] if not a["is_reference"])
+    doc["artifacts"] = [a for a in doc["artifacts"] if a is not first]
+    nothing = sentence_counts(gold, [["O"] * len(t) for t in gold], ["LOC", "PER"])[1].tolist()
+    for k, every in enumerate(keep):
+        member = copy.deepcopy(first)
+        member.update(name=f"student-s{k}", latency=first["latency"] if k == 0 else [])
+        counts = [c if every == 0 or i % every else nothing[i] for i, c in enumerate(first["quality"]["entity_counts"])]
+        member["quality"]["entity_counts"] = counts
+        totals = np.asarray(counts).reshape(len(counts), -1, 3).sum(axis=(0, 1))
+        member["quality"]["entity_f1"] = float(2 * totals[0] / max(1, totals[1] + totals[2]))
+        doc["artifacts"].append(member)
+    doc["groups"] = [{"name": "student", "members": [f"student-s{k}" for k in range(len(keep))]}]
+    return doc
+
+
+def test_gate_decides_a_seed_group_of_taggers_on_its_mean(tagger_results, tmp_path):
+    """A seed group of taggers is gated on its members' mean F1 drop and word agreement (seed spread added
+    to the bootstrap's test-set term) and, against a baseline group, on Welch's t over per-seed F1."""
+    from benchmarks.stats import f1_drop_interval, mean_f1_drop_over_seeds_interval
+
+    results = json.loads((tagger_results / "results.json").read_text())
+    same = _tagger_seed_group(results, [0, 0, 0])  # three identical seeds: the ONNX export's counts
+    (tmp_path / "same").mkdir()
+    (tmp_path / "same" / "results.json").write_text(json.dumps(same))
+    code, out = _gate(tmp_path / "same", tmp_path, "[rules]\nmax_f1_drop = 0.5\nmin_agreement = 0.5\n")
+    assert code == 0 and "mean of 3 seeds" in out and "not gated as a group" not in out, out
+    ref = next(a for a in same["artifacts"] if a["is_reference"])["quality"]["entity_counts"]
+    members = [a["quality"]["entity_counts"] for a in same["artifacts"] if a["name"].startswith("student-s")]
+    group, single = mean_f1_drop_over_seeds_interval(ref, members), f1_drop_interval(ref, members[0])
+    assert group.estimate == pytest.approx(single.estimate)  # no seed spread: the same drop, a t interval around it
+
+    # Seeds that lose the entities of every 2nd (and every 3rd) sentence: a mean F1 far under the reference's.
+    worse = _tagger_seed_group(results, [2, 3, 2])
+    (tmp_path / "worse").mkdir()
+    (tmp_path / "worse" / "results.json").write_text(json.dumps(worse))
+    code, out = _gate(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_drop = 0.05\n")
+    assert code == 1 and "mean of 3 seeds" in out and "entity F1 fell by +" in out, out
+    drops = [float(f1_drop_interval(ref, a["quality"]["entity_counts"]).estimate)
+             for a in worse["artifacts"] if a["name"].startswith("student-s")]
+    assert mean_f1_drop_over_seeds_interval(ref, [a["quality"]["entity_counts"] for a in worse["artifacts"]
+                                                  if a["name"].startswith("student-s")]).estimate == pytest.approx(
+        sum(drops) / 3)
+    # Against the identical group as the baseline: Welch's t over per-seed F1 fails the fall; the group against
+    # itself is no change at all.
+    code, out = _gate(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_regression = 0.05\n",
+                      baseline=tmp_path / "same" / "results.json")
+    assert code == 1 and "mean of 3 seeds against 3" in out, out
+    code, out = _gate(tmp_path / "same", tmp_path, "[rules]\nmax_f1_regression = 0.0\n",
+                      baseline=tmp_path / "same" / "results.json")
+    assert code == 0, out
+
+
 def test_gate_refuses_classifier_rules_on_a_tagger_in_one_line(tagger_results, tmp_path, capsys):
     code, _ = _gate(tagger_results, tmp_path, "[rules]\nmax_accuracy_drop = 0.01\n")
     err = capsys.readouterr().err

@@ -797,3 +797,48 @@ def test_f1_intervals_of_one_sentence_and_of_unpaired_sets():
 
     width = lambda i: i.high - i.low  # noqa: E731
     assert width(unpaired_f1_drop_interval(a, b)) > 1.25 * max(width(f1_interval(a)), width(f1_interval(b)))
+
+
+def test_seed_group_f1_drop_and_word_agreement_add_the_seed_spread():
+    """The seed-group twins of ``f1_drop_interval`` / ``ratio_interval``: the estimate is the mean of the
+    seeds' own values, the test-set term a paired bootstrap of the seed mean, the seed term the spread of
+    the seeds' values; seeds that scatter give a wider interval around the same mean."""
+    from benchmarks.stats import f1_drop_interval, mean_f1_drop_over_seeds_interval, mean_ratio_over_seeds_interval
+    from compress.tasks.ner_metrics import scores_from_counts
+
+    rng = np.random.default_rng(11)
+    ref = _tagger_counts(rng, 300, 0.85)
+
+    def weaker(misses: int) -> np.ndarray:
+        art = ref.copy()
+        art[:misses, 0, 0] = np.maximum(art[:misses, 0, 0] - 1, 0)
+        return art
+
+    f1 = lambda c: scores_from_counts(["X"], c)["f1"]  # noqa: E731
+    tight = [weaker(30), weaker(30), weaker(30)]
+    loose = [weaker(0), weaker(30), weaker(60)]
+    t, lo = mean_f1_drop_over_seeds_interval(ref, tight), mean_f1_drop_over_seeds_interval(ref, loose)
+    assert t.estimate == pytest.approx(f1(ref) - f1(tight[0]))
+    assert lo.estimate == pytest.approx(np.mean([f1(ref) - f1(a) for a in loose]))
+    assert t.low < t.estimate < t.high and "3 seeds x 300 sentences" in t.method
+    assert (lo.high - lo.low) > (t.high - t.low)
+    # Identical seeds: no seed term, so about the single artifact's paired interval (t, not percentile, bounds).
+    single = f1_drop_interval(ref, tight[0])
+    assert (t.high - t.low) == pytest.approx(single.high - single.low, rel=0.25)
+    assert mean_f1_drop_over_seeds_interval(ref, [ref, ref]).high == 0.0  # no spread at all: a point
+    with pytest.raises(ValueError, match="at least two seeds"):
+        mean_f1_drop_over_seeds_interval(ref, [tight[0]])
+    with pytest.raises(ValueError, match="not paired"):
+        mean_f1_drop_over_seeds_interval(ref, [tight[0], tight[1][:-1]])
+
+    same = [[9, 10]] * 60 + [[10, 10]] * 40
+    other = [[8, 10]] * 60 + [[10, 10]] * 40
+    words = mean_ratio_over_seeds_interval([same, other])
+    assert words.estimate == pytest.approx((0.94 + 0.88) / 2)
+    assert words.low < words.estimate < words.high
+    assert mean_ratio_over_seeds_interval([same, same]).high - mean_ratio_over_seeds_interval([same, same]).low < (
+        words.high - words.low)
+    with pytest.raises(ValueError, match="different sentences"):
+        mean_ratio_over_seeds_interval([same, other[:-1]])
+    with pytest.raises(ValueError, match="no words"):
+        mean_ratio_over_seeds_interval([[[0, 0], [0, 0]], [[0, 0], [0, 0]]])
