@@ -90,6 +90,42 @@ def test_every_command_flag_is_a_config_key_and_back():
         assert flags == keys - not_flags, stage
 
 
+def test_a_command_with_only_its_required_flags_builds_the_dataclass_defaults():
+    """Every optional flag's default is its field's default: a flag that re-declared a default and
+    drifted (a temperature of 2.0 on the command line and 1.0 in Python) would show here as a field whose
+    command-line config differs from the one built in Python from the same required values."""
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for stage, cls in stage_configs().items():
+        argv, given = [stage], {}
+        for action in subparsers[stage]._actions:
+            if action.required:
+                argv += [action.option_strings[0], "X"] if action.option_strings else ["X"]
+                given[action.dest] = "X"
+        from_flags = stage_config(stage, parser.parse_args(argv))
+        keys = {k: v for k, v in given.items() if k in cls.known_keys()}
+        if "data" in given:
+            keys["data"] = DataOptions("X")
+        assert from_flags == cls.from_dict(keys, where=stage), stage
+        # and a flag's choice list is its field's
+        for action in subparsers[stage]._actions:
+            field = _field(cls, action.dest)
+            if action.choices is not None and field is not None and "choices" in field.metadata:
+                assert list(action.choices) == list(field.metadata["choices"]), f"{stage} --{action.dest}"
+
+
+def _field(cls, key: str):
+    """The dataclass field behind a config's flat key (a nested one through ``FLAT``), or ``None``."""
+    import dataclasses
+    from typing import get_type_hints
+
+    parent, sub = cls.FLAT.get(key, (None, key))
+    owner = cls if parent is None else cls._nested_class(get_type_hints(cls)[parent])
+    if key in DATA_FLAGS:
+        owner, sub = DataOptions, key
+    return next((f for f in dataclasses.fields(owner) if f.name == sub), None) if owner else None
+
+
 def test_the_command_line_builds_the_config_a_python_user_would():
     parser = build_parser()
     a = parser.parse_args(["prune", "--model", "M", "--out", "O", "--heads", "0.5", "--recover-epochs", "2", "--lr",
