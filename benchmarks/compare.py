@@ -186,7 +186,7 @@ def protocol_table(decisions: list[tuple[str, Decision]], baseline: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from compress.artifact import read_meta
-    from compress.data import DataOptions
+    from compress.config import DataOptions
     from compress.transfer.texts import atomic_write_text
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__.split("\n\n")[0])

@@ -750,7 +750,7 @@ class DistillConfig(ConfigBase):
         return problems
 
     def loss_terms(self) -> list[Any]:
-        """The objective as a list of :class:`compress.distill.losses.LossTerm`: ``losses`` when given,
+        """The objective as a list of :class:`compress.losses.LossTerm`: ``losses`` when given,
         else the terms the flags describe (soft labels, gold labels, and with ``intermediate`` the
         embedding, hidden-state and attention terms). Terms of weight 0 are kept, so ``compress.json``
         shows what was off."""

@@ -523,13 +523,3 @@ class DynamicPaddingCollator:
             elif isinstance(values[0], (int, float, list, np.ndarray)):
                 batch[key] = torch.tensor(np.asarray(values), dtype=torch.float32)
         return batch
-
-
-def __getattr__(name: str) -> Any:
-    """``compress.data.DataOptions``, the old import path of what is now :class:`compress.config.DataOptions`
-    (PEP 562: looked up on first use, since the config's ``load`` imports this module)."""
-    if name == "DataOptions":
-        from compress.config import DataOptions
-
-        return DataOptions
-    raise AttributeError(f"module 'compress.data' has no attribute {name!r}")

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from compress.data import DataOptions, load_task_data, tokenize_split
+from compress.config import DataOptions
+from compress.data import load_task_data, tokenize_split
 from compress.modeling import load_classifier, predict_logits
 from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
 from tests.device_guard import DEVICE, DeviceMismatch, OtherDevice

@@ -2,8 +2,8 @@
 
 Every ``import`` in ``compress/``, ``students/`` and ``benchmarks/`` counts, those inside functions
 too (a lazy import is still a dependency). Left out: ``if TYPE_CHECKING:`` blocks, and the body of a
-module-level ``__getattr__`` (PEP 562), which runs only when that attribute of the package is read,
-never when the package or one of its submodules is imported. Importing ``a.b.c`` runs
+module-level ``__getattr__`` (PEP 562; none is left), which runs only when that attribute of the package
+is read, never when the package or one of its submodules is imported. Importing ``a.b.c`` runs
 ``a/__init__.py`` and ``a/b/__init__.py`` as well, so those count as imported.
 """
 
@@ -21,8 +21,6 @@ STAGES = ("compress.teacher", "compress.distill", "compress.prune", "compress.tr
 #: What serves a model: it may import formats, never a stage.
 RUNTIME = ("compress.runtime", "compress.modeling", "compress.tokenization", "compress.formats")
 FACTORY = ("students.factory",)
-#: compress.distill.layer_map and .losses only re-export students.layer_map and compress.losses.
-NOT_STAGES = ("compress.distill.layer_map", "compress.distill.losses")
 
 
 def _modules() -> dict[str, Path]:
@@ -103,7 +101,7 @@ def _in(module: str, groups: tuple[str, ...]) -> bool:
 
 
 def _is_stage(module: str) -> bool:
-    return _in(module, STAGES) and not _in(module, NOT_STAGES)
+    return _in(module, STAGES)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from compress.distill.losses import LOSSES, attention_mse, hard_cross_entropy, hidden_mse, kl_divergence, soft_cross_entropy
+from compress.losses import LOSSES, attention_mse, hard_cross_entropy, hidden_mse, kl_divergence, soft_cross_entropy
 
 
 def test_registry_names_every_loss():

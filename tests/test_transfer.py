@@ -14,7 +14,7 @@ import torch
 from compress.cli import main
 from compress.config import DataOptions
 from compress.data import load_task_data
-from compress.distill.losses import LOSSES, LossTerm
+from compress.losses import LOSSES, LossTerm
 from compress.distill.trainer import DistillationModule, _row_weighted
 from compress.errors import CompressError
 from compress.teacher import TeacherConfig, load_teacher, train_teacher

@@ -1,1 +1,2 @@
-"""Distillation: losses by name, teacher-to-student layer maps, and the Trainer-based loop."""
+"""Distillation: the Trainer-based loop (`trainer`), its soft-label store and INT8 soft labels (losses live in
+:mod:`compress.losses`, layer maps in :mod:`students.layer_map`)."""

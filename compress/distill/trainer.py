@@ -32,7 +32,7 @@ from torch import nn
 from compress.artifact import write_model_artifact
 from compress.config import DistillConfig
 from compress.data import DynamicPaddingCollator, tokenize_split
-from compress.distill.layer_map import format_layer_map, parse_layer_map
+from students.layer_map import format_layer_map, parse_layer_map
 from compress.losses import LOSSES, LossTerm
 from compress.distill.soft_labels import Part, SoftLabelStore
 from compress.head_check import HeadCheck, check_head, refuse_untrained_teacher

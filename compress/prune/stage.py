@@ -257,7 +257,7 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
     continues an interrupted recovery (pruning is deterministic, so the same settings give the same
     starting point; the distill stage refuses checkpoints made from another one). Hidden widths
     match, so the intermediate losses need no projections; attention maps of different head counts
-    are compared head-averaged (see ``compress.distill.losses``).
+    are compared head-averaged (see ``compress.losses``).
     """
     from compress.distill.trainer import distill
     from compress.modeling import load_classifier

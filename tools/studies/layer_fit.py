@@ -45,7 +45,7 @@ def fit_table(teacher, student, texts: list[str], ridge: float = 1e-2) -> list[d
     ``variance``, ``energy``, ``r2``."""
     import torch
 
-    from compress.distill.layer_map import uniform_layer_map
+    from students.layer_map import uniform_layer_map
 
     t_states, s_states = _states(teacher, texts), _states(student, texts)
     pairs = [(0, 0)] + [(s + 1, t + 1) for s, t in uniform_layer_map(len(t_states) - 1, len(s_states) - 1).items()]
@@ -65,7 +65,7 @@ def fit_table(teacher, student, texts: list[str], ridge: float = 1e-2) -> list[d
 
 def main(argv: Sequence[str] | None = None) -> int:
     from compress.assets import resolve_model
-    from compress.data import DataOptions
+    from compress.config import DataOptions
 
     parser = argparse.ArgumentParser(prog="python -m tools.studies.layer_fit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--teacher", required=True, help="teacher artifact folder")
