@@ -39,12 +39,16 @@ from compress.training import (checkpoint_dir, checkpoint_fingerprint, gather_ro
 def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a teacher; write it as an artifact at ``out``."""
     from compress.device import device_name, resolve_precision, training_device
-    from compress.tasks.task_choice import SEQUENCE, TOKEN, check_model_task, data_task
+    from compress.tasks.task_choice import QA, SEQUENCE, TOKEN, check_model_task, data_task
 
     if data_task(cfg.data.data) == TOKEN:  # tagging data: the tagger teacher (same Trainer machinery)
         from compress.token_teacher import train_token_teacher
 
         return train_token_teacher(cfg, out)
+    if data_task(cfg.data.data) == QA:  # SQuAD-format data: the span-reader teacher
+        from compress.qa_teacher import train_qa_teacher
+
+        return train_qa_teacher(cfg, out)
     cfg.validate()
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)

@@ -100,6 +100,18 @@ class QATaskData:
         """The gold answer texts of every question of a split (empty: no answer), what the metrics take."""
         return [list(a["text"]) for a in self.splits[split]["answers"]]
 
+    def subset(self, limit: int | None, seed: int = 0) -> "QATaskData":
+        """The first ``limit`` questions of each split (after a seeded shuffle), for quick runs."""
+        if not limit:
+            return self
+        from datasets import DatasetDict
+
+        from compress.data import _fingerprint
+
+        cut = DatasetDict({name: split.shuffle(seed=seed).select(range(min(limit, len(split))))
+                           for name, split in self.splits.items()})
+        return QATaskData(cut, f"{self.source}[:{limit}]", self.files, self.version, _fingerprint(cut), self.notes)
+
     def describe(self) -> dict[str, Any]:
         """What ``compress.json`` records about the data."""
         return {"task": self.task, "source": self.source, "fingerprint": self.fingerprint, "sizes": self.sizes(),

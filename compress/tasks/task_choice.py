@@ -24,19 +24,23 @@ from compress.errors import CompressError
 from compress.tasks.registry import Task, get_task, task_for_architectures
 from compress.tasks.token_data import CONLL_SUFFIXES, JSONL_SUFFIXES, TAG_COLUMNS, TOKEN_COLUMNS
 
-SEQUENCE, TOKEN = "sequence-classification", "token-classification"
+SEQUENCE, TOKEN, QA = "sequence-classification", "token-classification", "question-answering"
 #: Suffixes only tagging data uses; ``.tsv`` / ``.txt`` / ``.jsonl`` are looked into first.
 TAGGING_ONLY_SUFFIXES = tuple(s for s in CONLL_SUFFIXES if s not in (".tsv", ".txt"))
 #: How many non-blank lines of an ambiguous file are looked at.
 SNIFF_LINES = 50
 _TAG = re.compile(r"^(O|[BIES]-\S+)$")
 #: How each task is named in messages, as a user would say it.
-PLAIN_NAMES = {SEQUENCE: "a sentence classifier", TOKEN: "a tagger"}
-DATA_NAMES = {SEQUENCE: "classification data (one label per text)", TOKEN: "tagging data (one tag per word)"}
+PLAIN_NAMES = {SEQUENCE: "a sentence classifier", TOKEN: "a tagger", QA: "a span reader (question answering)"}
+DATA_NAMES = {SEQUENCE: "classification data (one label per text)", TOKEN: "tagging data (one tag per word)",
+              QA: "question-answering data (SQuAD format)"}
+#: How much of a ``.json`` file is looked into for SQuAD's ``data -> paragraphs`` layout.
+SNIFF_BYTES = 65536
 
 
 def data_task(spec: str) -> str:
-    """The task name (``sequence-classification`` or ``token-classification``) the data ``spec`` is for."""
+    """The task name (``sequence-classification``, ``token-classification`` or ``question-answering``) the
+    data ``spec`` is for."""
     from compress.data import BUILTIN_DATASET_TASKS
 
     if spec in BUILTIN_DATASET_TASKS:
@@ -60,7 +64,20 @@ def _file_task(path: Path) -> str:
         return TOKEN if _jsonl_is_tagged(path) else SEQUENCE
     if suffix in (".tsv", ".txt"):
         return TOKEN if _lines_end_in_tags(path) else SEQUENCE
+    if suffix == ".json":
+        return QA if _looks_like_squad(path) else SEQUENCE
     return SEQUENCE
+
+
+def _looks_like_squad(path: Path) -> bool:
+    """A SQuAD-format file: a JSON object whose ``data`` holds ``paragraphs`` (read from its first bytes;
+    the QA loader checks the whole file, naming the JSON path of anything wrong)."""
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace") as handle:
+            head = handle.read(SNIFF_BYTES)
+    except OSError:
+        return False
+    return head.lstrip().startswith("{") and '"data"' in head and '"paragraphs"' in head
 
 
 def _head_lines(path: Path) -> list[str]:

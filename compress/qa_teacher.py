@@ -1,0 +1,229 @@
+"""The teacher stage for question answering: fine-tune a span reader and score it on SQuAD's EM and F1.
+
+:func:`compress.teacher.train_teacher` hands over here when the data is question answering
+(:func:`compress.tasks.task_choice.data_task`: the built-in ``squad-dev``, a SQuAD-format ``.json``
+file or a folder of them). The model is ``AutoModelForQuestionAnswering`` through the registry's
+task object (two scores per token: answer starts here, ends here). What users of transformers'
+``run_qa.py`` know, built from :mod:`compress.tasks.qa_features`:
+
+- **training features**: each question + passage pair cut into windows of ``--max-length`` tokens
+  overlapping by a third of the window (``run_qa.py``'s 128 of 384; recorded as ``stride``), only
+  the passage windowed; each window's gold start and end positions from the tokenizer's offsets,
+  ``[CLS]`` (position 0) for a window that does not hold the answer;
+- **scoring**: every window's start and end logits, the n-best spans per window (at most 30 tokens
+  long), the best span over all windows mapped back to the passage's characters, and the official
+  SQuAD exact match and F1 (:mod:`compress.tasks.qa_metrics`); with SQuAD 2.0 data the null
+  answer competes (``allow_null``).
+
+Training is the other teachers' machinery: the guarded Trainer (seeded batch order, NaN guard),
+fingerprinted checkpoints and ``--resume``, Ctrl-C, validation F1 logged after every epoch and an
+atomic artifact with ``"task": "question-answering"``. A model whose head is for another task is
+refused in one line before transformers loads it. The later stages (soft labels, distillation,
+export, INT8, Predictor) do not take QA artifacts yet.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from compress.artifact import write_model_artifact
+from compress.assets import resolve_model
+from compress.config import TeacherConfig
+from compress.hub import snapshot_origin
+from compress.modeling import count_parameters, load_classifier
+from compress.tasks import get_task
+from compress.tasks.qa_data import QATaskData, load_qa_data
+from compress.tasks.qa_features import decode_spans, encode_qa, qa_features
+from compress.tasks.task_choice import QA, check_model_task
+from compress.training import (checkpoint_dir, checkpoint_fingerprint, guarded_trainer, interrupt_callback,
+                               is_main_process, resume_point, run_trainer, training_arguments)
+
+#: Columns a span reader takes (``token_type_ids`` only when the tokenizer makes them).
+MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def qa_stride(max_length: int) -> int:
+    """The passage overlap between windows: a third of the window, ``run_qa.py``'s 128 of 384 (an answer
+    span must not be cut, so QA overlaps more than tagging's quarter)."""
+    return max(0, int(max_length) // 3)
+
+
+def load_qa_task(cfg: TeacherConfig) -> QATaskData:
+    """The teacher's QA data (``--data``, cut to ``--limit`` questions per split, seeded)."""
+    data = load_qa_data(cfg.data.data, seed=cfg.data.split_seed)
+    return data.subset(cfg.data.limit, seed=cfg.data.split_seed)
+
+
+def qa_training_rows(split, tokenizer, max_length: int, stride: int):
+    """A split's windows as a ``datasets.Dataset`` with ``start_positions`` / ``end_positions`` (and ``length``)."""
+    from datasets import Dataset
+
+    feats = qa_features(tokenizer, split["question"], split["context"], split["answers"], max_length=max_length,
+                        doc_stride=stride)
+    w = feats.windows
+    columns: dict[str, list] = {"input_ids": w.input_ids, "attention_mask": w.attention_mask}
+    if "token_type_ids" in getattr(tokenizer, "model_input_names", MODEL_COLUMNS):
+        columns["token_type_ids"] = w.token_type_ids
+    columns["start_positions"] = feats.start_positions.tolist()
+    columns["end_positions"] = feats.end_positions.tolist()
+    columns["length"] = [len(ids) for ids in w.input_ids]
+    return Dataset.from_dict(columns)
+
+
+def qa_collator(tokenizer):
+    """Pads the model's columns with the tokenizer; start and end positions stay one integer per window."""
+    from transformers import DataCollatorWithPadding
+
+    inner = DataCollatorWithPadding(tokenizer, return_tensors="pt")
+    keep = (*MODEL_COLUMNS, "start_positions", "end_positions")
+
+    def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
+        return inner([{k: v for k, v in f.items() if k in keep} for f in features])
+
+    return collate
+
+
+def window_logits(model, windows, batch_size: int = 32, precision: str = "fp32",
+                  pad_id: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Start and end logits of every window (padding trimmed), in the windows' order."""
+    import torch
+
+    from compress.modeling import accepts_token_types, autocast, model_device
+
+    device = model_device(model)
+    starts: list[np.ndarray] = [np.zeros(0)] * len(windows)
+    ends: list[np.ndarray] = [np.zeros(0)] * len(windows)
+    model.eval()
+    with torch.inference_mode(), autocast(precision, device):
+        for rows, arrays in windows.batches(batch_size, pad_id, accepts_token_types(model)):
+            out = model(**{k: torch.as_tensor(v, device=device) for k, v in arrays.items()})
+            s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+            for r, w in enumerate(rows):
+                n = len(windows.input_ids[int(w)])
+                starts[int(w)], ends[int(w)] = s[r, :n], e[r, :n]
+    return starts, ends
+
+
+def evaluate_reader(model, tokenizer, split, gold: Sequence[Sequence[str]], max_length: int, stride: int,
+                    allow_null: bool = False, batch_size: int = 32, precision: str = "fp32",
+                    pad_id: int = 0) -> dict[str, Any]:
+    """SQuAD exact match and F1 of the model's answers on a split (windows, n-best spans, best over windows)."""
+    contexts = list(split["context"])
+    windows = encode_qa(tokenizer, list(split["question"]), contexts, max_length=max_length, doc_stride=stride)
+    starts, ends = window_logits(model, windows, batch_size, precision, pad_id)
+    answers = decode_spans(windows, starts, ends, contexts, allow_null=allow_null)
+    scores = get_task(QA).score([a["answer"] for a in answers], gold)
+    return {**scores, "questions": len(contexts), "windows": len(windows)}
+
+
+def f1_callback(split, gold: Sequence[Sequence[str]], tokenizer, max_length: int, stride: int, allow_null: bool,
+                pad_id: int, precision: str):
+    """A Trainer callback: after every epoch, validation exact match and F1 in the log history and on stdout."""
+    from transformers import TrainerCallback
+
+    class SquadF1(TrainerCallback):
+        def __init__(self) -> None:
+            self.history: list[dict[str, float]] = []
+
+        def on_epoch_end(self, args, state, control, model=None, **kwargs):
+            if model is None or not state.is_world_process_zero:
+                return control
+            was_training = model.training
+            scores = evaluate_reader(model, tokenizer, split, gold, max_length, stride, allow_null,
+                                     args.per_device_eval_batch_size, precision, pad_id)
+            if was_training:
+                model.train()
+            entry = {"epoch": round(float(state.epoch or 0), 3), "step": int(state.global_step),
+                     "validation_f1": round(scores["f1"], 5), "validation_exact_match": round(scores["exact_match"], 5)}
+            self.history.append(entry)
+            state.log_history.append(dict(entry))
+            print(f"epoch {entry['epoch']:g}: validation F1 {scores['f1']:.4f} (exact match {scores['exact_match']:.4f})")
+            return control
+
+    return SquadF1()
+
+
+def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
+    """Fine-tune (if needed) and evaluate a span-reader teacher; write it as an artifact at ``out``."""
+    from compress.device import device_name, resolve_precision, training_device
+
+    cfg.validate()
+    device = training_device(cfg.device)
+    precision = resolve_precision(cfg.precision, device)
+    started = time.perf_counter()
+    data = load_qa_task(cfg)  # before the model: a bad file should not cost a model fetch
+    source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
+    check_model_task(source, QA, cfg.data.data, cfg.model)
+    model, tokenizer, has_head = load_classifier(source, allow_pickle=cfg.allow_pickle, task=QA)
+    model.to(device)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    stride = qa_stride(cfg.max_length)
+    allow_null = data.with_impossible
+    finetune = (not has_head) if cfg.finetune is None else bool(cfg.finetune)
+    timings: dict[str, float] = {}
+    train_log: dict[str, Any] = {}
+    if finetune and cfg.train.epochs > 0:
+        t0 = time.perf_counter()
+        train_log = _fine_tune(model, tokenizer, data, cfg, out, device, precision.precision, pad_id, stride,
+                               allow_null)
+        timings["fine_tune_s"] = round(time.perf_counter() - t0, 1)
+    elif not has_head:
+        print("warning: the reader has no trained head and --epochs is 0: its answers are random", file=sys.stderr)
+    t0 = time.perf_counter()
+    metrics = {name: evaluate_reader(model, tokenizer, data.splits[name], data.gold_answers(name), cfg.max_length,
+                                     stride, allow_null, precision=precision.precision, pad_id=pad_id)
+               for name in ("validation", "test") if name in data.splits}
+    timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
+    timings["total_s"] = round(time.perf_counter() - started, 1)
+    meta = {
+        "stage": "teacher", "kind": "pytorch", "task": QA, "model_type": model.config.model_type,
+        "parameters": count_parameters(model),
+        "parent": {"model": cfg.model, "path": str(source), **(snapshot_origin(source) or {})},
+        "fine_tuned": bool(finetune and cfg.train.epochs > 0),
+        "config": cfg.to_dict(),
+        "stride": stride,  # the passage windows it was trained and scored in
+        "allow_null": allow_null,
+        "device": device_name(device), "precision": precision.to_dict(), "data": data.describe(),
+        "metrics": metrics, "training": train_log, "timings": timings,
+    }
+    if not is_main_process():
+        return Path(out)
+    path = write_model_artifact(out, model, tokenizer, meta)
+    if checkpoint_dir(out).exists():
+        shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
+    parts = [f"{split} F1 {m['f1']:.4f} (exact match {m['exact_match']:.4f}, {m['questions']} questions)"
+             for split, m in metrics.items()]
+    print("teacher: " + "; ".join(parts) + f" ({timings['total_s']:.0f} s)")
+    return path
+
+
+def _fine_tune(model, tokenizer, data: QATaskData, cfg: TeacherConfig, out, device, precision: str, pad_id: int,
+               stride: int, allow_null: bool) -> dict[str, Any]:
+    train_ds = qa_training_rows(data.splits["train"], tokenizer, cfg.max_length, stride)
+    print(f"training windows: {len(train_ds)} for {len(data.splits['train'])} questions "
+          f"({cfg.max_length} tokens, passages overlapping by {stride})")
+    args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device, precision=precision)
+    resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
+    stop = interrupt_callback()
+    callbacks: list[Any] = [stop]
+    scorer = None
+    if "validation" in data.splits:
+        scorer = f1_callback(data.splits["validation"], data.gold_answers("validation"), tokenizer, cfg.max_length,
+                             stride, allow_null, pad_id, precision)
+        callbacks.append(scorer)
+    trainer = guarded_trainer(out, model=model, args=args, train_dataset=train_ds, data_collator=qa_collator(tokenizer),
+                              callbacks=callbacks)
+    result = run_trainer(trainer, resume, Path(out), stop)
+    log: dict[str, Any] = {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
+                           "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size,
+                           "training_windows": len(train_ds)}
+    if scorer is not None:
+        log["validation_by_epoch"] = scorer.history
+    return log

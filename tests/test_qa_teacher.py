@@ -1,0 +1,99 @@
+"""The teacher stage on question-answering data: a tiny span reader trained on SQuAD-format files.
+
+The synthetic passages hide the answer (one of ten colour words, at a random place among filler
+words) after "the key is"; passages are longer than the 48-token window, so questions are read in
+several windows and some windows hold no answer (their gold position is [CLS]). A reader that
+learns must then point at the colour's characters exactly: exact match 1.0 needs the positions,
+the window merging and the offsets back into the passage all right. The untrained reader scores
+far below.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from compress.config import DataOptions, TeacherConfig, TrainSettings
+from tests.conftest import make_bert
+
+FILLER = "the a film plot was good bad story actor scene music long short day night city town river".split()
+COLOURS = "red blue green black white gold silver brown pink grey".split()
+
+
+def squad_file(path: Path, questions: int, seed: int) -> Path:
+    rng = random.Random(seed)
+    articles = []
+    for a in range(questions // 10):
+        paragraphs = []
+        for q in range(10):
+            before = " ".join(rng.choice(FILLER) for _ in range(rng.randint(2, 30)))
+            after = " ".join(rng.choice(FILLER) for _ in range(rng.randint(2, 30)))
+            colour = rng.choice(COLOURS)
+            context = f"{before} the key is {colour} . {after}"
+            start = len(before) + len(" the key is ")
+            assert context[start:start + len(colour)] == colour
+            paragraphs.append({"context": context, "qas": [{"id": f"{seed}-{a}-{q}", "question": "what is the key ?",
+                                                            "answers": [{"text": colour, "answer_start": start}]}]})
+        articles.append({"title": f"article {seed}-{a}", "paragraphs": paragraphs})
+    path.write_text(json.dumps({"version": "1.1", "data": articles}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def squad_folder(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("squad")
+    for split, n, seed in (("train", 200, 1), ("validation", 40, 2), ("test", 40, 3)):
+        squad_file(root / f"{split}.json", n, seed)
+    return root
+
+
+def test_squad_files_and_folders_are_question_answering_data(squad_folder, tmp_path):
+    from compress.tasks.task_choice import QA, SEQUENCE, data_task
+
+    assert data_task(str(squad_folder)) == QA and data_task(str(squad_folder / "train.json")) == QA
+    assert data_task("squad-dev") == QA
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"rows": [{"text": "a", "label": 0}]}))
+    assert data_task(str(other)) == SEQUENCE
+
+
+def test_a_span_reader_teacher_learns_to_point_at_the_answer(squad_folder, tmp_path):
+    from compress.qa_teacher import evaluate_reader, load_qa_task, qa_stride, qa_training_rows
+    from compress.modeling import load_classifier
+    from compress.teacher import train_teacher
+
+    encoder = make_bert(tmp_path / "encoder", layers=2)
+    cfg = TeacherConfig(model=str(encoder), data=DataOptions(str(squad_folder)), max_length=48,
+                        train=TrainSettings(epochs=2, lr=3e-3, batch_size=16, logging_steps=1000))
+    data = load_qa_task(cfg)
+    untrained, tok, has_head = load_classifier(encoder, task="question-answering")
+    assert not has_head
+    rows = qa_training_rows(data.splits["train"], tok, 48, qa_stride(48))
+    assert len(rows) > 200 and 0 in rows["start_positions"]  # long passages: several windows, some without the answer
+    before = evaluate_reader(untrained, tok, data.splits["test"], data.gold_answers("test"), 48, qa_stride(48))
+    assert before["exact_match"] < 0.3
+
+    out = train_teacher(cfg, tmp_path / "teacher")
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["task"] == "question-answering" and meta["stride"] == 16 and meta["fine_tuned"] is True
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForQuestionAnswering"]
+    test = meta["metrics"]["test"]
+    assert test["exact_match"] > 0.9 and test["f1"] >= test["exact_match"] and test["windows"] > test["questions"] == 40
+    epochs = meta["training"]["validation_by_epoch"]
+    assert len(epochs) == 2 and epochs[-1]["validation_f1"] == pytest.approx(meta["metrics"]["validation"]["f1"], abs=1e-4)
+    assert meta["data"]["task"] == "question-answering" and meta["data"]["sizes"]["train"] == 200
+    assert not (tmp_path / "teacher.checkpoints").exists()
+
+
+def test_a_tagger_or_classifier_given_squad_data_is_one_line(squad_folder, tmp_path):
+    from compress.errors import CompressError
+    from compress.teacher import train_teacher
+
+    classifier = make_bert(tmp_path / "classifier", layers=1, head=True)
+    cfg = TeacherConfig(model=str(classifier), data=DataOptions(str(squad_folder)), max_length=48)
+    with pytest.raises(CompressError, match=r"the model is a sentence classifier .* is question-answering data") as info:
+        train_teacher(cfg, tmp_path / "out")
+    assert "\n" not in str(info.value) and not (tmp_path / "out").exists()
