@@ -26,14 +26,14 @@ import time
 import warnings
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from compress.artifact import read_meta, weights_sha256, write_artifact
 from compress.config import ExportConfig
 from compress.errors import CompressError, describe, first_line
-from compress.runtime import ONNX_FILE, artifact_kind, default_max_length, encode_batches
+from compress.runtime import ONNX_FILE, artifact_kind, default_max_length, encode_batches, reading_settings
 
 DEFAULT_OPSET = 17
 PARITY_ATOL = 1e-4
@@ -122,6 +122,7 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
 
     from compress.modeling import accepts_token_types, count_parameters
     from compress.tasks import get_task, task_for_architectures
+    from compress.tasks.registry import SEQUENCE
 
     # The task of the in-memory model's head decides the output's axes (per-token logits for a tagger).
     task = task_for_architectures([type(model).__name__]) or get_task("sequence-classification")
@@ -145,9 +146,11 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
     try:
         raw = work / "raw.onnx"
         t0 = time.perf_counter()
-        _torch_export(model, tokenizer, names, raw, opset, max_length, task.dynamic_axes(names))
+        outputs = list(task.outputs)
+        _torch_export(model, tokenizer, names, raw, opset, max_length, task.dynamic_axes(names), outputs)
         timings["export_s"] = round(time.perf_counter() - t0, 2)
-        reference = _reference_inputs(tokenizer, max_length, need_types, model)
+        reference = _reference_inputs(tokenizer, max_length, need_types, model, outputs)
+        per_token = {name: SEQUENCE in axes for name, axes in task.outputs.items()}
 
         graph_file, optimized, notes = raw, False, []
         heads = attention_heads_per_layer(model)
@@ -175,9 +178,9 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
                 print(f"warning: {notes[-1]}", file=sys.stderr)
 
         t0 = time.perf_counter()
-        diff = _parity(graph_file, reference)
+        diff = _parity(graph_file, reference, per_token)
         if diff > atol and optimized:
-            raw_diff = _parity(raw, reference)
+            raw_diff = _parity(raw, reference, per_token)
             if raw_diff <= atol:
                 notes.append(f"the fused graph differed from PyTorch by {diff:.2e} (> atol {atol:g}); the unfused graph "
                              f"(difference {raw_diff:.2e}) was kept instead")
@@ -209,7 +212,7 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
             "parent": parent or {},
             "config": ExportConfig(model=model_path or (parent or {}).get("path", ""), opset=opset, optimize=optimize,
                                    atol=atol).to_dict(),
-            "onnx": {"file": ONNX_FILE, "opset": opset, "optimized": optimized, "inputs": names, "outputs": ["logits"],
+            "onnx": {"file": ONNX_FILE, "opset": opset, "optimized": optimized, "inputs": names, "outputs": outputs,
                      "num_layers": layers, "heads_per_layer": [h for h, _ in heads], "fused_ops": fused_ops,
                      "attention_fused_per_layer": attention == layers},
             "parity": {"max_abs_diff": diff, "atol": atol, "texts": len(PARITY_TEXTS), "pairs": len(PARITY_PAIRS),
@@ -218,6 +221,7 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
             "notes": notes,
         }
         if parent_meta:
+            meta.update(reading_settings(parent_meta))
             meta["data"] = parent_meta.get("data")
             meta["parent_meta"] = {k: parent_meta.get(k) for k in ("stage", "kind", "data", "metrics", "config", "parent")
                                    if k in parent_meta}
@@ -250,11 +254,12 @@ def _use_eager_attention(model) -> None:
               file=sys.stderr)
 
 
-def _logits_module(model):
-    """The classifier wrapped so the graph has named tensor inputs and a single ``logits`` output."""
+def _outputs_module(model, outputs: list[str]):
+    """The model wrapped so the graph has named tensor inputs and the task's outputs, in the registry's
+    order (``logits`` for a classifier or a tagger; ``start_logits``, ``end_logits`` for a span reader)."""
     import torch
 
-    class LogitsOnly(torch.nn.Module):
+    class TaskOutputs(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.model = model
@@ -263,14 +268,15 @@ def _logits_module(model):
             kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
             if token_type_ids is not None:
                 kwargs["token_type_ids"] = token_type_ids
-            return self.model(**kwargs).logits
+            out = self.model(**kwargs)
+            return tuple(getattr(out, name) for name in outputs) if len(outputs) > 1 else getattr(out, outputs[0])
 
-    return LogitsOnly().eval()
+    return TaskOutputs().eval()
 
 
 def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int, max_length: int,
-                  axes: dict[str, dict[int, str]]) -> None:
-    """``torch.onnx.export`` of the logits; ``axes`` are the task's dynamic axes (``Task.dynamic_axes``)."""
+                  axes: dict[str, dict[int, str]], outputs: Sequence[str] = ("logits",)) -> None:
+    """``torch.onnx.export`` of the task's ``outputs``; ``axes`` are its dynamic axes (``Task.dynamic_axes``)."""
     import torch
 
     # A padded batch of two lengths: the trace must take the branch that applies the padding mask.
@@ -279,10 +285,10 @@ def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int, ma
     if arrays["attention_mask"].all():
         raise CompressError("internal: the export example batch has no padding; the trace would drop the mask.")
     args = tuple(torch.from_numpy(arrays[n]) for n in names)
-    wrapper = _logits_module(model)
+    wrapper = _outputs_module(model, list(outputs))
     try:
         with _quiet_export(), torch.no_grad():
-            torch.onnx.export(wrapper, args, str(path), input_names=names, output_names=["logits"], dynamic_axes=axes,
+            torch.onnx.export(wrapper, args, str(path), input_names=names, output_names=list(outputs), dynamic_axes=axes,
                               opset_version=opset, do_constant_folding=True, dynamo=False)
     except CompressError:
         raise
@@ -346,8 +352,9 @@ def count_fused_ops(onnx_file: str | os.PathLike) -> dict[str, int]:
     return {op: int(counts.get(op, 0)) for op in FUSED_OPS}
 
 
-def _reference_inputs(tokenizer, max_length: int, need_types: bool, model) -> list[tuple[dict[str, np.ndarray], np.ndarray]]:
-    """PyTorch logits for the parity texts: all texts in one padded batch, then one by one, then pairs."""
+def _reference_inputs(tokenizer, max_length: int, need_types: bool, model, outputs: Sequence[str] = ("logits",)
+                      ) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """PyTorch's outputs for the parity texts: all texts in one padded batch, then one by one, then pairs."""
     import torch
 
     groups = [(PARITY_TEXTS, len(PARITY_TEXTS)), (PARITY_TEXTS[:3], 1), (PARITY_PAIRS, len(PARITY_PAIRS))]
@@ -356,14 +363,16 @@ def _reference_inputs(tokenizer, max_length: int, need_types: bool, model) -> li
         for texts, batch_size in groups:
             _, batches = encode_batches(tokenizer, texts, max_length, batch_size, need_types)
             for _, arrays in batches:
-                logits = model(**{k: torch.from_numpy(v) for k, v in arrays.items()}).logits.float().numpy()
-                out.append((arrays, logits))
+                result = model(**{k: torch.from_numpy(v) for k, v in arrays.items()})
+                out.append((arrays, {name: getattr(result, name).float().numpy() for name in outputs}))
     return out
 
 
-def _parity(graph_file: Path, reference: list[tuple[dict[str, np.ndarray], np.ndarray]]) -> float:
-    """Largest absolute logit difference between the graph (in ONNX Runtime) and PyTorch; per-token
-    logits (a tagger's) are compared at real tokens only: padded positions are nobody's output."""
+def _parity(graph_file: Path, reference: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]],
+            per_token: dict[str, bool] | None = None) -> float:
+    """Largest absolute difference of any output between the graph (in ONNX Runtime) and PyTorch; outputs
+    with a sequence axis (a tagger's logits, a reader's start and end logits) are compared at real tokens
+    only: padded positions are nobody's output."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -372,12 +381,13 @@ def _parity(graph_file: Path, reference: list[tuple[dict[str, np.ndarray], np.nd
     inputs = [i.name for i in session.get_inputs()]
     worst = 0.0
     for arrays, expected in reference:
-        got = session.run(["logits"], {n: arrays[n] for n in inputs})[0]
-        gap = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-        if gap.ndim == 3:
-            gap = gap[arrays["attention_mask"].astype(bool)]
-        diff = float(np.max(gap))
-        if not np.isfinite(diff):
-            return float("nan")
-        worst = max(worst, diff)
+        names = list(expected)
+        for name, got in zip(names, session.run(names, {n: arrays[n] for n in inputs})):
+            gap = np.abs(got.astype(np.float64) - expected[name].astype(np.float64))
+            if (per_token or {}).get(name, gap.ndim == 3):
+                gap = gap[arrays["attention_mask"].astype(bool)]
+            diff = float(np.max(gap))
+            if not np.isfinite(diff):
+                return float("nan")
+            worst = max(worst, diff)
     return worst

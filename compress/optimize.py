@@ -305,7 +305,7 @@ def optimize(cfg: OptimizeConfig, out: str | os.PathLike, progress: bool = True)
     from benchmarks.latency import position_limit  # noqa: F401  (fail early if the benchmark package is missing)
     from compress.artifact import package_versions
     from compress.export import check_out_is_not_input
-    from compress.runtime import artifact_kind
+    from compress.runtime import artifact_kind, reading_settings
 
     cfg.validate()
     started = time.perf_counter()
@@ -356,6 +356,7 @@ def optimize(cfg: OptimizeConfig, out: str | os.PathLike, progress: bool = True)
                        "weights_sha256": parent_meta.get("weights_sha256") or weights_sha256(parent)},
             "parent_meta": {k: parent_meta.get(k) for k in ("stage", "kind", "data", "metrics", "config", "parent")
                             if k in parent_meta},
+            **reading_settings(parent_meta),
             "config": cfg.to_dict(),
             "device": decision["settings"]["device"],
             "data": parent_meta.get("data"),

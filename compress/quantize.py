@@ -57,7 +57,7 @@ from compress.formats.onnx import INT8_OPS, ONNX_FILE
 from compress.formats.torch_int8 import save_torch_int8
 from compress.ort_static import DEFAULT_CALIBRATION_SIZE
 from compress.quiet import quiet_torch_ao
-from compress.runtime import Predictor, artifact_kind
+from compress.runtime import Predictor, artifact_kind, reading_settings
 
 METHODS = QUANTIZE_METHODS
 #: The artifact kind each method writes.
@@ -336,6 +336,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                        "weights_sha256": parent_meta.get("weights_sha256") or weights_sha256(source)},
             "parent_meta": {k: parent_meta.get(k) for k in ("stage", "kind", "data", "metrics", "config", "parent",
                                                             "onnx", "parity") if k in parent_meta},
+            **reading_settings(parent_meta),
             "config": QuantizeConfig(model=str(model_dir), method=method, data=data, max_accuracy_drop=max_accuracy_drop,
                                      per_channel=per_channel, reduce_range=reduce_range, **requested,
                                      calibration_size=calibration_size, device=device, precision=precision).to_dict(),

@@ -33,6 +33,7 @@ from compress.errors import CompressError
 from compress.formats.onnx import ONNX_FILE, is_int8_graph
 from compress.formats.openvino import OPENVINO_KINDS, OPENVINO_XML
 from compress.formats.torch_int8 import TORCH_INT8_FILE
+from compress.tasks.question_answering import NAME as QA
 from compress.windows import (DEFAULT_POOLING, POOLINGS, Windows, check_pooling, check_stride, default_stride,
                               encode_windows, length_sorted_batches, pad_rows, pool_windows)
 
@@ -101,6 +102,16 @@ def recorded_setting(meta: dict[str, Any] | None, key: str, valid: Callable[[Any
         if valid(value):
             return value
     return None
+
+
+#: How an artifact reads inputs longer than its window, recorded by the stage that trained it (top level of
+#: ``compress.json``) and carried by every artifact made from it (export, quantize, optimize).
+READING_KEYS = ("stride", "pooling", "allow_null")
+
+
+def reading_settings(parent_meta: dict[str, Any] | None) -> dict[str, Any]:
+    """The :data:`READING_KEYS` a parent artifact recorded, for its derived artifact's ``compress.json``."""
+    return {k: parent_meta[k] for k in READING_KEYS if k in (parent_meta or {})}
 
 
 def normalize_texts(texts: Text | Sequence[Text]) -> tuple[list[str], list[str] | None]:
@@ -312,8 +323,9 @@ class Predictor:
     def outputs(self, texts: Text | Sequence[Text], batch_size: int = 32) -> list[np.ndarray]:
         """The model's output per input, for any task: a classifier's logit row (as :meth:`logits`), a
         tagger's ``(tokens, labels)`` logits with its windows merged (each token from the window where
-        it has most context). For comparing two artifacts of one model, whatever its head."""
-        if self.task != "token-classification":
+        it has most context), a span reader's ``(passage tokens, 2)`` start and end logits merged the same
+        way. For comparing two artifacts of one model, whatever its head."""
+        if self.task not in ("token-classification", QA):
             return list(self.logits(texts, batch_size))
         from compress.windows import merge_token_outputs
 
@@ -345,6 +357,10 @@ class Predictor:
                 word_tags: bool = False) -> Any:
         """``(labels, probabilities)``: the label name and the softmax over labels for each input.
 
+        For a span reader (``question-answering``): ``texts`` are ``(question, passage)`` tuples, and the
+        result one dict per question, ``{"question", "answer", "start", "end", "score"}`` with character
+        offsets into the passage (:mod:`compress.reading`).
+
         For a tagger (``self.task == "token-classification"``): a list with one dict per text,
         ``{"text", "entities": [{"type", "start", "end", "text", "score"}, ...]}``, character offsets
         into the text; ``aggregation`` (``first``, ``average``, ``max``) is how a word's sub-tokens
@@ -355,6 +371,10 @@ class Predictor:
             from compress.tagging import tag_texts
 
             return tag_texts(self, texts, batch_size, aggregation, word_tags)
+        if self.task == QA:
+            from compress.reading import answer_questions
+
+            return answer_questions(self, texts, batch_size)
         probs = softmax(self.logits(texts, batch_size))
         return [self.label_names[i] for i in probs.argmax(-1)], probs
 
@@ -449,7 +469,10 @@ class TorchPredictor(Predictor):
         device = model_device(self.model)
         with torch.inference_mode(), autocast(self.precision or "fp32", device):
             inputs = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
-            return self.model(**inputs).logits.float().cpu().numpy()
+            out = self.model(**inputs)
+            if self.task == QA:  # a span reader: (batch, sequence, 2), its start and end logits
+                return torch.stack([out.start_logits, out.end_logits], -1).float().cpu().numpy()
+            return out.logits.float().cpu().numpy()
 
 
 class OnnxPredictor(Predictor):
@@ -509,6 +532,9 @@ class OnnxPredictor(Predictor):
 
     def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
         feed = {name: arrays[name] for name in self.input_names}
+        if self.task == QA:  # a span reader: (batch, sequence, 2), its start and end logits
+            starts, ends = self.session.run(["start_logits", "end_logits"], feed)
+            return np.stack([starts, ends], -1).astype(np.float32)
         return np.asarray(self.session.run(["logits"], feed)[0], dtype=np.float32)
 
 

@@ -1,0 +1,51 @@
+"""What ``Predictor.predict`` returns for a span reader (extractive question answering).
+
+Each input is a ``(question, passage)`` pair. The passage is read in the windows the reader was
+trained with (``stride`` from its ``compress.json``; only the passage is windowed, every window
+repeats the question), every window gives a start and an end logit per token, and the answer is the
+best span over all windows (:func:`compress.tasks.qa_features.decode_spans`: n-best starts and ends
+per window, at most 30 tokens, mapped back to the passage's characters; the null answer competes
+when the reader was trained on SQuAD 2.0 data, ``allow_null`` in its ``compress.json``). numpy and
+the tokenizer only, so an ONNX reader is served without torch like the other tasks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from compress.errors import CompressError
+from compress.tasks.qa_features import decode_spans
+
+
+def _pairs(inputs: Any) -> tuple[list[str], list[str]]:
+    """``(questions, passages)`` of one ``(question, passage)`` tuple or a list of them; one clear line
+    for anything else."""
+    if isinstance(inputs, tuple) and len(inputs) == 2 and all(isinstance(x, str) for x in inputs):
+        inputs = [inputs]
+    if isinstance(inputs, (str, bytes, dict)) or not hasattr(inputs, "__iter__"):
+        raise CompressError(f"predict: a question-answering model takes (question, passage) tuples, got a "
+                            f"{type(inputs).__name__}. Give [(question, passage), ...].")
+    questions, passages = [], []
+    for i, item in enumerate(inputs):
+        if not (isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            raise CompressError(f"input {i} is {item!r}; a question-answering model takes (question, passage) "
+                                "tuples of two strings.")
+        if not item[0].strip() or not item[1].strip():
+            raise CompressError(f"input {i}: the question and the passage must both hold text.")
+        questions.append(item[0].lstrip())  # SQuAD's questions may start with spaces; run_qa strips them too
+        passages.append(item[1])
+    return questions, passages
+
+
+def answer_questions(predictor, inputs: Sequence[tuple[str, str]], batch_size: int = 32) -> list[dict[str, Any]]:
+    """One dict per question: ``question``, ``answer`` (a span of the passage, ``""`` for no answer),
+    ``start`` / ``end`` (characters in the passage: ``passage[start:end] == answer``) and ``score``."""
+    questions, passages = _pairs(inputs)
+    if not questions:
+        return []
+    windows = predictor.encode(list(zip(questions, passages)))
+    rows = predictor.run_windows(windows, batch_size)
+    allow_null = bool((predictor.meta or {}).get("allow_null", False))
+    decoded = decode_spans(windows, [r[:, 0] for r in rows], [r[:, 1] for r in rows], passages, allow_null=allow_null)
+    return [{"question": q, "answer": d["answer"], "start": d["start"], "end": d["end"], "score": d["score"]}
+            for q, d in zip(questions, decoded)]
