@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.verdicts import fall_report
+
 
 def _message(status: str, fail: str, inconclusive: str) -> str:
     return {"fail": fail, "inconclusive": inconclusive, "pass": ""}[status]
@@ -114,14 +116,4 @@ def f1_regression(old: dict[str, Any], new: dict[str, Any], old_data: dict[str, 
         scale = 1.0 / base_f1 if base_f1 > 0 else 0.0
         interval = Interval(interval.estimate * scale, interval.low * scale, interval.high * scale, confidence,
                             interval.method + ", divided by the baseline's F1")
-        measured = f"entity F1 {-interval.estimate:+.1%} of the baseline's ({how})"
-        shown, fell, over = interval.text("{:+.1%}"), f"{interval.estimate:.1%} of the baseline's", f"{limit:.0%}"
-    else:
-        measured = f"entity F1 {-100 * interval.estimate:+.2f} points against the baseline ({how})"
-        shown = interval.text("{:+.2f}", 100.0, " pt")
-        fell, over = f"{100 * interval.estimate:.2f} points", f"{100 * limit:g} points"
-    status = interval.verdict(limit, higher_is_better=False)
-    message = _message(status, f"entity F1 fell {fell}; even the lower bound of its interval {shown} is over {over}",
-                       f"inconclusive: the interval of the F1 fall, {shown}, straddles {over}; more test sentences "
-                       "would decide")
-    return status, measured, shown, message, float(interval.high)
+    return fall_report("entity F1", interval, limit, relative, how, "more test sentences")

@@ -53,6 +53,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from benchmarks.verdicts import fall_report
 from compress.errors import CompressError
 
 EXIT_PASS, EXIT_FAIL, EXIT_MALFORMED, EXIT_INCONCLUSIVE = 0, 1, 3, 4
@@ -949,20 +950,8 @@ def _f1_group_regression(limit: float, subject: _Subject, ctx: _Context, confide
                                relative=relative)
     if interval is None:
         return None
-    how = f"mean of {len(new)} seeds against {len(old)}"
-    if relative:
-        measured = f"entity F1 {-interval.estimate:+.1%} of the baseline's ({how})"
-        shown, fell, over = _ci(interval, "{:+.1%}"), f"{interval.estimate:.1%} of the baseline's", f"{limit:.0%}"
-    else:
-        measured = f"entity F1 {-100 * interval.estimate:+.2f} points against the baseline ({how})"
-        shown = _ci(interval, "{:+.2f}", scale=100.0, suffix=" pt")
-        fell, over = f"{100 * interval.estimate:.2f} points", f"{100 * limit:g} points"
-    status = interval.verdict(limit, higher_is_better=False)
-    message = {"fail": f"entity F1 fell {fell}; even the lower bound of its interval {shown} is over {over}",
-               "inconclusive": f"inconclusive: the interval of the F1 fall, {shown}, straddles {over}; more seeds "
-                               "would decide",
-               "pass": ""}[status]
-    return status, measured, shown, message, float(interval.high)
+    return fall_report("entity F1", interval, limit, relative, f"mean of {len(new)} seeds against {len(old)}",
+                       "more seeds")
 
 
 def _f1_regression(limit: float, subject: _Subject, base: dict, ctx: _Context, confidence: float, relative: bool):
@@ -1034,19 +1023,7 @@ def _accuracy_regression(limit: float, subject: _Subject, base: dict, ctx: _Cont
                     else unpaired_accuracy_drop_interval(old_correct, new_correct, confidence, relative=relative))
         how = "paired" if same else "unpaired: other examples"
     assert isinstance(interval, Interval)
-    status = interval.verdict(limit, higher_is_better=False)
-    if relative:
-        measured = f"accuracy {-interval.estimate:+.1%} of the baseline's ({how})"
-        shown, fell, over = _ci(interval, "{:+.1%}"), f"{interval.estimate:.1%} of the baseline's", f"{limit:.0%}"
-    else:
-        measured = f"accuracy {-100 * interval.estimate:+.2f} points against the baseline ({how})"
-        shown = _ci(interval, "{:+.2f}", scale=100.0, suffix=" pt")
-        fell, over = f"{100 * interval.estimate:.2f} points", f"{100 * limit:g} points"
-    message = {"fail": f"accuracy fell {fell}; even the lower bound of its interval {shown} is over {over}",
-               "inconclusive": f"inconclusive: the interval of the accuracy fall, {shown}, straddles {over}; "
-                               "more test examples (or --seeds) would decide",
-               "pass": ""}[status]
-    return status, measured, shown, message, interval.high
+    return fall_report("accuracy", interval, limit, relative, how, "more test examples (or --seeds)")
 
 
 def _same_predictions(old: list[dict], new: list[dict]) -> bool:

@@ -126,28 +126,15 @@ def evaluate_reader(model, tokenizer, split, gold: Sequence[Sequence[str]], max_
 def f1_callback(split, gold: Sequence[Sequence[str]], tokenizer, max_length: int, stride: int, allow_null: bool,
                 pad_id: int, precision: str):
     """A Trainer callback: after every epoch, validation exact match and F1 in the log history and on stdout."""
-    from transformers import TrainerCallback
+    from compress.training import epoch_validation_callback
 
-    class SquadF1(TrainerCallback):
-        def __init__(self) -> None:
-            self.history: list[dict[str, float]] = []
+    def evaluate(model, batch_size: int) -> dict[str, float]:
+        scores = evaluate_reader(model, tokenizer, split, gold, max_length, stride, allow_null, batch_size, precision,
+                                 pad_id)
+        return {"validation_f1": scores["f1"], "validation_exact_match": scores["exact_match"]}
 
-        def on_epoch_end(self, args, state, control, model=None, **kwargs):
-            if model is None or not state.is_world_process_zero:
-                return control
-            was_training = model.training
-            scores = evaluate_reader(model, tokenizer, split, gold, max_length, stride, allow_null,
-                                     args.per_device_eval_batch_size, precision, pad_id)
-            if was_training:
-                model.train()
-            entry = {"epoch": round(float(state.epoch or 0), 3), "step": int(state.global_step),
-                     "validation_f1": round(scores["f1"], 5), "validation_exact_match": round(scores["exact_match"], 5)}
-            self.history.append(entry)
-            state.log_history.append(dict(entry))
-            print(f"epoch {entry['epoch']:g}: validation F1 {scores['f1']:.4f} (exact match {scores['exact_match']:.4f})")
-            return control
-
-    return SquadF1()
+    return epoch_validation_callback(evaluate, lambda v: f"validation F1 {v['validation_f1']:.4f} "
+                                                         f"(exact match {v['validation_exact_match']:.4f})")
 
 
 def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:

@@ -12,7 +12,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from compress.config import TrainSettings
 from compress.errors import CompressError, NonFiniteLossError
@@ -274,6 +274,34 @@ def interrupt_callback():
                 self._previous = None
 
     return StopOnInterrupt()
+
+
+def epoch_validation_callback(evaluate: Callable[[Any, int], dict[str, float]], describe: Callable[[dict], str]):
+    """A Trainer callback: after every epoch, ``evaluate(model, eval batch size)`` (its values named as they go
+    into the log, e.g. ``validation_entity_f1``), rounded, in ``.history`` and the Trainer's log history, and
+    ``describe(values)`` on stdout; so a task's training log shows its own metric, not only the loss.
+    The model is put back in training mode afterwards."""
+    from transformers import TrainerCallback
+
+    class EpochValidation(TrainerCallback):
+        def __init__(self) -> None:
+            self.history: list[dict[str, float]] = []
+
+        def on_epoch_end(self, args, state, control, model=None, **kwargs):
+            if model is None or not state.is_world_process_zero:
+                return control
+            was_training = model.training
+            values = evaluate(model, args.per_device_eval_batch_size)
+            if was_training:
+                model.train()
+            entry = {"epoch": round(float(state.epoch or 0), 3), "step": int(state.global_step),
+                     **{k: round(float(v), 5) for k, v in values.items()}}
+            self.history.append(entry)
+            state.log_history.append(dict(entry))
+            print(f"epoch {entry['epoch']:g}: {describe(values)}")
+            return control
+
+    return EpochValidation()
 
 
 def _disk_full(exc: BaseException, folder: Path) -> bool:

@@ -199,27 +199,11 @@ def score_token_logits(logits: Sequence[np.ndarray], tokenized, gold: Sequence[S
 def entity_f1_callback(tokenized, gold: Sequence[Sequence[str]], label_names: Sequence[str], pad_id: int = 0,
                        precision: str = "fp32"):
     """A Trainer callback: after every epoch, validation entity F1 in the log history and on stdout."""
-    from transformers import TrainerCallback
+    from compress.training import epoch_validation_callback
 
-    class EntityF1(TrainerCallback):
-        def __init__(self) -> None:
-            self.history: list[dict[str, float]] = []
+    def evaluate(model, batch_size: int) -> dict[str, float]:
+        scores = evaluate_tagger(model, tokenized, gold, label_names, batch_size, precision, pad_id)
+        return {"validation_entity_f1": scores["entity_f1"], "validation_token_accuracy": scores["token_accuracy"]}
 
-        def on_epoch_end(self, args, state, control, model=None, **kwargs):
-            if model is None or not state.is_world_process_zero:
-                return control
-            was_training = model.training
-            scores = evaluate_tagger(model, tokenized, gold, label_names, args.per_device_eval_batch_size, precision,
-                                     pad_id)
-            if was_training:
-                model.train()
-            entry = {"epoch": round(float(state.epoch or 0), 3), "step": int(state.global_step),
-                     "validation_entity_f1": round(scores["entity_f1"], 5),
-                     "validation_token_accuracy": round(scores["token_accuracy"], 5)}
-            self.history.append(entry)
-            state.log_history.append(dict(entry))
-            print(f"epoch {entry['epoch']:g}: validation entity F1 {scores['entity_f1']:.4f} "
-                  f"(token accuracy {scores['token_accuracy']:.4f})")
-            return control
-
-    return EntityF1()
+    return epoch_validation_callback(evaluate, lambda v: f"validation entity F1 {v['validation_entity_f1']:.4f} "
+                                                         f"(token accuracy {v['validation_token_accuracy']:.4f})")
