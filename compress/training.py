@@ -260,6 +260,9 @@ def interrupt_callback():
             import threading
 
             if threading.current_thread() is threading.main_thread():
+                from compress.signal_stack import ensure_signal_stack
+
+                ensure_signal_stack()  # a dangling alternate stack (OpenVINO) would turn Ctrl-C into a segfault
                 self._previous = signal.signal(signal.SIGINT, self._handle)
 
         def on_step_end(self, args, state, control, **kwargs):
