@@ -378,8 +378,6 @@ def mean_over_seeds_interval(per_seed: np.ndarray, confidence: float = DEFAULT_C
     ``n``) and the seed term (the variance of the per-seed means, over the number of seeds); the
     degrees of freedom follow Welch-Satterthwaite, and the interval uses Student's t.
     """
-    from scipy.stats import t as student_t
-
     _check_confidence(confidence)
     x = np.asarray(per_seed, dtype=float)
     if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
@@ -388,13 +386,22 @@ def mean_over_seeds_interval(per_seed: np.ndarray, confidence: float = DEFAULT_C
     estimate = float(x.mean())
     var_examples = float(x.mean(axis=0).var(ddof=1)) / n
     var_seeds = float(x.mean(axis=1).var(ddof=1)) / seeds
-    se2 = var_examples + var_seeds
+    return _seed_and_test_t(estimate, var_examples, n, var_seeds, seeds, confidence, f"{n} examples", "")
+
+
+def _seed_and_test_t(estimate: float, var_test: float, n: int, var_seeds: float, seeds: int, confidence: float,
+                     units: str, what: str) -> Interval:
+    """Student's t interval around ``estimate`` whose variance is a test-set term (``n`` units) plus a seed
+    term (``seeds``), degrees of freedom by Welch-Satterthwaite; a point when both terms are 0."""
+    from scipy.stats import t as student_t
+
+    se2 = var_test + var_seeds
     if se2 == 0:
-        return Interval(estimate, estimate, estimate, confidence, f"mean over {seeds} seeds x {n} examples (no spread)")
-    df = se2 ** 2 / ((var_examples ** 2) / (n - 1) + (var_seeds ** 2) / (seeds - 1))
+        return Interval(estimate, estimate, estimate, confidence, f"mean over {seeds} seeds x {units} (no spread)")
+    df = se2 ** 2 / ((var_test ** 2) / (n - 1) + (var_seeds ** 2) / (seeds - 1))
     half = float(student_t.ppf(1 - (1 - confidence) / 2, df)) * math.sqrt(se2)
     return Interval(estimate, estimate - half, estimate + half, confidence,
-                    f"mean over {seeds} seeds x {n} examples, seed and test-set variance, t with {df:.1f} df")
+                    f"mean over {seeds} seeds x {units}{what}, seed and test-set variance, t with {df:.1f} df")
 
 
 def _seed_mean_interval(per_seed: np.ndarray, replicates: np.ndarray, n: int, confidence: float,
@@ -407,21 +414,13 @@ def _seed_mean_interval(per_seed: np.ndarray, replicates: np.ndarray, n: int, co
     replicates' variance) and the seed term (the variance of the per-seed values over the number of
     seeds); degrees of freedom by Welch-Satterthwaite, Student's t.
     """
-    from scipy.stats import t as student_t
-
     _check_confidence(confidence)
     per_seed = np.asarray(per_seed, dtype=float)
     seeds = len(per_seed)
     estimate = float(per_seed.mean())
     var_test = float(np.var(replicates, ddof=1))
     var_seeds = float(per_seed.var(ddof=1)) / seeds
-    se2 = var_test + var_seeds
-    if se2 == 0:
-        return Interval(estimate, estimate, estimate, confidence, f"mean over {seeds} seeds x {n} sentences (no spread)")
-    df = se2 ** 2 / ((var_test ** 2) / (n - 1) + (var_seeds ** 2) / (seeds - 1))
-    half = float(student_t.ppf(1 - (1 - confidence) / 2, df)) * math.sqrt(se2)
-    return Interval(estimate, estimate - half, estimate + half, confidence,
-                    f"mean over {seeds} seeds x {n} sentences ({what}), seed and test-set variance, t with {df:.1f} df")
+    return _seed_and_test_t(estimate, var_test, n, var_seeds, seeds, confidence, f"{n} sentences", f" ({what})")
 
 
 def mean_f1_drop_over_seeds_interval(reference_counts: Sequence, seed_counts: Sequence[Sequence],
