@@ -575,11 +575,33 @@ class OpenVinoPredictor(Predictor):
         return self
 
     def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        if self.compiled is None:
+            raise CompressError(f"{self.path}: this Predictor was closed; open the artifact again with Predictor.load.")
         request = getattr(self._requests, "request", None)
         if request is None:
             request = self._requests.request = self.compiled.create_infer_request()
         result = request.infer({name: arrays[name] for name in self.input_names})
+        if self.task == QA:  # a span reader: (batch, sequence, 2), its start and end logits
+            return np.stack([np.asarray(result[self.compiled.output(n)], dtype=np.float32)
+                             for n in ("start_logits", "end_logits")], -1)
         return np.array(result[self.compiled.output("logits")], dtype=np.float32)  # a copy: the request reuses it
+
+    def close(self) -> None:
+        """Free the infer requests and the compiled model now, then repair the thread's alternate signal stack.
+
+        OpenVINO's CPU plugin (2026.4) swaps the calling thread's ``sigaltstack`` when an infer request
+        is destroyed and can leave it in freed memory; the next signal (Ctrl-C) would then crash the
+        process (:mod:`compress.signal_stack`). Called by ``__del__`` too, so dropping the Predictor is safe.
+        """
+        from compress.signal_stack import ensure_signal_stack
+
+        self._requests = None  # the thread-local requests are destroyed here, in this thread
+        self.compiled = None
+        ensure_signal_stack()
+
+    def __del__(self) -> None:
+        if getattr(self, "compiled", None) is not None:
+            self.close()
 
 
 class ChoicePredictor(Predictor):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from compress.errors import CompressError, first_line
+from compress.signal_stack import ensure_signal_stack
 
 #: The IR files of an OpenVINO artifact (optimum-intel's names, so its tools recognise the folder).
 OPENVINO_XML = "openvino_model.xml"
@@ -105,4 +106,6 @@ def compile_ir(folder: str | os.PathLike, threads: int | None = None, spinning: 
     except Exception as exc:
         raise CompressError(f"{xml}: OpenVINO {ov.__version__} could not open it ({first_line(exc)}). "
                             f"It was tested with {TESTED_VERSIONS['openvino']}; build the artifact again.") from exc
+    finally:
+        ensure_signal_stack()  # compile_model swaps the thread's alternate signal stack (compress.signal_stack)
     return compiled, [i.get_any_name() for i in compiled.inputs]
