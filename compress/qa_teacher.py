@@ -93,34 +93,54 @@ def qa_collator(tokenizer):
 def window_logits(model, windows, batch_size: int = 32, precision: str = "fp32",
                   pad_id: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Start and end logits of every window (padding trimmed), in the windows' order."""
+    return span_logits(model, windows.input_ids, windows.token_type_ids, batch_size, precision, pad_id)
+
+
+def span_logits(model, input_ids: Sequence[Sequence[int]], token_type_ids: Sequence[Sequence[int]] | None,
+                batch_size: int = 32, precision: str = "fp32",
+                pad_id: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Start and end logits of every row of ``input_ids`` (unpadded rows; padding trimmed from the results),
+    run longest first in padded batches."""
     import torch
 
     from compress.modeling import accepts_token_types, autocast, model_device
+    from compress.windows import length_sorted_batches, pad_rows
 
     device = model_device(model)
-    starts: list[np.ndarray] = [np.zeros(0)] * len(windows)
-    ends: list[np.ndarray] = [np.zeros(0)] * len(windows)
+    starts: list[np.ndarray] = [np.zeros(0)] * len(input_ids)
+    ends: list[np.ndarray] = [np.zeros(0)] * len(input_ids)
+    need_types = accepts_token_types(model)
     model.eval()
     with torch.inference_mode(), autocast(precision, device):
-        for rows, arrays in windows.batches(batch_size, pad_id, accepts_token_types(model)):
+        for rows in length_sorted_batches([len(x) for x in input_ids], batch_size):
+            arrays = pad_rows([input_ids[w] for w in rows],
+                              None if token_type_ids is None else [token_type_ids[w] for w in rows], pad_id, need_types)
             out = model(**{k: torch.as_tensor(v, device=device) for k, v in arrays.items()})
             s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
             for r, w in enumerate(rows):
-                n = len(windows.input_ids[int(w)])
+                n = len(input_ids[int(w)])
                 starts[int(w)], ends[int(w)] = s[r, :n], e[r, :n]
     return starts, ends
+
+
+def read_answers(model, tokenizer, split, max_length: int, stride: int, allow_null: bool = False,
+                 batch_size: int = 32, precision: str = "fp32", pad_id: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """The model's decoded answer to every question of a split (windows, n-best spans, best over windows)
+    and the number of windows read."""
+    contexts = list(split["context"])
+    windows = encode_qa(tokenizer, list(split["question"]), contexts, max_length=max_length, doc_stride=stride)
+    starts, ends = window_logits(model, windows, batch_size, precision, pad_id)
+    return decode_spans(windows, starts, ends, contexts, allow_null=allow_null), len(windows)
 
 
 def evaluate_reader(model, tokenizer, split, gold: Sequence[Sequence[str]], max_length: int, stride: int,
                     allow_null: bool = False, batch_size: int = 32, precision: str = "fp32",
                     pad_id: int = 0) -> dict[str, Any]:
-    """SQuAD exact match and F1 of the model's answers on a split (windows, n-best spans, best over windows)."""
-    contexts = list(split["context"])
-    windows = encode_qa(tokenizer, list(split["question"]), contexts, max_length=max_length, doc_stride=stride)
-    starts, ends = window_logits(model, windows, batch_size, precision, pad_id)
-    answers = decode_spans(windows, starts, ends, contexts, allow_null=allow_null)
+    """SQuAD exact match and F1 of the model's answers on a split (:func:`read_answers`)."""
+    answers, windows = read_answers(model, tokenizer, split, max_length, stride, allow_null, batch_size, precision,
+                                    pad_id)
     scores = get_task(QA).score([a["answer"] for a in answers], gold)
-    return {**scores, "questions": len(contexts), "windows": len(windows)}
+    return {**scores, "questions": len(answers), "windows": windows}
 
 
 def f1_callback(split, gold: Sequence[Sequence[str]], tokenizer, max_length: int, stride: int, allow_null: bool,

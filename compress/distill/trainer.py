@@ -186,12 +186,16 @@ def _weights(terms: list[LossTerm]) -> dict[str, float]:
 def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     """Distil a student from a teacher artifact on the task data and write the student artifact."""
     from compress.device import device_name, resolve_precision, training_device
-    from compress.tasks.task_choice import TOKEN, data_task
+    from compress.tasks.task_choice import QA, TOKEN, data_task
 
     if data_task(cfg.data.data) == TOKEN:  # tagging data: soft labels per word (compress.token_distill)
         from compress.token_distill import distill_stage
 
         return distill_stage(cfg, out)
+    if data_task(cfg.data.data) == QA:  # SQuAD-format data: the teacher's logits on the student's windows
+        from compress.qa_distill import distill_stage as distill_reader_stage
+
+        return distill_reader_stage(cfg, out)
     cfg.validate()
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)

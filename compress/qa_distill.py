@@ -1,0 +1,378 @@
+"""Distilling a span reader: the teacher's start and end logits, read on the student's own windows.
+
+A reader's soft label belongs to a *window* position: "the answer starts here" is a distribution
+over the window's tokens. For the student to learn it, the teacher's distribution must be over
+the student's positions, so the teacher is run on the student's windows:
+
+- every student window (question + one stretch of the passage, :mod:`compress.tasks.qa_features`)
+  is re-spelled in the teacher's vocabulary: the same word pieces, the teacher's ids, wrapped in
+  the teacher's own pair template (``[CLS] q [SEP] p [SEP]`` for BERT, ``<s> q </s></s> p </s>``
+  for MPNet, read off the tokenizer by :func:`pair_template`);
+- the teacher's start and end logits are mapped back position for position (question piece to
+  question piece, passage piece to passage piece, first/last special token to first/last), giving
+  one ``(window length,)`` row each, cached on disk under the teacher's weights and the exact ids.
+
+That is exact when both tokenizers split text into the same word pieces, which is checked on every
+question and passage first (:func:`check_same_pieces`): a BERT-uncased student (MiniLM) and an MPNet
+teacher qualify (MPNet's vocabulary is BERT's shifted by four ids), as does a student that keeps the
+teacher's tokenizer (``--init teacher-layers``/``random``). Other pairs are refused in one line naming
+a text they split apart: positions of two tokenizations do not line up, and a soft label over the
+wrong positions teaches the wrong span.
+
+The loss over each window, both for the start and the end scores (averaged):
+
+    loss = alpha_kd * T^2 * CE(softmax(z_T / T), softmax(z_S / T))   over the window's positions
+         + alpha_hard * CE(gold position, z_S)
+
+Padding positions are masked out of both. Training is the stages' Trainer machinery (seeded batch
+order, NaN guard, fingerprinted checkpoints and ``--resume``, Ctrl-C, an atomic artifact);
+intermediate-layer losses, transfer data and augmentation are not applied to readers yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from compress.artifact import read_meta, weights_sha256, write_model_artifact
+from compress.assets import cache_dir
+from compress.errors import CompressError
+from compress.modeling import count_parameters, load_classifier
+from compress.qa_teacher import MODEL_COLUMNS, qa_stride, read_answers, span_logits
+from compress.tasks import get_task
+from compress.tasks.qa_data import QATaskData, load_qa_data
+from compress.tasks.qa_features import qa_features
+from compress.tasks.task_choice import QA, model_head
+from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler, interrupt_callback,
+                               is_main_process, resume_point, run_trainer, training_arguments)
+
+#: Stands in for -inf where a position is padding: finite, so ``0 * log q`` stays 0 in the soft CE.
+MASKED = -1.0e4
+
+
+@dataclass(frozen=True)
+class PairTemplate:
+    """A tokenizer's special tokens around a (question, passage) pair, and their token types."""
+
+    prefix: tuple[int, ...]
+    middle: tuple[int, ...]
+    suffix: tuple[int, ...]
+    types: tuple[tuple[int, ...], int, tuple[int, ...], int, tuple[int, ...]]  # prefix, q, middle, p, suffix
+
+    def build(self, question: Sequence[int], passage: Sequence[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+        """``(input_ids, token_type_ids, question positions, passage positions)`` of one pair."""
+        ids = [*self.prefix, *question, *self.middle, *passage, *self.suffix]
+        t_pre, t_q, t_mid, t_p, t_suf = self.types
+        types = [*t_pre, *[t_q] * len(question), *t_mid, *[t_p] * len(passage), *t_suf]
+        q0 = len(self.prefix)
+        p0 = q0 + len(question) + len(self.middle)
+        return ids, types, list(range(q0, q0 + len(question))), list(range(p0, p0 + len(passage)))
+
+    def special_positions(self, n_question: int, n_passage: int) -> list[int]:
+        p_end = len(self.prefix) + n_question + len(self.middle) + n_passage
+        return [*range(len(self.prefix)),
+                *range(len(self.prefix) + n_question, len(self.prefix) + n_question + len(self.middle)),
+                *range(p_end, p_end + len(self.suffix))]
+
+
+def pair_template(tokenizer: Any) -> PairTemplate:
+    """The tokenizer's pair template, read off its encoding of a two-word pair (any fast tokenizer)."""
+    q = tokenizer("question", add_special_tokens=False)["input_ids"]
+    p = tokenizer("passage", add_special_tokens=False)["input_ids"]
+    enc = tokenizer("question", "passage", return_token_type_ids=True)
+    ids, types = list(enc["input_ids"]), list(enc.get("token_type_ids") or [0] * len(enc["input_ids"]))
+    for i in range(len(ids) - len(q) + 1):
+        if ids[i:i + len(q)] == q:
+            for j in range(i + len(q), len(ids) - len(p) + 1):
+                if ids[j:j + len(p)] == p:
+                    a, b, c = i, i + len(q), j
+                    d = j + len(p)
+                    return PairTemplate(tuple(ids[:a]), tuple(ids[b:c]), tuple(ids[d:]),
+                                        (tuple(types[:a]), types[a], tuple(types[b:c]), types[c], tuple(types[d:])))
+    raise CompressError(f"{type(tokenizer).__name__}: cannot read its (question, passage) template; distilling a "
+                        "reader needs a fast tokenizer that encodes pairs.")
+
+
+def check_same_pieces(teacher_tok: Any, student_tok: Any, texts: Sequence[str], where: str) -> None:
+    """Refuse, in one line, a teacher and student whose tokenizers split any of ``texts`` apart."""
+    unique = list(dict.fromkeys(t for t in texts if t))
+    for start in range(0, len(unique), 256):
+        chunk = unique[start:start + 256]
+        t_ids = teacher_tok(chunk, add_special_tokens=False)["input_ids"]
+        s_ids = student_tok(chunk, add_special_tokens=False)["input_ids"]
+        for text, t, s in zip(chunk, t_ids, s_ids):
+            t_pieces = teacher_tok.convert_ids_to_tokens(t)
+            s_pieces = student_tok.convert_ids_to_tokens(s)
+            if t_pieces != s_pieces:
+                k = next((i for i, (a, b) in enumerate(zip(t_pieces, s_pieces)) if a != b),
+                         min(len(t_pieces), len(s_pieces)))
+                raise CompressError(
+                    f"{where}: the teacher and the student tokenize the text {text[:60]!r} differently (teacher "
+                    f"{t_pieces[k:k + 3]} against student {s_pieces[k:k + 3]}). Distilling a reader compares "
+                    "start/end scores position by position, so both must split text into the same word pieces: use a "
+                    "student with the teacher's tokenizer (--init teacher-layers or random) or one of the same "
+                    "vocabulary (MiniLM with a BERT-uncased or MPNet teacher).")
+
+
+def _role_map(offsets: Sequence[tuple[int, int]], segment: tuple[int, int]) -> tuple[list[int], list[int], list[int]]:
+    """Positions of a student window's special tokens (empty character spans; an ``[UNK]`` piece has a real
+    one), question pieces (before the passage) and passage pieces (``segment``)."""
+    a, b = segment
+    special, question, passage = [], [], []
+    for position, (first, last) in enumerate(offsets):
+        if a <= position < b:
+            passage.append(position)
+        elif position >= b or first == last:
+            special.append(position)
+        else:
+            question.append(position)
+    return special, question, passage
+
+
+def teacher_windows(windows, student_tok: Any, teacher_tok: Any) -> tuple[list[list[int]], list[list[int]], list[np.ndarray]]:
+    """The student's windows spelled in the teacher's vocabulary: ``(input_ids, token_type_ids, index)``
+    per window, where ``index[p]`` is the teacher position that student position ``p`` reads from."""
+    template = pair_template(teacher_tok)
+    unk = teacher_tok.unk_token_id
+    ids_out, types_out, maps = [], [], []
+    for w, ids in enumerate(windows.input_ids):
+        special, question, passage = _role_map(windows.offsets[w], tuple(int(x) for x in windows.segment[w]))
+        pieces = student_tok.convert_ids_to_tokens(list(ids))
+        t_q = teacher_tok.convert_tokens_to_ids([pieces[p] for p in question])
+        t_p = teacher_tok.convert_tokens_to_ids([pieces[p] for p in passage])
+        if unk is not None and any(t == unk and pieces[p] != teacher_tok.unk_token
+                                   for t, p in zip([*t_q, *t_p], [*question, *passage])):
+            raise CompressError(f"window {w}: a word piece of the student is not in the teacher's vocabulary; distilling "
+                                "a reader needs both to share one (see compress.qa_distill).")
+        t_ids, t_types, t_qpos, t_ppos = template.build(t_q, t_p)
+        t_special = template.special_positions(len(t_q), len(t_p))
+        index = np.zeros(len(ids), dtype=np.int64)
+        index[question], index[passage] = t_qpos, t_ppos
+        for k, position in enumerate(special):  # first to first, last to last, the ones between in order
+            index[position] = (t_special[0] if k == 0 else t_special[-1] if k == len(special) - 1
+                               else t_special[min(k, len(t_special) - 2)])
+        ids_out.append(t_ids)
+        types_out.append(t_types)
+        maps.append(index)
+    return ids_out, types_out, maps
+
+
+def _windows_digest(windows, max_length: int, stride: int) -> str:
+    digest = hashlib.sha256(f"max_length={max_length} stride={stride}".encode())
+    for ids in windows.input_ids:
+        digest.update(np.asarray(ids, dtype=np.int64).tobytes())
+        digest.update(b"\x1e")
+    return digest.hexdigest()
+
+
+def window_soft_labels(t_model, t_tok: Any, s_tok: Any, windows, weights: str, max_length: int, stride: int,
+                       precision: str = "fp32") -> tuple[list[np.ndarray], list[np.ndarray], bool]:
+    """The teacher's start and end logits at every position of every student window, ``(starts, ends,
+    reused)``; cached under the teacher's weights hash, the windows' exact ids and the precision."""
+    key = hashlib.sha256(f"{weights}|{_windows_digest(windows, max_length, stride)}|{precision}|qa-windows v1"
+                         .encode()).hexdigest()
+    path = cache_dir() / "soft-labels" / f"{key}.npz"
+    lengths = [len(x) for x in windows.input_ids]
+    if path.exists():
+        with np.load(path, allow_pickle=False) as stored:
+            if stored["lengths"].tolist() == lengths:
+                cuts = np.cumsum(lengths)[:-1]
+                return np.split(stored["start"], cuts), np.split(stored["end"], cuts), True
+    t_ids, t_types, maps = teacher_windows(windows, s_tok, t_tok)
+    limit = getattr(t_model.config, "max_position_embeddings", None)
+    longest = max((len(x) for x in t_ids), default=0)
+    if isinstance(limit, int) and longest > limit - (2 if t_model.config.model_type in ("mpnet", "roberta") else 0):
+        raise CompressError(f"--max-length {max_length}: in the teacher's template a window is {longest} tokens, more "
+                            f"than its {limit} positions allow; give a smaller --max-length.")
+    pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
+    t_start, t_end = span_logits(t_model, t_ids, t_types, precision=precision, pad_id=pad)
+    starts = [s[m].astype(np.float32) for s, m in zip(t_start, maps)]
+    ends = [e[m].astype(np.float32) for e, m in zip(t_end, maps)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz.tmp", delete=False) as handle:
+        np.savez(handle, start=np.concatenate(starts) if starts else np.zeros(0, np.float32),
+                 end=np.concatenate(ends) if ends else np.zeros(0, np.float32),
+                 lengths=np.asarray(lengths, dtype=np.int64))
+    os.replace(handle.name, path)
+    return starts, ends, False
+
+
+def span_distillation_loss(start_logits, end_logits, attention_mask, soft_start, soft_end, start_positions,
+                           end_positions, temperature: float, alpha_kd: float, alpha_hard: float) -> dict[str, Any]:
+    """The loss terms of one batch of windows (module docstring): soft CE at ``temperature`` against the
+    teacher's start and end rows, hard CE on the gold positions, each the mean of its start and end terms."""
+    from compress.losses import hard_cross_entropy, soft_cross_entropy
+
+    real = attention_mask.bool()
+    terms: dict[str, Any] = {}
+    total = start_logits.new_zeros(())
+    student = [x.float().masked_fill(~real, MASKED) for x in (start_logits, end_logits)]
+    if alpha_kd > 0:
+        teacher = [t.to(start_logits.device).nan_to_num(MASKED).masked_fill(~real, MASKED) for t in (soft_start, soft_end)]
+        terms["soft_ce"] = (soft_cross_entropy(student[0], teacher[0], temperature)
+                            + soft_cross_entropy(student[1], teacher[1], temperature)) / 2
+        total = total + alpha_kd * terms["soft_ce"]
+    if alpha_hard > 0:
+        terms["hard_ce"] = (hard_cross_entropy(student[0], start_positions) + hard_cross_entropy(student[1], end_positions)) / 2
+        total = total + alpha_hard * terms["hard_ce"]
+    return {"loss": total, **terms}
+
+
+def _collator(tokenizer: Any):
+    """The model columns padded by the tokenizer, the gold positions, and the soft rows padded with NaN."""
+    import torch
+    from transformers import DataCollatorWithPadding
+
+    inner = DataCollatorWithPadding(tokenizer, return_tensors="pt")
+    keep = (*MODEL_COLUMNS, "start_positions", "end_positions")
+
+    def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = inner([{k: v for k, v in f.items() if k in keep} for f in features])
+        width = batch["input_ids"].shape[1]
+        for name in ("soft_start", "soft_end"):
+            rows = torch.full((len(features), width), float("nan"))
+            for i, f in enumerate(features):
+                rows[i, :len(f[name])] = torch.tensor(f[name], dtype=torch.float32)
+            batch[name] = rows
+        return batch
+
+    return collate
+
+
+def _load_teacher(teacher: str | os.PathLike):
+    head, _, names = model_head(teacher)
+    if head is None or head.name != QA:
+        raise CompressError(f"--teacher {teacher}: not a trained span reader (its config names no "
+                            "...ForQuestionAnswering head). Train one first: bert-compress teacher --data SQUAD.json "
+                            "--out TEACHER_DIR")
+    t_model, t_tok, _ = load_classifier(teacher, task=QA)
+    t_model.eval()
+    for p in t_model.parameters():
+        p.requires_grad_(False)
+    meta = read_meta(teacher) or {}
+    return t_model, t_tok, meta.get("weights_sha256") or weights_sha256(teacher), meta, names
+
+
+#: DistillConfig settings span-reader distillation does not apply yet, with the value that means "off".
+UNSUPPORTED = {"intermediate": False, "unlabeled": None, "augment": 0, "losses": None, "kd_loss": "soft_ce",
+               "schedule": "joint"}
+
+
+def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
+    """``bert-compress distill`` on question-answering data: the student built by the student factory
+    from ``--student``/``--init`` as a reader, then distilled on the teacher's window logits."""
+    from students.factory import build_student
+
+    from compress.device import resolve_precision, training_device
+
+    cfg.validate()
+    for name, off in UNSUPPORTED.items():
+        if getattr(cfg, name) != off:
+            raise CompressError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: distilling a span reader uses soft "
+                                "CE over window positions plus hard CE only, for now; leave it out for QA data.")
+    device = training_device(cfg.device)
+    precision = resolve_precision(cfg.precision, device).precision
+    data = load_qa_data(cfg.data.data, seed=cfg.data.split_seed).subset(cfg.data.limit, seed=cfg.data.split_seed)
+    t_model, t_tok, weights, t_meta, names = _load_teacher(cfg.teacher)
+    s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, names or ["start", "end"], cfg.layer_map,
+                                         cfg.train.seed, task=QA)
+    t_model.to(device)
+    allow_null = bool(t_meta.get("allow_null", data.with_impossible))
+    return distill_reader(t_model, t_tok, weights, str(cfg.teacher), s_model, s_tok, info, data, out, cfg, precision,
+                          allow_null)
+
+
+def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
+                   data: QATaskData, out: str | os.PathLike, cfg: Any, precision: str, allow_null: bool) -> Path:
+    """Train ``s_model`` on :func:`span_distillation_loss`, score it and the teacher on validation and test
+    (EM, F1, and both against the teacher's answers), write the student artifact."""
+    from datasets import Dataset
+    from transformers import Trainer
+
+    started = time.perf_counter()
+    if cfg.temperature <= 0:
+        raise CompressError(f"--temperature must be > 0, got {cfg.temperature}")
+    max_length, stride = cfg.max_length, qa_stride(cfg.max_length)
+    split = data.splits["train"]
+    check_same_pieces(t_tok, s_tok, [*split["question"], *split["context"]], f"--data {data.source}")
+    feats = qa_features(s_tok, split["question"], split["context"], split["answers"], max_length=max_length,
+                        doc_stride=stride)
+    w = feats.windows
+    soft_start, soft_end, reused = window_soft_labels(t_model, t_tok, s_tok, w, weights, max_length, stride, precision)
+    print(f"soft labels (train, {len(w)} windows of {len(split)} questions, start and end per position): "
+          f"{'reused from the cache' if reused else 'computed'}")
+    columns: dict[str, list] = {"input_ids": w.input_ids, "attention_mask": w.attention_mask}
+    if "token_type_ids" in getattr(s_tok, "model_input_names", MODEL_COLUMNS):
+        columns["token_type_ids"] = w.token_type_ids
+    columns.update(start_positions=feats.start_positions.tolist(), end_positions=feats.end_positions.tolist(),
+                   soft_start=[x.tolist() for x in soft_start], soft_end=[x.tolist() for x in soft_end],
+                   length=[len(x) for x in w.input_ids])
+    train_ds = Dataset.from_dict(columns)
+    train = cfg.train
+    args = training_arguments(train, checkpoint_dir(out), len(train_ds), precision=precision)
+    fingerprint = checkpoint_fingerprint(cfg)
+    stop = interrupt_callback()
+    seed, temperature, alpha_kd, alpha_hard = train.seed, cfg.temperature, cfg.alpha_kd, cfg.alpha_hard
+
+    class SpanDistillTrainer(Trainer):
+        def _get_train_sampler(self, train_dataset=None):
+            return epoch_seeded_sampler(super()._get_train_sampler(train_dataset), seed)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            start_positions, end_positions = inputs.pop("start_positions"), inputs.pop("end_positions")
+            soft_s, soft_e = inputs.pop("soft_start"), inputs.pop("soft_end")
+            output = model(**inputs)
+            terms = span_distillation_loss(output.start_logits, output.end_logits, inputs["attention_mask"], soft_s,
+                                           soft_e, start_positions, end_positions, temperature, alpha_kd, alpha_hard)
+            check_finite(terms, self.state.global_step, Path(out))
+            return (terms["loss"], output) if return_outputs else terms["loss"]
+
+    trainer = SpanDistillTrainer(model=s_model, args=args, train_dataset=train_ds, callbacks=[stop],
+                                 data_collator=_collator(s_tok))
+    result = run_trainer(trainer, resume_point(out, cfg.resume, fingerprint), Path(out), stop)
+
+    metrics: dict[str, Any] = {}
+    score = get_task(QA).score
+    for name in ("validation", "test"):
+        if name not in data.splits:
+            continue
+        answers = {}
+        for who, model, tok in (("teacher", t_model, t_tok), ("student", s_model, s_tok)):
+            pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+            answers[who], windows = read_answers(model, tok, data.splits[name], max_length, stride, allow_null,
+                                                 precision=precision, pad_id=pad)
+        gold = data.gold_answers(name)
+        teacher_scores = score([a["answer"] for a in answers["teacher"]], gold)
+        metrics[name] = {**score([a["answer"] for a in answers["student"]], gold,
+                                 [a["answer"] for a in answers["teacher"]]),
+                         "teacher_f1": teacher_scores["f1"], "teacher_exact_match": teacher_scores["exact_match"],
+                         "questions": len(gold), "windows": windows}
+    meta = {
+        "stage": "distill", "kind": "pytorch", "task": QA, "model_type": s_model.config.model_type,
+        "parameters": count_parameters(s_model),
+        "parent": {"teacher": teacher, "teacher_weights_sha256": weights},
+        "student": student_info,
+        "config": {**cfg.to_dict(), "soft_labels": "teacher start/end logits on the student's windows"},
+        "stride": stride, "allow_null": allow_null,  # the windows it was trained and scored in; Predictor reads them
+        "data": data.describe(), "metrics": metrics,
+        "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
+                     "training_windows": len(train_ds), "soft_labels_reused": reused},
+        "timings": {"total_s": round(time.perf_counter() - started, 1)},
+    }
+    if not is_main_process():
+        return Path(out)
+    path = write_model_artifact(out, s_model, s_tok, meta)
+    if checkpoint_dir(out).exists():
+        shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
+    parts = [f"{n} F1 {m['f1']:.4f} (teacher {m['teacher_f1']:.4f}; exact match {m['exact_match']:.4f}, "
+             f"F1 against the teacher's answers {m['reference_f1']:.4f})" for n, m in metrics.items()]
+    print("student: " + "; ".join(parts))
+    return path
