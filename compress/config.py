@@ -484,11 +484,17 @@ class DataOptions(ConfigBase):
 
     def load_any(self, num_labels: int | None = None):
         """The data for whichever task it holds: a :class:`compress.tasks.token_data.TokenTaskData` for
-        tagging data (built-in ``wnut17``, CoNLL, tagged JSONL), else :meth:`load`'s classification task.
-        For the stages that score any task (quantize's check, optimize, bench)."""
-        from compress.tasks.task_choice import TOKEN, data_task
+        tagging data (built-in ``wnut17``, CoNLL, tagged JSONL), a :class:`compress.tasks.qa_data.QATaskData`
+        for question answering (built-in ``squad-dev``, SQuAD-format JSON), else :meth:`load`'s classification
+        task. For the stages that score any task (quantize's check, optimize, bench)."""
+        from compress.tasks.task_choice import QA, TOKEN, data_task
 
-        if data_task(self.data) != TOKEN:
+        task = data_task(self.data)
+        if task == QA:
+            from compress.tasks.qa_data import load_qa_data
+
+            return load_qa_data(self.data, seed=self.split_seed).subset(self.limit, seed=self.split_seed)
+        if task != TOKEN:
             return self.load(num_labels)
         from compress.tasks.token_data import load_token_data
 

@@ -7,6 +7,10 @@ and gold answers and scores any :class:`compress.runtime.Predictor` the same way
 path serving uses (``Predictor.logits`` / ``Predictor.predict``), so a number here is one a user
 would see.
 
+For a span reader the inputs are the split's ``(question, passage)`` pairs, the predictions the
+answer texts ``Predictor.predict`` decodes, the metric SQuAD's F1 (exact match beside it), and the
+agreement the share of questions answered with the very same text as the reference.
+
 For a tagger the split's words are joined by single spaces and tagged by ``Predictor.predict``
 (whitespace words, first sub-token; :meth:`compress.tasks.token_data.TokenTaskData.texts`), so
 each gold word is one predicted word. Overall F1 can hold while one entity type collapses (INT8 saturating
@@ -25,7 +29,7 @@ from compress.errors import CompressError
 from compress.tasks import get_task
 
 #: How each task's primary metric is named for people (messages, tables).
-METRIC_NAMES = {"accuracy": "accuracy", "entity_f1": "entity F1"}
+METRIC_NAMES = {"accuracy": "accuracy", "entity_f1": "entity F1", "f1": "F1"}
 #: A type collapses when its F1 falls below this share of the reference model's F1 on it.
 COLLAPSE_FRACTION = 0.5
 #: Types with fewer gold entities in the split are not judged for collapse (their F1 moves by whole
@@ -34,7 +38,7 @@ COLLAPSE_MIN_SUPPORT = 10
 
 
 class SplitScorer:
-    """The inputs and gold answers of one split of ``data`` (a classification or tagging task)."""
+    """The inputs and gold answers of one split of ``data`` (a classification, tagging or QA task)."""
 
     def __init__(self, data: Any, split: str = "validation"):
         self.task = get_task(getattr(data, "task", "sequence-classification"))
@@ -46,10 +50,14 @@ class SplitScorer:
             raise CompressError(f"{data.source} has no {split!r} split (it has {', '.join(data.splits)}); the quality "
                                 "check needs one.")
         self.tagging = self.task.name == "token-classification"
+        self.reading = self.task.name == "question-answering"
         if self.tagging:
             self.label_names = list(data.label_names)
             self.inputs: list[Any] = data.texts(split)
             self.gold: Any = data.tags(split)
+        elif self.reading:
+            self.inputs = data.texts(split)
+            self.gold = data.gold_answers(split)
         else:
             self.inputs = list(data.texts(split))
             self.gold = np.asarray(data.splits[split]["label"], dtype=np.int64)
@@ -67,13 +75,16 @@ class SplitScorer:
         if self.tagging and list(predictor.label_names) != self.label_names:
             raise CompressError(f"{where} tags {predictor.label_names} but {self.source} has the tags "
                                 f"{self.label_names}. Give the tagging data the model was trained on.")
-        if not self.tagging and self.num_labels > predictor.num_labels:
+        if not (self.tagging or self.reading) and self.num_labels > predictor.num_labels:
             raise CompressError(f"{self.source}: labels go up to {self.num_labels - 1} ({self.num_labels} classes) but "
                                 f"{where} has {predictor.num_labels} output labels. Use a model fine-tuned on this "
                                 "task, or fix the label column.")
 
     def predict(self, predictor: Any, batch_size: int = 32) -> Any:
-        """Predicted labels (classifier: an array) or word tags (tagger: one list per sentence)."""
+        """Predicted labels (classifier: an array), word tags (tagger: one list per sentence) or answer texts
+        (reader: one string per question)."""
+        if self.reading:
+            return [a["answer"] for a in predictor.predict(self.inputs, batch_size=batch_size)]
         if not self.tagging:
             return predictor.logits(self.inputs, batch_size=batch_size).argmax(-1)
         tags = [r["word_tags"] for r in predictor.predict(self.inputs, batch_size=batch_size, word_tags=True)]
@@ -84,6 +95,9 @@ class SplitScorer:
 
     def metrics(self, predictions: Any) -> dict[str, Any]:
         """The task's metrics of ``predictions`` against the gold answers (``self.metric`` among them)."""
+        if self.reading:
+            scored = self.task.score(predictions, self.gold)
+            return {"f1": scored["f1"], "exact_match": scored["exact_match"]}
         if self.tagging:
             scored = self.task.score(predictions, self.gold)
             return {k: scored[k] for k in ("entity_f1", "entity_precision", "entity_recall", "per_type_f1",
@@ -92,7 +106,10 @@ class SplitScorer:
         return {"accuracy": float((np.asarray(predictions) == self.gold).mean())}
 
     def agreement(self, predictions: Any, reference: Any) -> float:
-        """The share of answers (labels; for a tagger, word tags) equal to the reference's."""
+        """The share of answers (labels; for a tagger, word tags; for a reader, answer texts) equal to the
+        reference's."""
+        if self.reading:
+            return float(np.mean([a == b for a, b in zip(predictions, reference)])) if len(predictions) else 1.0
         if self.tagging:
             from compress.tasks.ner_metrics import token_agreement
 
@@ -108,6 +125,8 @@ class SplitScorer:
         out: dict[str, Any] = {self.metric: got[self.metric],
                                self.drop_key: round(ref[self.metric] - got[self.metric], 6),
                                "agreement": self.agreement(predictions, reference), "n": self.n}
+        if self.reading:
+            out["exact_match"] = got["exact_match"]
         if self.tagging:
             out["per_type_f1"] = got["per_type_f1"]
             out["per_type_f1_drop"] = {t: round(f - got["per_type_f1"].get(t, 0.0), 6)

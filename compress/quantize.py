@@ -52,7 +52,7 @@ import numpy as np
 from compress.artifact import folder_size_bytes, read_meta, weights_sha256, write_artifact
 from compress.config import QUANTIZE_GRAPHS, QUANTIZE_METHODS, DataOptions, QuantizeConfig
 from compress.errors import CompressError, describe
-from compress.export import PARITY_TEXTS, check_out_is_not_input, count_fused_ops, export_onnx
+from compress.export import PARITY_PAIRS, PARITY_TEXTS, check_out_is_not_input, count_fused_ops, export_onnx
 from compress.formats.onnx import INT8_OPS, ONNX_FILE
 from compress.formats.torch_int8 import save_torch_int8
 from compress.ort_static import DEFAULT_CALIBRATION_SIZE
@@ -423,7 +423,7 @@ class _ProbeTexts:
     """The export parity texts: a cheap logit-level comparison even when no data is given."""
 
     def __init__(self, fp32: Predictor):
-        self.texts = PARITY_TEXTS
+        self.texts = PARITY_PAIRS if fp32.task == "question-answering" else PARITY_TEXTS  # a reader reads pairs
         self.reference = np.concatenate([o.reshape(-1) for o in fp32.outputs(self.texts)])
 
     def max_diff(self, candidate: Predictor) -> float:

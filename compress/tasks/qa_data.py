@@ -96,6 +96,12 @@ class QATaskData:
         """Whether any split holds a question without an answer (SQuAD 2.0 style)."""
         return any(not a["text"] for split in self.splits.values() for a in split["answers"])
 
+    def texts(self, split: str) -> list[tuple[str, str]]:
+        """Each question of ``split`` as the ``(question, passage)`` pair a reader's Predictor takes: what
+        static INT8 calibrates on and the benchmark times (the question's leading spaces dropped, as read)."""
+        ds = self.splits[split]
+        return [(q.lstrip(), c) for q, c in zip(ds["question"][:], ds["context"][:])]
+
     def gold_answers(self, split: str) -> list[list[str]]:
         """The gold answer texts of every question of a split (empty: no answer), what the metrics take."""
         return [list(a["text"]) for a in self.splits[split]["answers"]]
