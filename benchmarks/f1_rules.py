@@ -1,4 +1,10 @@
-"""How the gate decides a tagger's results: entity F1 drop, F1 regression and word agreement.
+"""How the gate decides F1 results: a tagger's entity F1 or a reader's SQuAD F1, their drop, regression and agreement.
+
+A reader's ``results.json`` (``data.metric == "f1"``, :mod:`benchmarks.reading_quality`) holds, per
+artifact and question, the F1 against the gold answers (``question_f1``) and whether the answer is
+the reference's very text (``same_answer``): the same rules are then decided with the question as the
+unit resampled, F1 being a mean over questions (:func:`benchmarks.stats.mean_drop_interval`; a seed
+group's mean by :func:`benchmarks.stats.mean_over_seeds_interval`).
 
 A tagger's ``results.json`` (``data.metric == "entity_f1"``, :mod:`benchmarks.tagging_quality`) holds,
 per artifact and sentence, the ``(correct, predicted, gold)`` entity counts per type and the words
@@ -32,71 +38,124 @@ from typing import Any
 from benchmarks.verdicts import fall_report
 
 
+def is_reader(q: dict[str, Any]) -> bool:
+    """Whether a quality record is a span reader's (per-question F1) rather than a tagger's (entity counts)."""
+    return "question_f1" in q
+
+
+def task_of(q: dict[str, Any]) -> str:
+    """Who a quality record belongs to, for messages: a reader, a tagger or a sentence classifier."""
+    return "a reader" if is_reader(q) else "a tagger" if "entity_counts" in q else "a sentence classifier"
+
+
+def units(q: dict[str, Any]) -> Any:
+    """The per-example data the F1 statistics resample: per-question F1, or per-sentence entity counts."""
+    return q["question_f1"] if is_reader(q) else q["entity_counts"]
+
+
+def f1_of(q: dict[str, Any]) -> float:
+    return float(q["f1"] if is_reader(q) else q["entity_f1"])
+
+
+def metric_name(q: dict[str, Any]) -> str:
+    return "F1" if is_reader(q) else "entity F1"
+
+
+def _unit_name(q: dict[str, Any]) -> str:
+    return "questions" if is_reader(q) else "sentences"
+
+
+def _drop(ref: dict[str, Any], art: dict[str, Any], confidence: float):
+    """The paired interval of ``F1(ref) - F1(art)`` on the same examples, whichever task."""
+    from benchmarks.stats import f1_drop_interval, mean_drop_interval
+
+    if is_reader(art):
+        return mean_drop_interval(ref["question_f1"], art["question_f1"], confidence)
+    return f1_drop_interval(ref["entity_counts"], art["entity_counts"], confidence)
+
+
+def _agreement_units(q: dict[str, Any]) -> Any:
+    """``(same, total)`` per example: words tagged as the reference tagged them, or the reference's answer given."""
+    return [[int(v), 1] for v in q["same_answer"]] if is_reader(q) else q["word_agreement"]
+
+
 def _message(status: str, fail: str, inconclusive: str) -> str:
     return {"fail": fail, "inconclusive": inconclusive, "pass": ""}[status]
 
 
 def f1_drop(ref: dict[str, Any], art: dict[str, Any], limit: float, confidence: float) -> tuple[str, str, str, str]:
     """``max_f1_drop`` from the reference's and the artifact's quality records."""
-    from benchmarks.stats import f1_drop_interval
-
-    interval = f1_drop_interval(ref["entity_counts"], art["entity_counts"], confidence)
-    measured = f"{100 * interval.estimate:+.2f} pt ({art['entity_f1']:.4f} vs {ref['entity_f1']:.4f})"
+    interval = _drop(ref, art, confidence)
+    name, unit = metric_name(art), _unit_name(art)
+    measured = f"{100 * interval.estimate:+.2f} pt ({f1_of(art):.4f} vs {f1_of(ref):.4f})"
     shown = interval.text("{:+.2f}", 100.0, " pt")
     status = interval.verdict(limit, higher_is_better=False)
     return measured, status, _message(
-        status, f"entity F1 fell by {measured}: even the lower bound of its {100 * confidence:g}% paired interval "
+        status, f"{name} fell by {measured}: even the lower bound of its {100 * confidence:g}% paired interval "
                 f"{shown} is over {100 * limit:g} pt",
         f"inconclusive: the {100 * confidence:g}% paired interval of the F1 drop, {shown}, straddles {100 * limit:g} "
-        "pt; more test sentences would decide"), shown
+        f"pt; more test {unit} would decide"), shown
 
 
 def f1_drop_over_seeds(ref: dict[str, Any], members: list[dict[str, Any]], limit: float,
                        confidence: float) -> tuple[str, str, str, str]:
     """``max_f1_drop`` of a seed group: the reference's F1 minus its members' mean F1."""
-    from benchmarks.stats import mean_f1_drop_over_seeds_interval
+    import numpy as np
 
-    interval = mean_f1_drop_over_seeds_interval(ref["entity_counts"], [m["entity_counts"] for m in members],
-                                                confidence)
-    mean_f1 = sum(float(m["entity_f1"]) for m in members) / len(members)
+    from benchmarks.stats import mean_f1_drop_over_seeds_interval, mean_over_seeds_interval
+
+    if is_reader(ref):
+        interval = mean_over_seeds_interval(np.asarray([np.asarray(ref["question_f1"]) - np.asarray(m["question_f1"])
+                                                        for m in members]), confidence)
+    else:
+        interval = mean_f1_drop_over_seeds_interval(ref["entity_counts"], [m["entity_counts"] for m in members],
+                                                    confidence)
+    mean_f1 = sum(f1_of(m) for m in members) / len(members)
     measured = (f"{100 * interval.estimate:+.2f} pt (mean of {len(members)} seeds {mean_f1:.4f} vs "
-                f"{ref['entity_f1']:.4f})")
+                f"{f1_of(ref):.4f})")
     shown = interval.text("{:+.2f}", 100.0, " pt")
     status = interval.verdict(limit, higher_is_better=False)
     return measured, status, _message(
-        status, f"entity F1 fell by {measured}: even the lower bound of its {100 * confidence:g}% interval {shown} "
-                f"is over {100 * limit:g} pt",
+        status, f"{metric_name(ref)} fell by {measured}: even the lower bound of its {100 * confidence:g}% interval "
+                f"{shown} is over {100 * limit:g} pt",
         f"inconclusive: the {100 * confidence:g}% interval of the seeds' mean F1 drop, {shown}, straddles "
-        f"{100 * limit:g} pt; more test sentences (or seeds) would decide"), shown
+        f"{100 * limit:g} pt; more test {_unit_name(ref)} (or seeds) would decide"), shown
+
+
+def _agreed(q: dict[str, Any]) -> str:
+    return "of answers identical" if is_reader(q) else "of words"
 
 
 def word_agreement_over_seeds(members: list[dict[str, Any]], limit: float,
                               confidence: float) -> tuple[str, str, str, str]:
-    """``min_agreement`` of a seed group: the members' mean share of words tagged as the reference tagged them."""
+    """``min_agreement`` of a seed group: the members' mean share of words tagged as the reference tagged them
+    (a reader: of questions answered with the reference's very text)."""
     from benchmarks.stats import mean_ratio_over_seeds_interval
 
-    interval = mean_ratio_over_seeds_interval([m["word_agreement"] for m in members], confidence)
-    measured = f"{interval.estimate:.4f} of words (mean of {len(members)} seeds)"
+    interval = mean_ratio_over_seeds_interval([_agreement_units(m) for m in members], confidence)
+    what = _agreed(members[0])
+    measured = f"{interval.estimate:.4f} {what} (mean of {len(members)} seeds)"
     shown = interval.text("{:.4f}")
     status = interval.verdict(limit, higher_is_better=True)
     return measured, status, _message(
-        status, f"word agreement {measured}: even the upper bound of its interval {shown} is below {limit:g}",
-        f"inconclusive: the {100 * confidence:g}% interval of the seeds' mean word agreement, {shown}, straddles "
-        f"{limit:g}; more test sentences (or seeds) would decide"), shown
+        status, f"agreement {measured}: even the upper bound of its interval {shown} is below {limit:g}",
+        f"inconclusive: the {100 * confidence:g}% interval of the seeds' mean agreement, {shown}, straddles "
+        f"{limit:g}; more test {_unit_name(members[0])} (or seeds) would decide"), shown
 
 
 def word_agreement(art: dict[str, Any], limit: float, confidence: float) -> tuple[str, str, str, str]:
-    """``min_agreement`` on a tagger: the share of words tagged as the reference tagged them."""
+    """``min_agreement`` on a tagger: the share of words tagged as the reference tagged them (a reader: of
+    questions answered with the reference's very text)."""
     from benchmarks.stats import ratio_interval
 
-    interval = ratio_interval(art["word_agreement"], confidence)
-    measured = f"{interval.estimate:.4f} of words"
+    interval = ratio_interval(_agreement_units(art), confidence)
+    measured = f"{interval.estimate:.4f} {_agreed(art)}"
     shown = interval.text("{:.4f}")
     status = interval.verdict(limit, higher_is_better=True)
     return measured, status, _message(
-        status, f"word agreement {measured}: even the upper bound of its interval {shown} is below {limit:g}",
-        f"inconclusive: the {100 * confidence:g}% interval of the word agreement, {shown}, straddles {limit:g}; "
-        "more test sentences would decide"), shown
+        status, f"agreement {measured}: even the upper bound of its interval {shown} is below {limit:g}",
+        f"inconclusive: the {100 * confidence:g}% interval of the agreement, {shown}, straddles {limit:g}; "
+        f"more test {_unit_name(art)} would decide"), shown
 
 
 def f1_regression(old: dict[str, Any], new: dict[str, Any], old_data: dict[str, Any], new_data: dict[str, Any],
@@ -104,16 +163,21 @@ def f1_regression(old: dict[str, Any], new: dict[str, Any], old_data: dict[str, 
     """The F1 fall from the baseline's quality record ``old`` to ``new``, in points or (``relative``) as a share
     of the baseline's F1: ``(status, measured, interval text, message, upper bound)``, the shape of the
     gate's accuracy regression."""
-    from benchmarks.stats import Interval, f1_drop_interval, unpaired_f1_drop_interval
+    from benchmarks.stats import (Interval, f1_drop_interval, mean_drop_interval, unpaired_f1_drop_interval,
+                                  unpaired_mean_drop_interval)
 
-    same = (len(old["entity_counts"]) == len(new["entity_counts"]) and old_data.get("types") == new_data.get("types")
+    reader = is_reader(new)
+    same = (len(units(old)) == len(units(new)) and old_data.get("types") == new_data.get("types")
             and old_data.get("fingerprint") == new_data.get("fingerprint"))
-    pick = f1_drop_interval if same else unpaired_f1_drop_interval
-    interval = pick(old["entity_counts"], new["entity_counts"], confidence)
-    how = "paired" if same else "unpaired: other sentences"
+    if reader:
+        pick = mean_drop_interval if same else unpaired_mean_drop_interval
+    else:
+        pick = f1_drop_interval if same else unpaired_f1_drop_interval
+    interval = pick(units(old), units(new), confidence)
+    how = "paired" if same else f"unpaired: other {_unit_name(new)}"
     if relative:
-        base_f1 = float(old["entity_f1"])
+        base_f1 = f1_of(old)
         scale = 1.0 / base_f1 if base_f1 > 0 else 0.0
         interval = Interval(interval.estimate * scale, interval.low * scale, interval.high * scale, confidence,
                             interval.method + ", divided by the baseline's F1")
-    return fall_report("entity F1", interval, limit, relative, how, "more test sentences")
+    return fall_report(metric_name(new), interval, limit, relative, how, f"more test {_unit_name(new)}")

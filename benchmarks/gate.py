@@ -345,9 +345,12 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
     reference = _require(doc, "reference", (str,), "$", path)
     artifacts = _require(doc, "artifacts", (list,), "$", path)
     labels: list = []
-    tagging = version >= 2 and isinstance(doc.get("data"), dict) and doc["data"].get("metric") == "entity_f1"
+    metric = doc["data"].get("metric") if version >= 2 and isinstance(doc.get("data"), dict) else None
+    tagging, reading = metric == "entity_f1", metric == "f1"
     types: list = []
-    if tagging:
+    if reading:
+        n = _require(doc["data"], "n", (int,), "$.data", path)
+    elif tagging:
         types = _require(doc["data"], "types", (list,), "$.data", path)
         n = _require(doc["data"], "n", (int,), "$.data", path)
     elif version >= 2:
@@ -371,9 +374,11 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
         _require(art, "size_bytes", (int,), where, path)
         _require(art, "num_hidden_layers", (int,), where, path, nullable=True)
         quality = _require(art, "quality", (dict,), where, path)
-        _require(quality, "entity_f1" if tagging else "accuracy", _NUMBER, f"{where}.quality", path)
+        _require(quality, "entity_f1" if tagging else "f1" if reading else "accuracy", _NUMBER, f"{where}.quality", path)
         _require(quality, "agreement", _NUMBER, f"{where}.quality", path)
-        if tagging:
+        if reading:
+            _check_reading_quality(quality, n, f"{where}.quality", path)
+        elif tagging:
             _check_tagging_quality(quality, n, len(types), f"{where}.quality", path)
         elif version >= 2:
             predictions = _require(quality, "predictions", (list,), f"{where}.quality", path)
@@ -442,6 +447,18 @@ NO_SAMPLES = ("{which} is a schema version 1 results file: it holds no {what}, s
               "rule cannot be decided. Run bench again with this bert-compress (schema version 2)")
 
 
+def _check_reading_quality(quality: dict, n: int, where: str, path: Path) -> None:
+    """A reader's per-question F1 (``n`` numbers in [0, 1]) and same-answer flags (``n`` of 0 or 1)."""
+    scores = _require(quality, "question_f1", (list,), where, path)
+    same = _require(quality, "same_answer", (list,), where, path)
+    ok = (len(scores) == n and all(isinstance(v, _NUMBER) and not isinstance(v, bool) and 0 <= v <= 1 for v in scores)
+          and len(same) == n and all(v in (0, 1) and not isinstance(v, bool) for v in same))
+    if not ok:
+        raise GateInputError(f"{path}: {where}.question_f1 should be {n} scores from 0 to 1 and {where}.same_answer {n} "
+                             "flags (0 or 1), one per question. The file was edited or damaged; run the benchmark "
+                             "again.")
+
+
 def _check_tagging_quality(quality: dict, n: int, n_types: int, where: str, path: Path) -> None:
     """A tagger's per-sentence entity counts ``(n, types, 3)`` and word agreement ``(n, 2)``, whole numbers."""
     def whole(v: Any) -> bool:
@@ -507,8 +524,9 @@ class _Context:
         self.ref = self.arts[results["reference"]]
         self.version = results["schema_version"]
         self.labels = np.asarray((results.get("data") or {}).get("labels") or [], dtype=np.int64)
-        #: A tagger's results (entity F1 per sentence) rather than a classifier's (accuracy per example).
-        self.tagging = (results.get("data") or {}).get("metric") == "entity_f1"
+        #: F1 results, decided by the F1 rules: a tagger's (entity F1 per sentence) or a reader's (SQuAD F1 per
+        #: question), rather than a classifier's (accuracy per example).
+        self.tagging = (results.get("data") or {}).get("metric") in ("entity_f1", "f1")
         self.base_arts = {a["name"]: a for a in (baseline or {}).get("artifacts", [])}
         self.base_groups = {g["name"]: g["members"] for g in (baseline or {}).get("groups") or []}
         self._cache: dict = {}
@@ -898,11 +916,12 @@ def _tagging_rule(rule: str, limit: float, subject: _Subject, ctx: _Context, con
     from benchmarks import f1_rules
 
     if not ctx.tagging and rule in TAGGING_RULES:
-        raise GateInputError(f"rule {rule} gates a tagger's entity F1, but these results are a sentence classifier's "
-                             "(accuracy): use max_accuracy_drop / max_accuracy_regression in the rules file.")
+        raise GateInputError(f"rule {rule} gates a tagger's or a reader's F1, but these results are a sentence "
+                             "classifier's (accuracy): use max_accuracy_drop / max_accuracy_regression in the rules file.")
     if ctx.tagging and rule in CLASSIFIER_RULES and rule != "min_agreement":
-        raise GateInputError(f"rule {rule} gates a sentence classifier's accuracy, but these results are a tagger's "
-                             "(entity F1): use max_f1_drop / max_f1_regression in the rules file.")
+        whose = "a reader's (SQuAD F1)" if ctx.results["data"]["metric"] == "f1" else "a tagger's (entity F1)"
+        raise GateInputError(f"rule {rule} gates a sentence classifier's accuracy, but these results are {whose}: use "
+                             "max_f1_drop / max_f1_regression in the rules file.")
     name = subject.name
     members = [m["quality"] for m in subject.members] if subject.is_group else None
     if rule == "max_f1_drop":
@@ -933,6 +952,7 @@ def _f1_group_regression(limit: float, subject: _Subject, ctx: _Context, confide
     groups scored on the same sentences the seed spread dominates), or no change at all when every member's
     entity counts equal the baseline member's. ``(status, measured, interval text, message, upper)``, or
     ``None`` when the baseline has no such group or either has fewer than two seeds."""
+    from benchmarks import f1_rules
     from benchmarks.stats import Interval
 
     base_names = ctx.base_groups.get(subject.name)
@@ -940,26 +960,31 @@ def _f1_group_regression(limit: float, subject: _Subject, ctx: _Context, confide
         return None
     old = [ctx.base_arts[n]["quality"] for n in base_names]
     new = [m["quality"] for m in subject.members]
-    if "entity_counts" not in old[0]:
-        raise GateInputError("--baseline holds a sentence classifier's results and RESULTS a tagger's: compare "
-                             "results of the same task.")
-    if len(old) == len(new) and [q["entity_counts"] for q in old] == [q["entity_counts"] for q in new]:
-        interval = Interval(0.0, 0.0, 0.0, confidence, "the same entity counts as the baseline, seed for seed")
+    _same_task(old[0], new[0])
+    if len(old) == len(new) and [f1_rules.units(q) for q in old] == [f1_rules.units(q) for q in new]:
+        interval = Interval(0.0, 0.0, 0.0, confidence, "the same per-example scores as the baseline, seed for seed")
     else:
-        interval = _welch_drop([q["entity_f1"] for q in old], [q["entity_f1"] for q in new], confidence,
+        interval = _welch_drop([f1_rules.f1_of(q) for q in old], [f1_rules.f1_of(q) for q in new], confidence,
                                relative=relative)
     if interval is None:
         return None
-    return fall_report("entity F1", interval, limit, relative, f"mean of {len(new)} seeds against {len(old)}",
-                       "more seeds")
+    return fall_report(f1_rules.metric_name(new[0]), interval, limit, relative,
+                       f"mean of {len(new)} seeds against {len(old)}", "more seeds")
+
+
+def _same_task(old: dict, new: dict) -> None:
+    """Refuse a baseline whose quality records are of another task than RESULTS' (F1 rules only)."""
+    from benchmarks import f1_rules
+
+    if f1_rules.task_of(old) != f1_rules.task_of(new):
+        raise GateInputError(f"--baseline holds {f1_rules.task_of(old)}'s results and RESULTS {f1_rules.task_of(new)}'s: "
+                             "compare results of the same task.")
 
 
 def _f1_regression(limit: float, subject: _Subject, base: dict, ctx: _Context, confidence: float, relative: bool):
     from benchmarks import f1_rules
 
-    if "entity_counts" not in base["quality"]:
-        raise GateInputError("--baseline holds a sentence classifier's results and RESULTS a tagger's: compare "
-                             "results of the same task.")
+    _same_task(base["quality"], subject.art["quality"])
     return f1_rules.f1_regression(base["quality"], subject.art["quality"], ctx.baseline.get("data") or {},
                                   ctx.results.get("data") or {}, limit, confidence, relative)
 

@@ -71,7 +71,7 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 
 def quality_metric(results: dict[str, Any]) -> tuple[str, str]:
-    """``(quality key, column name)`` of the results' primary metric: accuracy, or a tagger's entity F1."""
+    """``(quality key, column name)`` of the results' primary metric: accuracy, a tagger's entity F1, a reader's F1."""
     from compress.quality import METRIC_NAMES
 
     metric = (results.get("data") or {}).get("metric") or "accuracy"
@@ -149,6 +149,8 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG,
     ]
     if quality_metric(results)[0] == "entity_f1":
         out += _tagging_quality(arts, ref)
+    elif quality_metric(results)[0] == "f1":
+        out += _reading_quality(arts)
     else:
         out += _classification_quality(arts, ref)
 
@@ -176,6 +178,26 @@ def _tagging_quality(arts: Sequence[dict[str, Any]], ref: dict[str, Any]) -> lis
     return out + ["", "Entity F1: strict span-and-type matching (seqeval's default), micro over types. Intervals: "
                   "bootstrap over sentences; the difference with the reference paired over the same sentences. Word "
                   f"agreement: words tagged as the reference tagged them. Gold entities per type: {support}."]
+
+
+def _reading_quality(arts: Sequence[dict[str, Any]]) -> list[str]:
+    """A reader's quality table: SQuAD F1 with its interval, the paired drop, exact match, answer agreement."""
+    rows = []
+    for a in arts:
+        q = a["quality"]
+        drop = q.get("f1_drop")
+        vs = "-" if drop is None else (f"{-100 * drop['estimate']:+.1f} pt [{-100 * drop['high']:+.1f}, "
+                                       f"{-100 * drop['low']:+.1f}]")
+        rows.append([f"`{a['name']}`" + (" (reference)" if a["is_reference"] else ""), a["kind"],
+                     _fmt(q["f1"], pct=True) + _ci_pct(q.get("f1_ci")), vs, _fmt(q.get("exact_match"), pct=True),
+                     _fmt(q.get("reference_f1"), pct=True),
+                     _fmt(q.get("agreement"), pct=True) + _ci_pct(q.get("agreement_ci"))])
+    out = _table(["artifact", "kind", "F1 [95%]", "vs reference [95%, paired]", "exact match",
+                  "F1 against the reference", "same answer [95%]"], rows)
+    return out + ["", "F1 and exact match: the official SQuAD v1.1 normalisation, best over each question's gold "
+                  "answers, averaged over questions. Intervals: bootstrap over questions; the difference with the "
+                  "reference paired over the same questions. Same answer: questions answered with the reference's "
+                  "very text."]
 
 
 def _classification_quality(arts: Sequence[dict[str, Any]], ref: dict[str, Any]) -> list[str]:
@@ -304,7 +326,7 @@ def plot_pareto(results: dict[str, Any], path: Path) -> Path:
                     xytext=(12, 16 if rank % 2 == 0 else -22), fontsize=8,
                     arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "0.4"})
     ax.set_xlabel(f"p50 latency, ms (batch {batch}, sequence {seq}, {results['settings']['threads']} thread(s))")
-    ax.set_ylabel(f"accuracy, % ({results['data']['split']} split)")
+    ax.set_ylabel(f"{quality_metric(results)[1]}, % ({results['data']['split']} split)")
     ax.set_title("Latency against accuracy: up and to the left is better")
     ax.grid(True, alpha=0.3)
     fig.savefig(path, dpi=120)

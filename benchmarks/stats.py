@@ -307,6 +307,46 @@ def unpaired_f1_drop_interval(old_counts: Sequence, new_counts: Sequence, confid
                                f"two independent bootstraps over {len(old)} and {len(new)} sentences (entity F1 drop)")
 
 
+def _scores(values: Sequence[float], what: str) -> np.ndarray:
+    a = np.asarray(values, dtype=float).reshape(-1)
+    if len(a) == 0:
+        raise ValueError(f"no {what}")
+    return a
+
+
+def mean_interval(values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE, resamples: int = RESAMPLES,
+                  seed: int = SEED, unit: str = "questions") -> Interval:
+    """The mean of per-example scores in [0, 1] (a reader's per-question F1) with a bootstrap over the examples."""
+    a = _scores(values, unit)
+    weights = np.random.default_rng(seed).multinomial(len(a), np.full(len(a), 1.0 / len(a)), size=resamples)
+    return percentile_interval(float(a.mean()), weights @ a / len(a), confidence,
+                               f"bootstrap over {len(a)} {unit} (mean score)")
+
+
+def mean_drop_interval(reference: Sequence[float], artifact: Sequence[float], confidence: float = DEFAULT_CONFIDENCE,
+                       resamples: int = RESAMPLES, seed: int = SEED, unit: str = "questions") -> Interval:
+    """Interval of ``mean(reference) - mean(artifact)`` of per-example scores on the same examples (a reader's
+    F1 or exact match per question): a paired bootstrap, each resampled question carrying both models' scores."""
+    ref, art = _scores(reference, unit), _scores(artifact, unit)
+    if len(ref) != len(art):
+        raise ValueError(f"{len(ref)} reference {unit} but {len(art)} artifact {unit}: not paired")
+    diff = ref - art
+    weights = np.random.default_rng(seed).multinomial(len(diff), np.full(len(diff), 1.0 / len(diff)), size=resamples)
+    return percentile_interval(float(diff.mean()), weights @ diff / len(diff), confidence,
+                               f"paired bootstrap over {len(diff)} {unit} (F1 drop)")
+
+
+def unpaired_mean_drop_interval(old: Sequence[float], new: Sequence[float], confidence: float = DEFAULT_CONFIDENCE,
+                                resamples: int = RESAMPLES, seed: int = SEED, unit: str = "questions") -> Interval:
+    """``mean(old) - mean(new)`` of per-example scores when the examples differ: two independent bootstraps."""
+    a, b = _scores(old, unit), _scores(new, unit)
+    rng = np.random.default_rng(seed)
+    w_a = rng.multinomial(len(a), np.full(len(a), 1.0 / len(a)), size=resamples)
+    w_b = rng.multinomial(len(b), np.full(len(b), 1.0 / len(b)), size=resamples)
+    return percentile_interval(float(a.mean() - b.mean()), w_a @ a / len(a) - w_b @ b / len(b), confidence,
+                               f"two independent bootstraps over {len(a)} and {len(b)} {unit} (F1 drop)")
+
+
 def ratio_interval(counts: Sequence, confidence: float = DEFAULT_CONFIDENCE, resamples: int = RESAMPLES,
                    seed: int = SEED) -> Interval:
     """``sum(hits) / sum(totals)`` of per-sentence ``(hits, total)`` pairs (words tagged as the reference

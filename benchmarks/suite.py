@@ -208,14 +208,23 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
     ref_predictor = predictors[reference]
     task = config.data.load_any(num_labels=ref_predictor.num_labels)
     tagging = getattr(task, "task", None) == "token-classification"
-    if tagging and config.load_clients:
-        raise CompressError("--load-clients measures a sentence classifier's serving calls; for a tagger use --traffic "
-                            "SPLIT (its sentences replayed at their real lengths). Drop --load-clients.")
-    if tagging and traffic_texts is not None:
+    reading = getattr(task, "task", None) == "question-answering"
+    who = "a tagger" if tagging else "a reader"
+    if (tagging or reading) and config.load_clients:
+        raise CompressError(f"--load-clients measures a sentence classifier's serving calls; for {who} use --traffic "
+                            "SPLIT (its inputs replayed at their real lengths). Drop --load-clients.")
+    if (tagging or reading) and traffic_texts is not None:
         raise CompressError(f"--traffic-file {config.traffic_file}: traffic agreement is measured for sentence "
-                            "classifiers; a tagger's agreement with the reference is the word agreement on --split. "
+                            f"classifiers; {who}'s agreement with the reference is measured on --split. "
                             "Drop --traffic-file.")
-    if tagging:  # entity F1 per sentence (benchmarks.tagging_quality); no integer labels
+    if reading:  # SQuAD F1 and exact match per question (benchmarks.reading_quality); no integer labels
+        from benchmarks.reading_quality import evaluate_reading_quality
+        from compress.quality import SplitScorer
+
+        scorer = SplitScorer(task, config.split)
+        texts, labels = scorer.inputs, None
+        quality = evaluate_reading_quality(predictors, reference, scorer, progress=config.progress)
+    elif tagging:  # entity F1 per sentence (benchmarks.tagging_quality); no integer labels
         from benchmarks.tagging_quality import evaluate_tagging_quality
         from compress.quality import SplitScorer
 
@@ -290,6 +299,7 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         },
         "data": {**task.describe(), "split": config.split, "n": len(texts), "options": asdict(config.data),
                  **({"metric": "entity_f1", "types": task.entity_types} if tagging
+                    else {"metric": "f1"} if reading
                     else {"metric": "accuracy", "labels": [int(v) for v in labels]})},
         "reference": reference,
         "artifacts": artifacts,

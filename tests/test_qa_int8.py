@@ -102,3 +102,93 @@ def test_optimize_a_reader_scores_candidates_on_f1_and_serves_the_choice(reader,
     served = Predictor.load(out)
     assert served.task == "question-answering"
     assert served.predict([("what is the key ?", "a long day . the key is pink . the end")])[0]["answer"] == "pink"
+
+
+# ----------------------------------------------------------------------------- bench and gate on SQuAD F1
+
+
+@pytest.fixture(scope="module")
+def reader_results(reader, squad, tmp_path_factory) -> Path:
+    """``bench --quick`` of the reader: PyTorch (reference), its ONNX export and an ORT INT8 copy, with the test
+    questions replayed at their real lengths (``--traffic test``)."""
+    from compress.cli import main
+    from compress.export import export_onnx
+    from compress.quantize import quantize
+
+    root = tmp_path_factory.mktemp("reader-bench")
+    exported = export_onnx(reader, root / "onnx")
+    int8 = quantize(exported, root / "int8", method="ort-dynamic")
+    out = root / "bench"
+    assert main(["bench", str(exported), str(int8), "--reference", str(reader), "--data", str(squad), "--out", str(out),
+                 "--quick", "--threads", "1", "--no-memory", "--traffic", "test", "--seq-lens", "48"]) == 0
+    return out
+
+
+def test_bench_scores_a_reader_on_squad_f1_per_question(reader, reader_results):
+    from compress.config import DataOptions
+    from compress.runtime import Predictor
+    from compress.tasks.qa_metrics import question_scores
+
+    results = json.loads((reader_results / "results.json").read_text())
+    assert results["data"]["metric"] == "f1" and results["data"]["task"] == "question-answering"
+    data = DataOptions(**results["data"]["options"]).load_any()
+    arts = {a["name"]: a for a in results["artifacts"]}
+    ref = arts[results["reference"]]["quality"]
+    answers = [a["answer"] for a in Predictor.load(reader).predict(data.texts("test"))]
+    expected = question_scores(answers, data.gold_answers("test"))
+    assert ref["question_f1"] == pytest.approx(expected["f1"].tolist()) and ref["f1"] == pytest.approx(expected["f1"].mean())
+    assert ref["exact_match"] == pytest.approx(expected["exact_match"].mean()) and ref["agreement"] == 1.0
+    for art in arts.values():
+        q = art["quality"]
+        assert len(q["question_f1"]) == len(q["same_answer"]) == q["n"] == len(answers)
+        if not art["is_reference"]:
+            assert q["f1_drop"]["estimate"] == pytest.approx(ref["f1"] - q["f1"])
+            assert q["agreement"] == pytest.approx(sum(q["same_answer"]) / q["n"])
+        assert art["latency"] and art["traffic"]["batch1"]["requests"] == q["n"]
+    report = (reader_results / "report.md").read_text()
+    assert "F1 [95%]" in report and "same answer" in report and "exact match" in report
+
+
+def _gate(results_dir: Path, tmp_path: Path, rules: str, baseline: Path | None = None) -> tuple[int, str]:
+    import io
+
+    from benchmarks.gate import run_gate
+
+    path = tmp_path / "rules.toml"
+    path.write_text(rules)
+    buf = io.StringIO()
+    code = run_gate(results_dir / "results.json", path, baseline=baseline, out=buf, step_summary="")
+    return code, buf.getvalue()
+
+
+def test_gate_decides_a_reader_on_f1_paired_over_questions(reader_results, tmp_path, capsys):
+    import copy
+
+    code, out = _gate(reader_results, tmp_path, "[rules]\nmax_f1_drop = 0.5\nmin_agreement = 0.5\n")
+    assert code == 0, out
+    assert "max_f1_drop" in out and "of answers identical" in out
+    # An artifact that answers nothing right: F1 0 on every question, so the drop is the reference's whole F1.
+    results = json.loads((reader_results / "results.json").read_text())
+    worse = next(a for a in results["artifacts"] if not a["is_reference"])
+    n = worse["quality"]["n"]
+    worse["quality"].update(question_f1=[0.0] * n, f1=0.0, same_answer=[0] * n, agreement=0.0)
+    (tmp_path / "worse").mkdir()
+    (tmp_path / "worse" / "results.json").write_text(json.dumps(results))
+    code, out = _gate(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_drop = 0.1\nmin_agreement = 0.5\n")
+    assert code == 1 and "F1 fell by +" in out and "entity" not in out, out
+    code, out = _gate(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_regression = 0.1\n",
+                      baseline=reader_results / "results.json")
+    assert code == 1 and "F1 fell" in out, out
+    code, out = _gate(reader_results, tmp_path, "[rules]\nmax_f1_regression = 0.0\n",
+                      baseline=reader_results / "results.json")
+    assert code == 0 and "paired" in out, out
+    # A classifier's accuracy rule on a reader's results is refused in one line.
+    code, out = _gate(reader_results, tmp_path, "[rules]\nmax_accuracy_drop = 0.1\n")
+    assert code == 3 and "a reader's (SQuAD F1)" in capsys.readouterr().err
+    # A damaged per-question list is a clear input error, not a silent pass.
+    damaged = copy.deepcopy(json.loads((reader_results / "results.json").read_text()))
+    damaged["artifacts"][1]["quality"]["question_f1"] = damaged["artifacts"][1]["quality"]["question_f1"][:-1]
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "results.json").write_text(json.dumps(damaged))
+    code, out = _gate(tmp_path / "damaged", tmp_path, "[rules]\nmax_f1_drop = 0.5\n")
+    assert code == 3 and "question_f1 should be 40 scores" in capsys.readouterr().err

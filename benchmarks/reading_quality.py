@@ -1,0 +1,58 @@
+"""A span reader's quality on a held-out split: SQuAD F1 and exact match, and agreement with the reference.
+
+The counterpart of :mod:`benchmarks.accuracy` (classifiers) and :mod:`benchmarks.tagging_quality`
+(taggers) for extractive question answering. Every artifact answers the split's questions through
+``Predictor.predict`` (the passage in the windows the reader was trained with, n-best decoding, the
+best span over all windows: the serving path), via :class:`compress.quality.SplitScorer`, and is
+scored with the official SQuAD v1.1 normalisation (:mod:`compress.tasks.qa_metrics`). What the
+gate's statistics need is kept per question: F1 and exact match (a paired bootstrap over questions
+resamples both models' scores of the same questions, :func:`benchmarks.stats.mean_drop_interval`)
+and whether the answer is the reference's very text (``same_answer``, what ``min_agreement`` reads).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Mapping
+
+from compress.errors import CompressError
+from compress.progress import bars_enabled
+
+
+def evaluate_reading_quality(predictors: Mapping[str, Any], reference: str, scorer: Any, batch_size: int = 32,
+                             progress: bool = True) -> dict[str, dict[str, Any]]:
+    """``{name: quality}`` for every predictor (see the module docstring); the reference agrees with itself."""
+    from tqdm.auto import tqdm
+
+    from benchmarks.stats import mean_drop_interval, mean_interval
+    from compress.tasks.qa_metrics import question_scores
+
+    if reference not in predictors:
+        raise CompressError(f"the reference {reference!r} is not among the loaded artifacts.")
+    names = [reference] + [n for n in predictors if n != reference]
+    answers = {}
+    for name in tqdm(names, desc="quality", unit="artifact", disable=not progress or not bars_enabled(),
+                     file=sys.stderr, leave=False):
+        scorer.check_model(predictors[name])
+        answers[name] = scorer.predict(predictors[name], batch_size=batch_size)
+    per = {name: question_scores(answers[name], scorer.gold) for name in names}
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        f1, em = per[name]["f1"], per[name]["exact_match"]
+        same = [int(a == b) for a, b in zip(answers[name], answers[reference])]
+        against_ref = question_scores(answers[name], [[a] for a in answers[reference]])
+        interval = mean_interval(f1)
+        q: dict[str, Any] = {
+            "metric": "f1", "f1": float(f1.mean()), "f1_ci": [interval.low, interval.high],
+            "exact_match": float(em.mean()), "agreement": sum(same) / len(same) if same else 1.0,
+            "reference_f1": float(against_ref["f1"].mean()), "n": scorer.n,
+            "question_f1": [round(float(v), 6) for v in f1], "question_exact_match": [int(v) for v in em],
+            "same_answer": same,
+        }
+        if name != reference:
+            agree = mean_interval(same)
+            q["agreement_ci"] = [agree.low, agree.high]
+            q["f1_drop"] = mean_drop_interval(per[reference]["f1"], f1).as_dict()
+            q["exact_match_drop"] = mean_drop_interval(per[reference]["exact_match"], em).as_dict()
+        out[name] = q
+    return {name: out[name] for name in predictors}
