@@ -174,6 +174,18 @@ def cmd_predict(a: argparse.Namespace) -> int:
 
     predictor = Predictor.load(a.model, threads=a.threads, max_length=a.max_length, device=check_device_spec(a.device),
                                precision=a.precision, announce=True, stride=a.stride, pooling=a.pooling)
+    if predictor.task == "question-answering":
+        from compress.reading import read_passage
+
+        passage = read_passage(a.model, a.question, a.context_file, a.texts)
+        for r in predictor.predict([(q, passage) for q in a.question], batch_size=a.batch_size):
+            print(f"{r['answer'] or '(no answer)'}\tscore={r['score']:.4f}\tchars {r['start']}-{r['end']}\t{r['question']}")
+        return 0
+    if a.question or a.context_file:
+        raise CompressError(f"--question and --context-file are for a question-answering model; {a.model} is a "
+                            f"{predictor.task} model. Give the texts to label instead.")
+    if not a.texts:
+        raise CompressError("predict: give one or more texts to label, e.g. bert-compress predict --model DIR 'a text'.")
     if predictor.task == "token-classification":
         from compress.tagging import format_tagged
 
@@ -417,7 +429,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="label texts with any artifact (PyTorch or ONNX, fp32 or INT8)")
     p.add_argument("--model", required=True, help="artifact folder")
-    p.add_argument("texts", nargs="+", help="texts to classify")
+    p.add_argument("texts", nargs="*", help="texts to classify or tag (a reader takes --question and --context-file)")
+    p.add_argument("--question", action="append", default=None,
+                   help="a reader (question answering): a question about the passage; repeat for several")
+    p.add_argument("--context-file", default=None,
+                   help="a reader: the UTF-8 text file holding the passage the questions are about")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: the runtime's choice)")
     p.add_argument("--batch-size", type=int, default=32, help="texts per batch (default 32)")
     p.add_argument("--max-length", type=int, default=None,

@@ -11,6 +11,7 @@ the tokenizer only, so an ONNX reader is served without torch like the other tas
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Sequence
 
 from compress.errors import CompressError
@@ -49,3 +50,26 @@ def answer_questions(predictor, inputs: Sequence[tuple[str, str]], batch_size: i
     decoded = decode_spans(windows, [r[:, 0] for r in rows], [r[:, 1] for r in rows], passages, allow_null=allow_null)
     return [{"question": q, "answer": d["answer"], "start": d["start"], "end": d["end"], "score": d["score"]}
             for q, d in zip(questions, decoded)]
+
+
+def read_passage(model: str, questions: Sequence[str] | None, context_file: str | None, texts: Sequence[str]) -> str:
+    """``bert-compress predict`` on a reader: the passage of ``--context-file``, after refusing in one line
+    what a reader cannot take (no question, no passage, positional texts, an unreadable or empty file)."""
+    if texts:
+        raise CompressError(f"{model} is a question-answering model: give --question Q (repeatable) and "
+                            "--context-file PASSAGE.txt instead of positional texts.")
+    if not questions or not context_file:
+        raise CompressError(f"{model} is a question-answering model: give --question Q (repeatable) and "
+                            "--context-file PASSAGE.txt (the passage the questions are about).")
+    path = Path(context_file).expanduser()
+    try:
+        passage = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CompressError(f"--context-file {path}: no such file. Give the text file holding the passage.") from None
+    except UnicodeDecodeError as exc:
+        raise CompressError(f"--context-file {path}: not UTF-8 text (byte {exc.start}). Save the passage as UTF-8.") from None
+    except IsADirectoryError:
+        raise CompressError(f"--context-file {path} is a folder. Give the text file holding the passage.") from None
+    if not passage.strip():
+        raise CompressError(f"--context-file {path} is empty. Give the text file holding the passage.")
+    return passage

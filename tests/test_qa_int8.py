@@ -192,3 +192,21 @@ def test_gate_decides_a_reader_on_f1_paired_over_questions(reader_results, tmp_p
     (tmp_path / "damaged" / "results.json").write_text(json.dumps(damaged))
     code, out = _gate(tmp_path / "damaged", tmp_path, "[rules]\nmax_f1_drop = 0.5\n")
     assert code == 3 and "question_f1 should be 40 scores" in capsys.readouterr().err
+
+
+def test_predict_command_answers_questions_about_a_passage_file(reader, tmp_path, capsys):
+    from compress.cli import main
+
+    passage = tmp_path / "passage.txt"
+    passage.write_text("the story was long . the key is silver . the end", encoding="utf-8")
+    assert main(["predict", "--model", str(reader), "--question", "what is the key ?", "--question", "what is the key",
+                 "--context-file", str(passage), "--threads", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("silver\tscore=") for line in lines)
+    start, end = (int(x) for x in lines[0].split("\t")[2].removeprefix("chars ").split("-"))
+    assert passage.read_text()[start:end] == "silver"
+    for argv, expected in (([], "give --question Q"), (["--question", "q"], "give --question Q"),
+                           (["--question", "q", "--context-file", str(tmp_path / "none.txt")], "no such file"),
+                           (["a text"], "instead of positional texts")):
+        assert main(["predict", "--model", str(reader), *argv]) != 0
+        assert expected in capsys.readouterr().err
