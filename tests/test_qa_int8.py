@@ -210,3 +210,25 @@ def test_predict_command_answers_questions_about_a_passage_file(reader, tmp_path
                            (["a text"], "instead of positional texts")):
         assert main(["predict", "--model", str(reader), *argv]) != 0
         assert expected in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("importance", ["magnitude", "taylor"])
+def test_pruning_a_reader_removes_heads_and_recovers_by_distillation(reader, squad, tmp_path, importance):
+    """Heads and FFN neurons of a reader removed physically (torch-pruning; Taylor scores from its own span
+    loss), then recovered by distilling the unpruned reader's start/end scores; scored on SQuAD F1 throughout."""
+    from compress.config import PruneConfig
+    from compress.prune.stage import prune
+    from compress.runtime import Predictor
+
+    cfg = PruneConfig(model=str(reader), data=DataOptions(str(squad)), heads=0.5, ffn=0.5, importance=importance,
+                      importance_batches=2, recover_epochs=2, max_length=48,
+                      train=TrainSettings(epochs=0, lr=3e-3, batch_size=16, logging_steps=1000))
+    out = prune(cfg, tmp_path / "pruned")
+    meta = json.loads((out / "compress.json").read_text())
+    p = meta["pruning"]
+    assert meta["task"] == "question-answering" and meta["stride"] == 16 and p["metric"] == "f1"
+    assert p["heads"]["total_after"] == p["heads"]["total_before"] // 2 and p["parameters"]["after"] < p["parameters"]["before"]
+    assert p["f1"]["before"]["test"] > 0.9 and p["f1"]["after_recovery"]["test"] > 0.8, p["f1"]
+    assert meta["metrics"]["test"]["unpruned_f1"] == p["f1"]["before"]["test"]
+    served = Predictor.load(out)
+    assert served.predict([("what is the key ?", "a film . the key is brown . the end")])[0]["answer"] == "brown"

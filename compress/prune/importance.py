@@ -71,7 +71,7 @@ def score_units(model, example_inputs: dict[str, Any], importance: str = "magnit
 
     model.eval()
     graph = tp.DependencyGraph().build_dependency(model, example_inputs=example_inputs,
-                                                  output_transform=lambda out: out.logits.sum())
+                                                  output_transform=_output_sum)
     criterion = importance_criterion(importance)
     d = head_size(model)
     heads, ffn = [], []
@@ -139,12 +139,20 @@ def _nearest(x: float) -> int:
     return int(math.floor(x + 0.5 + 1e-9))
 
 
+def _output_sum(out: Any):
+    """One scalar of the model's outputs for torch-pruning's trace: the logits, or a reader's start and end scores."""
+    if getattr(out, "logits", None) is not None:
+        return out.logits.sum()
+    return out.start_logits.sum() + out.end_logits.sum()
+
+
 def accumulate_task_gradients(model, batches: list[dict[str, Any]]) -> int:
     """Gradients of the mean cross-entropy over ``batches`` into ``param.grad`` (for Taylor scores).
 
     Run in eval mode: dropout would add noise to first-order scores computed from a few batches.
     A tagger's logits ``(batch, tokens, labels)`` are scored per labelled token (``-100``, the tokens
-    that carry no word's tag and the padding, are left out). Returns the number of examples used.
+    that carry no word's tag and the padding, are left out); a reader's batches carry ``start_positions`` and
+    ``end_positions`` and are scored on its own span loss. Returns the number of examples used.
     """
     import torch
 
@@ -155,6 +163,10 @@ def accumulate_task_gradients(model, batches: list[dict[str, Any]]) -> int:
     n = 0
     with torch.enable_grad():
         for batch in batches:
+            if "start_positions" in batch:  # a reader: its own loss, the mean of the start and end cross-entropies
+                (model(**batch).loss / len(batches)).backward()
+                n += int(batch["start_positions"].shape[0])
+                continue
             labels = batch["labels"]
             inputs = {k: v for k, v in batch.items() if k != "labels"}
             logits = model(**inputs).logits

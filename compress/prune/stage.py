@@ -19,7 +19,7 @@ from compress.errors import CompressError
 from compress.formats.layouts import encoder_parameters, layer_parts, structure
 from compress.formats.pruned import LOADER_COMPRESS, loader_of
 from compress.prune.removal import prune_model
-from compress.tasks.task_choice import TOKEN
+from compress.tasks.task_choice import QA, TOKEN
 from compress.training import checkpoint_dir, is_main_process
 
 
@@ -51,21 +51,34 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
                             "from (the teacher, distill or prune artifact).")
     task = cfg.data.load_any()
     tagging = getattr(task, "task", None) == TOKEN
-    #: The quality kept while pruning: accuracy for a classifier, entity F1 (validation, test) for a tagger.
-    metric = "entity_f1" if tagging else "accuracy"
-    if tagging:
+    reading = getattr(task, "task", None) == QA
+    task_name = TOKEN if tagging else QA if reading else "sequence-classification"
+    #: The quality kept while pruning: accuracy for a classifier, entity F1 (validation, test) for a tagger,
+    #: SQuAD F1 for a reader.
+    metric = "entity_f1" if tagging else "f1" if reading else "accuracy"
+    if tagging or reading:
         from compress.tasks.task_choice import check_model_task
 
-        check_model_task(source, TOKEN, cfg.data.data, str(source), task.num_labels)
-    model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle,
-                                                 task=TOKEN if tagging else "sequence-classification")
+        check_model_task(source, task_name, cfg.data.data, str(source), task.num_labels if tagging else None)
+    if reading:
+        model, tokenizer, has_head = load_classifier(source, allow_pickle=cfg.allow_pickle, task=QA)
+    else:
+        model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle,
+                                                     task=task_name)
     if not has_head:
         raise CompressError(f"--model {source}: the model has no trained classification head, so there is nothing to "
                             "keep accurate while pruning. Fine-tune it first: bert-compress teacher --model DIR --data DATA --out DIR")
     layer_parts(model)  # refuses unsupported families before any work
     model.to(device)  # evaluation and importance scoring run there; recovery's Trainer uses the same device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    if tagging:
+    if reading:
+        from compress.qa_teacher import qa_stride, qa_training_rows
+
+        # training windows with gold positions (importance scoring); the splits are scored by reading them
+        tokenized = {"train": qa_training_rows(task.splits["train"], tokenizer, cfg.max_length,
+                                               qa_stride(cfg.max_length)),
+                     **{name: split for name, split in task.splits.items() if name != "train"}}
+    elif tagging:
         from compress.tasks.token_training import tokenize_tagged_split
 
         tokenized = {name: tokenize_tagged_split(split, tokenizer, cfg.max_length, what=name)
@@ -76,9 +89,11 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     eval_splits = [name for name in ("validation", "test") if name in tokenized]
     if tagging:
         evaluate_tagger_splits = _tagger_evaluation(task, tokenized, eval_splits, pad_id)
-    labels = {} if tagging else {name: np.asarray(task.splits[name]["label"]) for name in eval_splits}
+    labels = {} if tagging or reading else {name: np.asarray(task.splits[name]["label"]) for name in eval_splits}
 
     def evaluate(m, reference: dict[str, np.ndarray] | None, desc: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        if reading:
+            return _reader_evaluation(m, tokenizer, task, eval_splits, cfg.max_length, pad_id), {}
         if tagging:
             return evaluate_tagger_splits(m, reference)
         logits = {name: predict_logits(m, tokenized[name], batch_size=64, pad_id=pad_id, desc=f"{desc} ({name})")
@@ -100,9 +115,9 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     t0 = time.perf_counter()
     taylor = cfg.importance == "taylor"
     batches = _batches(tokenized["train"], pad_id, cfg.train.batch_size, cfg.importance_batches if taylor else 1,
-                       cfg.train.seed, tokenizer if tagging else None)
+                       cfg.train.seed, tokenizer if tagging or reading else None, reading=reading)
     batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
-    example = {k: v[:2] for k, v in batches[0].items() if k != "labels"}
+    example = {k: v[:2] for k, v in batches[0].items() if k not in ("labels", "start_positions", "end_positions")}
     plan = prune_model(model, cfg.heads, cfg.ffn, cfg.importance, cfg.scope, example_inputs=example,
                        gradient_batches=batches if taylor else None)
     loader = loader_of(model)
@@ -128,7 +143,8 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     try:
         if cfg.recover_epochs > 0:
             t0 = time.perf_counter()
-            model, recovery = (_recover_tagger if tagging else _recover)(cfg, source, model, tokenizer, work)
+            model, recovery = (_recover_tagger if tagging else _recover)(cfg, source, model, tokenizer, work,
+                                                                          task_name)
             timings["recover_s"] = round(time.perf_counter() - t0, 2)
             if loader_of(model) != loader or structure(model) != plan.after:
                 raise CompressError("internal: recovery changed the pruned shapes; nothing was written.")
@@ -144,7 +160,7 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
                       "and FFN neurons (intermediate rows + output columns) removed; hidden width, embeddings and "
                       "LayerNorms unchanged",
             "importance": cfg.importance,
-            "importance_examples": sum(int(b["labels"].shape[0]) for b in batches) if taylor else None,
+            "importance_examples": sum(int(b["input_ids"].shape[0]) for b in batches) if taylor else None,
             "scope": cfg.scope,
             "loader": loader,
             "heads": {"ratio": cfg.heads, "before": plan.before["heads_per_layer"],
@@ -185,7 +201,8 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
             # scoring and the accuracies before and after pruning are measured in fp32
             "precision": (recovery or {}).get("precision"),
             "data": task.describe(),
-            "task": TOKEN if tagging else "sequence-classification",
+            "task": task_name,
+            **({"stride": qa_stride(cfg.max_length), "allow_null": task.with_impossible} if reading else {}),
             "metrics": final_metrics,
             "timings": timings,
             "notes": notes,
@@ -229,16 +246,23 @@ def _accuracies(metrics: dict[str, Any] | None, metric: str = "accuracy") -> dic
     return {name: m[metric] for name, m in (metrics or {}).items()}
 
 
-def _batches(train_ds, pad_id: int, batch_size: int, count: int, seed: int, tagger_tokenizer=None) -> list[dict[str, Any]]:
+def _batches(train_ds, pad_id: int, batch_size: int, count: int, seed: int, tagger_tokenizer=None,
+             reading: bool = False) -> list[dict[str, Any]]:
     """``count`` padded batches of training rows (a seeded sample, so both labels appear early); a tagger's
-    (``tagger_tokenizer`` given) with its per-token labels padded with ``-100``."""
-    cols = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label", "labels") if c in train_ds.column_names]
+    (``tagger_tokenizer`` given) with its per-token labels padded with ``-100``; a reader's (``reading``, its
+    tokenizer given) with each window's gold start and end positions."""
+    cols = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label", "labels", "start_positions",
+                        "end_positions") if c in train_ds.column_names]
     rows = train_ds.select_columns(cols)
     size = max(2, batch_size)  # the traced example takes two rows, one padded
     order = np.random.default_rng(seed).permutation(len(rows))[:size * count]
     if len(order) < 2:
         raise CompressError("the training split has fewer than 2 rows; pruning needs data to trace and score the model.")
-    if tagger_tokenizer is not None:
+    if reading:
+        from compress.qa_teacher import qa_collator
+
+        collate = qa_collator(tagger_tokenizer)
+    elif tagger_tokenizer is not None:
         from compress.tasks.token_training import token_collator
 
         collate = token_collator(tagger_tokenizer)
@@ -248,7 +272,7 @@ def _batches(train_ds, pad_id: int, batch_size: int, count: int, seed: int, tagg
             for start in range(0, len(order), size) if len(order[start:start + size]) >= 2]
 
 
-def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
+def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path, task_name: str = "sequence-classification"):
     """Distil from the unpruned model (or ``--teacher``) into the pruned one with the distill stage.
 
     The pruned model is saved into ``work`` (the stage's checkpoint folder) and handed to the
@@ -272,10 +296,14 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
         kd_loss="soft_ce", alpha_kd=cfg.alpha_kd, alpha_hard=cfg.alpha_hard, intermediate=cfg.intermediate,
         max_length=cfg.max_length, allow_pickle=cfg.allow_pickle, resume=cfg.resume, device=cfg.device,
         precision=cfg.precision, allow_untrained_teacher=True)  # recovery follows the model being pruned, whatever its accuracy
+    if task_name == QA and dcfg.intermediate:  # a reader's distillation has no intermediate losses yet
+        print("prune: recovering a reader distils its start/end scores (soft CE at T + hard CE); the intermediate "
+              "losses of --intermediate apply to sentence classifiers only, for now", file=sys.stderr)
+        dcfg = replace(dcfg, intermediate=False)
     recovered_dir = distill(dcfg, work / "recovered")
     from compress.modeling import model_device
 
-    recovered, _, _ = load_classifier(recovered_dir)
+    recovered, _, _ = load_classifier(recovered_dir, task=task_name)
     recovered.to(model_device(model))  # evaluated where the pruned model was
     return recovered, _recovery_record(cfg, teacher, recovered_dir)
 
@@ -303,6 +331,14 @@ def _recovery_record(cfg: PruneConfig, teacher: str, recovered_dir: Path) -> dic
     }
 
 
+def _reader_evaluation(model, tokenizer, task, splits: list[str], max_length: int, pad_id: int) -> dict[str, Any]:
+    """A reader's SQuAD exact match and F1 per split, read in its windows (as the teacher scores it)."""
+    from compress.qa_teacher import evaluate_reader, qa_stride
+
+    return {name: evaluate_reader(model, tokenizer, task.splits[name], task.gold_answers(name), max_length,
+                                  qa_stride(max_length), task.with_impossible, pad_id=pad_id) for name in splits}
+
+
 def _tagger_evaluation(task, tokenized: dict[str, Any], splits: list[str], pad_id: int):
     """``evaluate(model, reference)`` for a tagger: entity F1, per-type F1 and token accuracy per split (first
     sub-token per word, as the teacher scores), and, against the unpruned model's per-token logits,
@@ -324,7 +360,7 @@ def _tagger_evaluation(task, tokenized: dict[str, Any], splits: list[str], pad_i
     return evaluate
 
 
-def _recover_tagger(cfg: PruneConfig, source: Path, model, tokenizer, work: Path):
+def _recover_tagger(cfg: PruneConfig, source: Path, model, tokenizer, work: Path, task_name: str = TOKEN):
     """A pruned tagger recovered by word-level distillation from the unpruned one (or ``--teacher``):
     :func:`compress.token_distill.distill_tagger` with the pruned model as the student."""
     from compress.device import resolve_precision, training_device
