@@ -348,7 +348,8 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
         for who, model, tok in (("teacher", t_model, t_tok), ("student", s_model, s_tok)):
             pad = tok.pad_token_id if tok.pad_token_id is not None else 0
             answers[who], windows = read_answers(model, tok, data.splits[name], max_length, stride, allow_null,
-                                                 precision=precision, pad_id=pad)
+                                                 precision=precision, pad_id=pad,
+                                                 weights=weights if who == "teacher" else None)
         gold = data.gold_answers(name)
         teacher_scores = score([a["answer"] for a in answers["teacher"]], gold)
         metrics[name] = {**score([a["answer"] for a in answers["student"]], gold,

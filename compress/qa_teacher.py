@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.artifact import write_model_artifact
+from compress.artifact import read_meta, write_model_artifact
 from compress.assets import resolve_model
 from compress.config import TeacherConfig
 from compress.hub import snapshot_origin
@@ -123,12 +123,55 @@ def span_logits(model, input_ids: Sequence[Sequence[int]], token_type_ids: Seque
     return starts, ends
 
 
+def _answers_path(weights: str, windows, allow_null: bool, precision: str) -> Path:
+    """Where a reader's decoded answers to these exact windows are cached (keyed like soft labels)."""
+    import hashlib
+
+    from compress.assets import cache_dir
+
+    digest = hashlib.sha256(f"{weights}|allow_null={allow_null}|{precision}|answers v1".encode())
+    for ids in windows.input_ids:
+        digest.update(np.asarray(ids, dtype=np.int64).tobytes())
+        digest.update(b"\x1e")
+    return cache_dir() / "qa-answers" / f"{digest.hexdigest()}.json"
+
+
+def store_answers(weights: str, windows, allow_null: bool, precision: str, answers: list[dict[str, Any]]) -> None:
+    """Cache a reader's answers (text and character span; written atomically) for :func:`read_answers`."""
+    import json
+    import tempfile
+
+    path = _answers_path(weights, windows, allow_null, precision)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keep = [{k: a[k] for k in ("answer", "start", "end", "score")} for a in answers]
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as handle:
+        json.dump(keep, handle)
+    os.replace(handle.name, path)
+
+
+def reader_windows(tokenizer, split, max_length: int, stride: int):
+    """The windows :func:`read_answers` reads a split in (what its answers cache is keyed on)."""
+    return encode_qa(tokenizer, list(split["question"]), list(split["context"]), max_length=max_length,
+                     doc_stride=stride)
+
+
 def read_answers(model, tokenizer, split, max_length: int, stride: int, allow_null: bool = False,
-                 batch_size: int = 32, precision: str = "fp32", pad_id: int = 0) -> tuple[list[dict[str, Any]], int]:
+                 batch_size: int = 32, precision: str = "fp32", pad_id: int = 0,
+                 weights: str | None = None) -> tuple[list[dict[str, Any]], int]:
     """The model's decoded answer to every question of a split (windows, n-best spans, best over windows)
-    and the number of windows read."""
+    and the number of windows read. With ``weights`` (the reader's weights sha256), answers the teacher
+    stage cached for the very same windows are reused instead of running the model again (distill scores
+    its teacher on the splits the teacher stage has just read)."""
+    import json
+
     contexts = list(split["context"])
-    windows = encode_qa(tokenizer, list(split["question"]), contexts, max_length=max_length, doc_stride=stride)
+    windows = reader_windows(tokenizer, split, max_length, stride)
+    if weights:
+        path = _answers_path(weights, windows, allow_null, precision)
+        if path.exists():
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            if len(stored) == len(contexts):
+                return stored, len(windows)
     starts, ends = window_logits(model, windows, batch_size, precision, pad_id)
     return decode_spans(windows, starts, ends, contexts, allow_null=allow_null), len(windows)
 
@@ -184,9 +227,13 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     elif not has_head:
         print("warning: the reader has no trained head and --epochs is 0: its answers are random", file=sys.stderr)
     t0 = time.perf_counter()
-    metrics = {name: evaluate_reader(model, tokenizer, data.splits[name], data.gold_answers(name), cfg.max_length,
-                                     stride, allow_null, precision=precision.precision, pad_id=pad_id)
-               for name in ("validation", "test") if name in data.splits}
+    metrics, answers = {}, {}
+    for name in ("validation", "test"):
+        if name in data.splits:
+            answers[name], windows = read_answers(model, tokenizer, data.splits[name], cfg.max_length, stride,
+                                                  allow_null, precision=precision.precision, pad_id=pad_id)
+            metrics[name] = {**get_task(QA).score([a["answer"] for a in answers[name]], data.gold_answers(name)),
+                             "questions": len(answers[name]), "windows": windows}
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     timings["total_s"] = round(time.perf_counter() - started, 1)
     meta = {
@@ -205,6 +252,10 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     path = write_model_artifact(out, model, tokenizer, meta)
     if checkpoint_dir(out).exists():
         shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
+    weights = (read_meta(path) or {}).get("weights_sha256")
+    for name, given in answers.items():  # for distill, which scores this teacher on the same splits
+        store_answers(weights, reader_windows(tokenizer, data.splits[name], cfg.max_length, stride), allow_null,
+                      precision.precision, given)
     parts = [f"{split} F1 {m['f1']:.4f} (exact match {m['exact_match']:.4f}, {m['questions']} questions)"
              for split, m in metrics.items()]
     print("teacher: " + "; ".join(parts) + f" ({timings['total_s']:.0f} s)")

@@ -187,3 +187,20 @@ def test_a_teacher_that_is_not_a_reader_and_unsupported_options_are_one_line(squ
         distill(DistillConfig(teacher=str(mpnet_reader), data=DataOptions(str(squad)), augment=2,
                               student=StudentSpec("1x32", init="random")), tmp_path / "b")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_the_teacher_stage_caches_its_answers_for_distill_to_reuse(mpnet_reader, squad):
+    """distill scores its teacher on the splits the teacher stage has just read: the answers are reused from
+    the cache (no model is given here, so running one would fail), keyed by the weights and the exact windows."""
+    from compress.modeling import load_classifier
+    from compress.qa_teacher import read_answers
+    from compress.tasks.qa_data import load_qa_data
+
+    meta = json.loads((mpnet_reader / "compress.json").read_text())
+    _, tok, _ = load_classifier(mpnet_reader, task="question-answering")
+    data = load_qa_data(str(squad))
+    answers, windows = read_answers(None, tok, data.splits["test"], MAX_LENGTH, 16, weights=meta["weights_sha256"])
+    exact = sum(a["answer"] in g for a, g in zip(answers, data.gold_answers("test"))) / len(answers)
+    assert exact == pytest.approx(meta["metrics"]["test"]["exact_match"]) and windows == meta["metrics"]["test"]["windows"]
+    with pytest.raises(AttributeError):  # other windows (another length): no cached answers, so the model is needed
+        read_answers(None, tok, data.splits["test"], MAX_LENGTH - 8, 16, weights=meta["weights_sha256"])
