@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from benchmarks.accuracy import evaluate_quality, split_texts_and_labels
+from benchmarks.gate_results import SCHEMA, SCHEMA_VERSION  # the format bench writes is the one the gate reads
 from benchmarks.latency import fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved, summarize
 from benchmarks.machine import machine_info
 from compress.artifact import git_commit, now_iso, package_versions, read_meta, write_folder_atomically
@@ -30,10 +31,6 @@ from compress.data import check_labels_fit
 from compress.errors import CompressError
 from compress.progress import bars_enabled
 
-SCHEMA = "bert-compress-bench"
-#: Version 2 keeps every round's timing and every example's prediction, so the gate can compute intervals;
-#: version-1 files are still read (their statistical rules are inconclusive: they hold no samples).
-SCHEMA_VERSION = 2
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
 

@@ -1,0 +1,208 @@
+"""The gate's input: a ``results.json`` of ``bert-compress bench``, read and checked before any rule is decided.
+
+A damaged or hand-edited file (a missing field, a per-example list of the wrong length, rounds that
+are not paired) is one :class:`benchmarks.gate_rules.GateInputError` naming the file and the field,
+never a rule that passes for lack of numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from benchmarks.gate_rules import GateInputError
+
+#: The results format bench writes (``results.json``; docs/bench-schema.md): its name and version. Version 2
+#: keeps every round's timing and every example's prediction, so the gate can compute intervals.
+SCHEMA = "bert-compress-bench"
+SCHEMA_VERSION = 2
+#: Versions this gate reads. Version 1 files hold no per-round timings or per-example predictions: the
+#: statistical rules on them are inconclusive (with a message saying why), the others work as before.
+READABLE_VERSIONS = (1, 2)
+
+_NUMBER = (int, float)
+
+
+def _require(obj: dict, key: str, types: tuple, where: str, path: Path, nullable: bool = False) -> Any:
+    if key not in obj:
+        raise GateInputError(f"{path}: {where}.{key} is missing. The file is incomplete or was not written by "
+                             "bert-compress bench; run the benchmark again.")
+    value = obj[key]
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        want = " or ".join(t.__name__ for t in types) + (" or null" if nullable else "")
+        raise GateInputError(f"{path}: {where}.{key} should be {want}, got {value!r}. The file was edited or damaged; "
+                             "run the benchmark again.")
+    return value
+
+
+def results_device(doc: dict[str, Any]) -> str:
+    """The device a results.json was measured on; results older than the ``device`` setting ran on the CPU."""
+    return str((doc.get("settings") or {}).get("device") or "cpu")
+
+
+def device_mismatch(doc: dict[str, Any], base: dict[str, Any]) -> str | None:
+    """How the devices of two results differ (``cuda:0`` and ``cuda:1`` count as the same kind), or ``None``."""
+    now, then = results_device(doc), results_device(base)
+    if now.split(":")[0] == then.split(":")[0]:
+        return None
+    return f"the baseline was measured on {then} and these results on {now}"
+
+
+def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, Any]:
+    """Read and validate a ``results.json`` (schema ``bert-compress-bench`` v1 or v2) for gating."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GateInputError(f"{option} {path}: cannot read it ({exc}). Give the results.json written by "
+                             "bert-compress bench.") from exc
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise GateInputError(f"{option} {path}: not JSON ({exc}). Give the results.json that bert-compress bench "
+                             "wrote into its --out folder.") from exc
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise GateInputError(f"{option} {path}: not a bert-compress benchmark result (schema {got!r}, expected "
+                             f"{SCHEMA!r}). Give the results.json written by bert-compress bench.")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise GateInputError(f"{option} {path}: schema_version is {version!r}, not a whole number. Run the benchmark again.")
+    if version > SCHEMA_VERSION:
+        raise GateInputError(f"{option} {path}: schema_version {version} was written by a newer bert-compress; this one "
+                             f"reads versions {READABLE_VERSIONS[0]} to {SCHEMA_VERSION}. Upgrade bert-compress where the "
+                             "gate runs.")
+    if version not in READABLE_VERSIONS:
+        raise GateInputError(f"{option} {path}: schema_version {version} is not supported (this bert-compress reads "
+                             f"{', '.join(map(str, READABLE_VERSIONS))}). Run the benchmark again with this version.")
+    reference = _require(doc, "reference", (str,), "$", path)
+    artifacts = _require(doc, "artifacts", (list,), "$", path)
+    labels: list = []
+    metric = doc["data"].get("metric") if version >= 2 and isinstance(doc.get("data"), dict) else None
+    tagging, reading = metric == "entity_f1", metric == "f1"
+    types: list = []
+    if reading:
+        n = _require(doc["data"], "n", (int,), "$.data", path)
+    elif tagging:
+        types = _require(doc["data"], "types", (list,), "$.data", path)
+        n = _require(doc["data"], "n", (int,), "$.data", path)
+    elif version >= 2:
+        labels = _require(_require(doc, "data", (dict,), "$", path), "labels", (list,), "$.data", path)
+        if not labels or not all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
+            raise GateInputError(f"{path}: $.data.labels should be a non-empty list of whole numbers. The file was "
+                                 "edited or damaged; run the benchmark again.")
+    if not artifacts:
+        raise GateInputError(f"{path}: $.artifacts is empty; the benchmark measured nothing. Run it again.")
+    names = set()
+    for i, art in enumerate(artifacts):
+        where = f"artifacts[{i}]"
+        if not isinstance(art, dict):
+            raise GateInputError(f"{path}: {where} should be an object. Run the benchmark again.")
+        name = _require(art, "name", (str,), where, path)
+        if name in names:
+            raise GateInputError(f"{path}: two artifacts are named {name!r}. Run the benchmark again.")
+        names.add(name)
+        _require(art, "kind", (str,), where, path)
+        _require(art, "is_reference", (bool,), where, path)
+        _require(art, "size_bytes", (int,), where, path)
+        _require(art, "num_hidden_layers", (int,), where, path, nullable=True)
+        quality = _require(art, "quality", (dict,), where, path)
+        _require(quality, "entity_f1" if tagging else "f1" if reading else "accuracy", _NUMBER, f"{where}.quality", path)
+        _require(quality, "agreement", _NUMBER, f"{where}.quality", path)
+        if reading:
+            _check_reading_quality(quality, n, f"{where}.quality", path)
+        elif tagging:
+            _check_tagging_quality(quality, n, len(types), f"{where}.quality", path)
+        elif version >= 2:
+            predictions = _require(quality, "predictions", (list,), f"{where}.quality", path)
+            if len(predictions) != len(labels) or not all(isinstance(p, int) and not isinstance(p, bool)
+                                                           for p in predictions):
+                raise GateInputError(f"{path}: {where}.quality.predictions should be {len(labels)} whole numbers (one "
+                                     "per example of $.data.labels). The file was edited or damaged; run the benchmark "
+                                     "again.")
+        if art.get("traffic_agreement") is not None:  # bench --traffic-file (optional)
+            traffic = _require(art, "traffic_agreement", (dict,), where, path)
+            predictions = _require(traffic, "predictions", (list,), f"{where}.traffic_agreement", path)
+            if not predictions or not all(isinstance(p, int) and not isinstance(p, bool) for p in predictions):
+                raise GateInputError(f"{path}: {where}.traffic_agreement.predictions should be a non-empty list of "
+                                     "whole numbers. The file was edited or damaged; run the benchmark again.")
+        onnx = _require(art, "onnx", (dict,), where, path, nullable=True)
+        if onnx is not None:
+            _require(onnx, "attention_ops", (int,), f"{where}.onnx", path)
+        for j, entry in enumerate(_require(art, "latency", (list,), where, path)):
+            w = f"{where}.latency[{j}]"
+            if not isinstance(entry, dict):
+                raise GateInputError(f"{path}: {w} should be an object. Run the benchmark again.")
+            _require(entry, "batch_size", (int,), w, path)
+            _require(entry, "seq_len", (int,), w, path)
+            _require(entry, "p50_ms", _NUMBER, w, path)
+            _require(entry, "throughput_seq_per_s", _NUMBER, w, path, nullable=True)
+            speedup = _require(entry, "speedup", (dict,), w, path)
+            _require(speedup, "median", _NUMBER, f"{w}.speedup", path)
+            if version >= 2:
+                rounds = _require(entry, "rounds_ns", (list,), w, path)
+                if not rounds or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in rounds):
+                    raise GateInputError(f"{path}: {w}.rounds_ns should be a non-empty list of whole nanoseconds. The "
+                                         "file was edited or damaged; run the benchmark again.")
+    if reference not in names:
+        raise GateInputError(f"{path}: the reference {reference!r} is not among the artifacts. Run the benchmark again.")
+    if version >= 2:
+        # Paired statistics divide round i of the reference by round i of each artifact: equal counts, checked here
+        # where the file is known, not in the middle of an evaluation.
+        ref_rounds = {(e["batch_size"], e["seq_len"]): len(e["rounds_ns"])
+                      for e in next(a for a in artifacts if a["name"] == reference)["latency"]}
+        for i, art in enumerate(artifacts):
+            for j, entry in enumerate(art["latency"]):
+                want = ref_rounds.get((entry["batch_size"], entry["seq_len"]))
+                if want is not None and len(entry["rounds_ns"]) != want:
+                    raise GateInputError(
+                        f"{path}: artifacts[{i}].latency[{j}].rounds_ns holds {len(entry['rounds_ns'])} rounds but the "
+                        f"reference's at batch {entry['batch_size']} seq {entry['seq_len']} holds {want}: the rounds "
+                        "are not paired. The file was edited or damaged; run the benchmark again.")
+    groups = doc.get("groups") or []
+    if not isinstance(groups, list):
+        raise GateInputError(f"{path}: $.groups should be a list. The file was edited or damaged; run the benchmark again.")
+    for i, group in enumerate(groups):
+        members = group.get("members") if isinstance(group, dict) else None
+        if not (isinstance(group, dict) and isinstance(group.get("name"), str) and isinstance(members, list)
+                and len(members) >= 2 and all(m in names for m in members)):
+            raise GateInputError(f"{path}: $.groups[{i}] should name a group and two or more of the artifacts as its "
+                                 "members. The file was edited or damaged; run the benchmark again.")
+        if group["name"] in names:
+            raise GateInputError(f"{path}: seed group {group['name']!r} has the name of an artifact; give the group "
+                                 "another name (bench --seeds NAME=...).")
+    return doc
+
+
+def _check_reading_quality(quality: dict, n: int, where: str, path: Path) -> None:
+    """A reader's per-question F1 (``n`` numbers in [0, 1]) and same-answer flags (``n`` of 0 or 1)."""
+    scores = _require(quality, "question_f1", (list,), where, path)
+    same = _require(quality, "same_answer", (list,), where, path)
+    ok = (len(scores) == n and all(isinstance(v, _NUMBER) and not isinstance(v, bool) and 0 <= v <= 1 for v in scores)
+          and len(same) == n and all(v in (0, 1) and not isinstance(v, bool) for v in same))
+    if not ok:
+        raise GateInputError(f"{path}: {where}.question_f1 should be {n} scores from 0 to 1 and {where}.same_answer {n} "
+                             "flags (0 or 1), one per question. The file was edited or damaged; run the benchmark "
+                             "again.")
+
+
+def _check_tagging_quality(quality: dict, n: int, n_types: int, where: str, path: Path) -> None:
+    """A tagger's per-sentence entity counts ``(n, types, 3)`` and word agreement ``(n, 2)``, whole numbers."""
+    def whole(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    counts = _require(quality, "entity_counts", (list,), where, path)
+    agree = _require(quality, "word_agreement", (list,), where, path)
+    ok = (len(counts) == n and all(isinstance(row, list) and len(row) == n_types and all(
+        isinstance(c, list) and len(c) == 3 and all(whole(v) for v in c) for c in row) for row in counts)
+        and len(agree) == n and all(isinstance(r, list) and len(r) == 2 and all(whole(v) for v in r) for r in agree))
+    if not ok:
+        raise GateInputError(f"{path}: {where}.entity_counts should be {n} sentences of {n_types} types of (correct, "
+                             f"predicted, gold) counts and {where}.word_agreement {n} (same, words) pairs. The file was "
+                             "edited or damaged; run the benchmark again.")
+
+
