@@ -1,0 +1,48 @@
+"""The settings' fixed choices and shared texts: sampling orders, quantize methods, schedules, help strings.
+
+One place for each list a config field validates against and a flag offers (``compress.cli`` reads the
+fields' metadata, not these names again).
+"""
+
+from __future__ import annotations
+
+
+
+
+SAMPLINGS = ("group_by_length", "random", "sequential")
+#: ``distill --soft-labels``: who labels the training rows (compress.distill.int8_labels).
+SOFT_LABEL_RUNTIMES = ("auto", "pytorch", "onnx-int8")
+#: ``auto`` builds the teacher's INT8 copy only for at least this many rows still to label: building it
+#: (export and quantization) and checking it on validation cost about as much as labelling this many rows
+#: with the fp32 teacher, a ratio that does not depend on the teacher's size (both scale with it).
+SOFT_LABELS_AUTO_MIN_ROWS = 2000
+SOFT_LABELS_HELP = ("who labels the training rows and the transfer set: onnx-int8 (the teacher's ONNX Runtime INT8 "
+                    "copy, used only where it agrees with the PyTorch teacher on --soft-labels-min-agreement of the "
+                    "validation split), pytorch (the teacher itself), or auto (onnx-int8 on a CPU with VNNI when there "
+                    f"are at least {SOFT_LABELS_AUTO_MIN_ROWS:,} rows to label and no intermediate losses; else pytorch)")
+SCHEDULES = ("joint", "two-stage")
+IMPORTANCES = ("magnitude", "taylor")
+SCOPES = ("uniform", "global")
+QUANTIZE_METHODS = ("ort-dynamic", "torch-dynamic", "ort-static", "torch-bf16", "openvino-fp32", "openvino-int8")
+#: The fp32 ONNX graph the ONNX Runtime methods quantize (``None``: the method's default).
+QUANTIZE_GRAPHS = ("fused", "unfused")
+INIT_CHOICES = ("random", "teacher-layers", "minilm", "pretrained:PATH")
+#: Augmentation operations, in the order ``--augment-ops`` lists them by default.
+AUGMENT_OPS = ("replace", "mask", "delete", "swap")
+#: The flags of the data a stage reads; a recipe gives them once, in its ``data:`` section.
+DATA_KEYS = ("data", "text_column", "text_pair_column", "label_column", "limit", "split_seed")
+#: The training flags every training command has (``prune`` has a subset, see :class:`PruneConfig`).
+TRAIN_FLAGS = ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "max_steps", "save_steps",
+               "sampling")
+PRUNE_TRAIN_FLAGS = ("lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "save_steps", "sampling")
+#: The help of ``--precision``, the one setting every stage that trains or runs a model has (:func:`_precision`).
+PRECISION_HELP = ("auto (default): bf16 autocast only where the device runs it natively (a CPU with avx512_bf16 or "
+                  "amx_bf16, a GPU with bf16; fp16 on a GPU without), fp32 otherwise; or fp32, bf16, fp16 (GPU). "
+                  "The choice and its reason are printed and recorded in compress.json")
+#: The bench presets. FULL: the anchors of the design notes, 50 warm-up and 300 timed runs. QUICK
+#: (``--quick``): a smoke run that finishes in seconds, for CI plumbing and trying the command out.
+FULL = {"warmup": 50, "runs": 300, "batch_sizes": (1, 8, 32), "seq_lens": (32, 128), "limit": None}
+QUICK = {"warmup": 3, "runs": 10, "batch_sizes": (1,), "seq_lens": (32,), "limit": 64}
+
+
+__all__ = ['SAMPLINGS', 'SOFT_LABEL_RUNTIMES', 'SOFT_LABELS_AUTO_MIN_ROWS', 'SOFT_LABELS_HELP', 'SCHEDULES', 'IMPORTANCES', 'SCOPES', 'QUANTIZE_METHODS', 'QUANTIZE_GRAPHS', 'INIT_CHOICES', 'AUGMENT_OPS', 'DATA_KEYS', 'TRAIN_FLAGS', 'PRUNE_TRAIN_FLAGS', 'PRECISION_HELP', 'FULL', 'QUICK']
