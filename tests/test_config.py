@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,8 @@ from tests.conftest import make_bert, sentiment_rows, write_csv
 #: Flags of each command that are not settings of its config: where the artifact goes, and --debug.
 NOT_SETTINGS = {"out", "debug", "command", "func", "help"}
 DATA_FLAGS = {"data", "text_column", "text_pair_column", "label_column", "limit", "split_seed"}
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_types_are_checked_with_the_key_named():
@@ -179,3 +182,20 @@ def test_compress_json_config_reloads_into_the_config_that_made_it(chain, stage)
     assert reloaded == cfg
     assert reloaded.to_dict() == saved
     assert reloaded.fingerprint() == cfg.fingerprint()
+
+
+def test_no_flag_of_a_stage_spells_out_a_default():
+    """Each stage flag's default, type and choices come from its config field (``cli._option``); only the flags
+    of commands that are not stages (``predict``, ``students``) may carry a literal default of their own."""
+    import ast
+
+    tree = ast.parse((ROOT / "compress" / "cli.py").read_text(encoding="utf-8"))
+    literal = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+            for kw in node.keywords:
+                if kw.arg == "default" and isinstance(kw.value, (ast.Constant, ast.List, ast.Tuple)) \
+                        and not (isinstance(kw.value, ast.Constant) and kw.value.value in (None, False)):
+                    literal.append((node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else "?",
+                                    node.lineno))
+    assert {flag for flag, _ in literal} <= {"--num-labels", "--batch-size"}, literal

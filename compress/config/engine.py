@@ -375,6 +375,18 @@ def _precision() -> Any:
     return field(default="auto", metadata={**_choices(*PRECISIONS), "help": PRECISION_HELP})
 
 
+def setting(cls: type, key: str) -> tuple[Any, Any, Any]:
+    """``(field, default, type hint)`` of config ``cls``'s flat key ``key`` (a nested one through ``FLAT``: ``epochs``
+    is ``train.epochs``). The default is the one ``cls()`` holds, so a nested setting gets the stage's own
+    (the teacher's 2 epochs, distill's 3): what a flag made from it (``compress.cli``) offers."""
+    parent, sub = cls.FLAT.get(key, (None, key))
+    owner, value = cls, cls()
+    if parent is not None:
+        owner, value = cls._nested_class(get_type_hints(cls)[parent]), getattr(value, parent)
+    f = next(f for f in dataclasses.fields(owner) if f.name == sub)
+    return f, getattr(value, sub), get_type_hints(owner)[sub]
+
+
 def flag_options(cls: type, name: str) -> dict[str, Any]:
     """``argparse`` keywords (default, choices, help) of the setting ``name`` of config ``cls``, from its field."""
     f = next(f for f in dataclasses.fields(cls) if f.name == name)  # type: ignore[arg-type]
@@ -411,4 +423,4 @@ def _legacy_bf16(d: Mapping[str, Any], prefix: str) -> tuple[Mapping[str, Any], 
     return d, []
 
 
-__all__ = ['Problem', 'ConfigError', 'ConfigBase', 'canonical_sha256', 'flag_options']
+__all__ = ['setting', 'Problem', 'ConfigError', 'ConfigBase', 'canonical_sha256', 'flag_options']
