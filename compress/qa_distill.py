@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.artifact import read_meta, weights_sha256, write_model_artifact
+from compress.artifact import read_meta, weights_sha256
 from compress.assets import cache_dir
 from compress.errors import CompressError
 from compress.modeling import count_parameters, load_classifier
@@ -51,8 +50,9 @@ from compress.tasks import get_task
 from compress.tasks.qa_data import QATaskData, load_qa_data
 from compress.tasks.qa_features import qa_features
 from compress.tasks.task_choice import QA, model_head
-from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler, interrupt_callback,
-                               is_main_process, resume_point, run_trainer, training_arguments)
+from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler,
+                               interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
+                               write_trained_artifact)
 
 #: Stands in for -inf where a position is padding: finite, so ``0 * log q`` stays 0 in the soft CE.
 MASKED = -1.0e4
@@ -67,7 +67,8 @@ class PairTemplate:
     suffix: tuple[int, ...]
     types: tuple[tuple[int, ...], int, tuple[int, ...], int, tuple[int, ...]]  # prefix, q, middle, p, suffix
 
-    def build(self, question: Sequence[int], passage: Sequence[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+    def build(self, question: Sequence[int],
+              passage: Sequence[int]) -> tuple[list[int], list[int], list[int], list[int]]:
         """``(input_ids, token_type_ids, question positions, passage positions)`` of one pair."""
         ids = [*self.prefix, *question, *self.middle, *passage, *self.suffix]
         t_pre, t_q, t_mid, t_p, t_suf = self.types
@@ -137,7 +138,8 @@ def _role_map(offsets: Sequence[tuple[int, int]], segment: tuple[int, int]) -> t
     return special, question, passage
 
 
-def teacher_windows(windows, student_tok: Any, teacher_tok: Any) -> tuple[list[list[int]], list[list[int]], list[np.ndarray]]:
+def teacher_windows(windows, student_tok: Any,
+                    teacher_tok: Any) -> tuple[list[list[int]], list[list[int]], list[np.ndarray]]:
     """The student's windows spelled in the teacher's vocabulary: ``(input_ids, token_type_ids, index)``
     per window, where ``index[p]`` is the teacher position that student position ``p`` reads from."""
     template = pair_template(teacher_tok)
@@ -150,8 +152,8 @@ def teacher_windows(windows, student_tok: Any, teacher_tok: Any) -> tuple[list[l
         t_p = teacher_tok.convert_tokens_to_ids([pieces[p] for p in passage])
         if unk is not None and any(t == unk and pieces[p] != teacher_tok.unk_token
                                    for t, p in zip([*t_q, *t_p], [*question, *passage])):
-            raise CompressError(f"window {w}: a word piece of the student is not in the teacher's vocabulary; distilling "
-                                "a reader needs both to share one (see compress.qa_distill).")
+            raise CompressError(f"window {w}: a word piece of the student is not in the teacher's vocabulary; "
+                                "distilling a reader needs both to share one (see compress.qa_distill).")
         t_ids, t_types, t_qpos, t_ppos = template.build(t_q, t_p)
         t_special = template.special_positions(len(t_q), len(t_p))
         index = np.zeros(len(ids), dtype=np.int64)
@@ -216,12 +218,14 @@ def span_distillation_loss(start_logits, end_logits, attention_mask, soft_start,
     total = start_logits.new_zeros(())
     student = [x.float().masked_fill(~real, MASKED) for x in (start_logits, end_logits)]
     if alpha_kd > 0:
-        teacher = [t.to(start_logits.device).nan_to_num(MASKED).masked_fill(~real, MASKED) for t in (soft_start, soft_end)]
+        teacher = [t.to(start_logits.device).nan_to_num(MASKED).masked_fill(~real, MASKED)
+                   for t in (soft_start, soft_end)]
         terms["soft_ce"] = (soft_cross_entropy(student[0], teacher[0], temperature)
                             + soft_cross_entropy(student[1], teacher[1], temperature)) / 2
         total = total + alpha_kd * terms["soft_ce"]
     if alpha_hard > 0:
-        terms["hard_ce"] = (hard_cross_entropy(student[0], start_positions) + hard_cross_entropy(student[1], end_positions)) / 2
+        terms["hard_ce"] = (hard_cross_entropy(student[0], start_positions)
+                            + hard_cross_entropy(student[1], end_positions)) / 2
         total = total + alpha_hard * terms["hard_ce"]
     return {"loss": total, **terms}
 
@@ -261,11 +265,6 @@ def _load_teacher(teacher: str | os.PathLike):
     return t_model, t_tok, meta.get("weights_sha256") or weights_sha256(teacher), meta, names
 
 
-#: DistillConfig settings span-reader distillation does not apply yet, with the value that means "off".
-UNSUPPORTED = {"intermediate": False, "unlabeled": None, "augment": 0, "losses": None, "kd_loss": "soft_ce",
-               "schedule": "joint"}
-
-
 def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     """``bert-compress distill`` on question-answering data: the student built by the student factory
     from ``--student``/``--init`` as a reader, then distilled on the teacher's window logits."""
@@ -274,10 +273,8 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     from compress.device import resolve_precision, training_device
 
     cfg.validate()
-    for name, off in UNSUPPORTED.items():
-        if getattr(cfg, name) != off:
-            raise CompressError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: distilling a span reader uses soft "
-                                "CE over window positions plus hard CE only, for now; leave it out for QA data.")
+    cfg.refuse_beyond_logits("a span reader uses soft CE over window positions plus hard CE only, for now; leave "
+                             "it out for QA data.")
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device).precision
     data = load_qa_data(cfg.data.data, seed=cfg.data.split_seed).subset(cfg.data.limit, seed=cfg.data.split_seed)
@@ -370,9 +367,7 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
     }
     if not is_main_process():
         return Path(out)
-    path = write_model_artifact(out, s_model, s_tok, meta)
-    if checkpoint_dir(out).exists():
-        shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
+    path = write_trained_artifact(out, s_model, s_tok, meta)
     parts = [f"{n} F1 {m['f1']:.4f} (teacher {m['teacher_f1']:.4f}; exact match {m['exact_match']:.4f}, "
              f"F1 against the teacher's answers {m['reference_f1']:.4f})" for n, m in metrics.items()]
     print("student: " + "; ".join(parts))

@@ -25,7 +25,6 @@ export, INT8, Predictor) do not take QA artifacts yet.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.artifact import read_meta, write_model_artifact
+from compress.artifact import read_meta
 from compress.assets import resolve_model
 from compress.config import TeacherConfig
 from compress.hub import snapshot_origin
@@ -43,7 +42,7 @@ from compress.tasks.qa_data import QATaskData, load_qa_data
 from compress.tasks.qa_features import decode_spans, encode_qa, qa_features
 from compress.tasks.task_choice import QA, check_model_task
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, guarded_trainer, interrupt_callback,
-                               is_main_process, resume_point, run_trainer, training_arguments)
+                               is_main_process, resume_point, run_trainer, training_arguments, write_trained_artifact)
 
 #: Columns a span reader takes (``token_type_ids`` only when the tokenizer makes them).
 MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
@@ -249,9 +248,7 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     }
     if not is_main_process():
         return Path(out)
-    path = write_model_artifact(out, model, tokenizer, meta)
-    if checkpoint_dir(out).exists():
-        shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
+    path = write_trained_artifact(out, model, tokenizer, meta)
     weights = (read_meta(path) or {}).get("weights_sha256")
     for name, given in answers.items():  # for distill, which scores this teacher on the same splits
         store_answers(weights, reader_windows(tokenizer, data.splits[name], cfg.max_length, stride), allow_null,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.artifact import read_meta, weights_sha256, write_model_artifact
+from compress.artifact import read_meta, weights_sha256
 from compress.assets import cache_dir
 from compress.config import TrainSettings
 from compress.errors import CompressError
@@ -45,7 +44,7 @@ from compress.tasks.token_data import TokenTaskData, load_token_data
 from compress.tasks.token_training import (sentence_word_logits, token_collator, token_logits, tokenize_tagged_split,
                                            word_tags)
 from compress.training import (check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
-                               is_main_process, resume_point, run_trainer, training_arguments)
+                               is_main_process, resume_point, run_trainer, training_arguments, write_trained_artifact)
 from compress.windows import default_stride
 
 
@@ -180,11 +179,6 @@ def distill_tagger(teacher: str | os.PathLike, student: str | os.PathLike, data:
                     train or TrainSettings(), temperature, alpha_kd, alpha_hard, max_length, resume, precision, settings)
 
 
-#: DistillConfig settings the word-level distillation does not apply yet, with the value that means "off".
-UNSUPPORTED = {"intermediate": False, "unlabeled": None, "augment": 0, "losses": None, "kd_loss": "soft_ce",
-               "schedule": "joint"}
-
-
 def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     """``bert-compress distill`` on tagging data: the student built by the student factory from
     ``--student``/``--init`` as a tagger, then distilled per word (:func:`_distill`)."""
@@ -193,10 +187,8 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     from compress.device import resolve_precision, training_device
 
     cfg.validate()
-    for name, off in UNSUPPORTED.items():
-        if getattr(cfg, name) != off:
-            raise CompressError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: distilling a tagger uses soft CE "
-                                "over words plus hard CE only, for now; leave it out for tagging data.")
+    cfg.refuse_beyond_logits("a tagger uses soft CE over words plus hard CE only, for now; leave it out for "
+                             "tagging data.")
     precision = resolve_precision(cfg.precision, training_device(cfg.device)).precision
     t_model, t_tok, weights, task = _load_teacher(cfg.teacher, cfg.data.data)
     s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, task.label_names, cfg.layer_map, cfg.train.seed,
@@ -272,9 +264,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     }
     if not is_main_process():
         return Path(out)
-    path = write_model_artifact(out, s_model, s_tok, meta)
-    if checkpoint_dir(out).exists():
-        shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
+    path = write_trained_artifact(out, s_model, s_tok, meta)
     parts = [f"{n} entity F1 {m['entity_f1']:.4f} (teacher {m['teacher_entity_f1']:.4f}, word agreement "
              f"{m['token_agreement']:.4f})" for n, m in metrics.items()]
     print("student: " + "; ".join(parts))

@@ -24,6 +24,17 @@ def checkpoint_dir(out: str | os.PathLike) -> Path:
     return out.parent / f"{out.name}.checkpoints"
 
 
+def write_trained_artifact(out: str | os.PathLike, model: Any, tokenizer: Any, meta: dict[str, Any]) -> Path:
+    """The trained model's artifact, written atomically, then its Trainer checkpoints removed: they exist only
+    to resume a run that did not finish, and a finished one must not leave a second copy that looks current."""
+    from compress.artifact import write_model_artifact
+
+    path = write_model_artifact(out, model, tokenizer, meta)
+    if checkpoint_dir(out).exists():
+        shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
+    return path
+
+
 def last_checkpoint(folder: Path) -> str | None:
     """The newest *complete* ``checkpoint-N`` folder, or ``None``.
 

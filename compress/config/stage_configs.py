@@ -12,6 +12,7 @@ from compress.config.choices import (SOFT_LABEL_RUNTIMES, SOFT_LABELS_HELP, SCHE
 from compress.config.engine import (Problem, _choices, _Bad, _is_int, ConfigBase, _problem, _device_problems,
                                     _precision)
 from compress.config.shared import DataOptions, TrainSettings, StudentSpec, transfer_problems
+from compress.errors import CompressError
 from compress.losses import check_terms
 from compress.losses import names as loss_names
 
@@ -149,6 +150,18 @@ class DistillConfig(ConfigBase):
     soft_labels_min_agreement: float = field(default=0.995, metadata={
         "help": "use the INT8 teacher's labels only where its answers agree with the PyTorch teacher's on at least this "
                 "share of the validation split (default 0.995)"})
+
+    #: The settings beyond logit distillation, each with the value that means "off": what the tagger's and the
+    #: reader's distillation (soft CE over words or window positions, plus hard CE) do not apply yet.
+    BEYOND_LOGITS: ClassVar[dict[str, Any]] = {"intermediate": False, "unlabeled": None, "augment": 0, "losses": None,
+                                               "kd_loss": "soft_ce", "schedule": "joint"}
+
+    def refuse_beyond_logits(self, what: str) -> None:
+        """One line naming the first setting of :attr:`BEYOND_LOGITS` that is on, for a distillation that does not
+        apply it (``what``: ``"a tagger uses soft CE over words plus hard CE only, for now; ... tagging data"``)."""
+        for name, off in self.BEYOND_LOGITS.items():
+            if getattr(self, name) != off:
+                raise CompressError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: distilling {what}")
 
     def problems(self) -> list[Problem]:
         problems = self._nested_problems("train") + self._nested_problems("student") + _device_problems(self)
