@@ -143,6 +143,19 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
     pd.DataFrame(rows).to_csv(path, index=False)
     return path
 
+def gate_verdict(results_dir: Path, tmp_path: Path, rules: str, baseline: Path | None = None) -> tuple[int, str]:
+    """``bert-compress gate`` on ``results_dir/results.json`` with the rules text ``rules``: (exit code, its table)."""
+    import io
+
+    from benchmarks.gate import run_gate
+
+    path = tmp_path / "rules.toml"
+    path.write_text(rules)
+    buf = io.StringIO()
+    code = run_gate(results_dir / "results.json", path, baseline=baseline, out=buf, step_summary="")
+    return code, buf.getvalue()
+
+
 
 def run_cli(argv: list[str], capsys, threads: int = 1):
     """``bert-compress ARGV`` through the CLI's ``main`` in this process, as a ``CompletedProcess``.

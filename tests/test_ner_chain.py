@@ -16,7 +16,7 @@ import pytest
 
 from compress.errors import CompressError
 
-from conftest import make_bert, sentiment_rows, write_csv
+from conftest import gate_verdict, make_bert, sentiment_rows, write_csv
 
 CITIES = [["Paris"], ["London"], ["Berlin"], ["Madrid"], ["Rome"], ["New", "York"], ["San", "Francisco"]]
 PEOPLE = [["Alice"], ["Maria"], ["Peter"], ["John"]]
@@ -601,20 +601,9 @@ def test_bench_scores_a_tagger_on_entity_f1_per_sentence(trained, tagger_results
     assert "entity F1 [95%]" in report and "F1 LOC" in report and "word agreement" in report
 
 
-def _gate(results_dir: Path, tmp_path: Path, rules: str, baseline: Path | None = None) -> tuple[int, str]:
-    import io
-
-    from benchmarks.gate import run_gate
-
-    path = tmp_path / "rules.toml"
-    path.write_text(rules)
-    buf = io.StringIO()
-    code = run_gate(results_dir / "results.json", path, baseline=baseline, out=buf, step_summary="")
-    return code, buf.getvalue()
-
 
 def test_gate_decides_a_tagger_on_entity_f1(tagger_results, tmp_path):
-    code, out = _gate(tagger_results, tmp_path, "[rules]\nmax_f1_drop = 0.5\nmin_agreement = 0.5\n")
+    code, out = gate_verdict(tagger_results, tmp_path, "[rules]\nmax_f1_drop = 0.5\nmin_agreement = 0.5\n")
     assert code == 0, out
     assert "max_f1_drop" in out and "of words" in out
     # An artifact that tags every word O (its counts are those of that tagging): F1 0, the drop is the
@@ -630,13 +619,13 @@ def test_gate_decides_a_tagger_on_entity_f1(tagger_results, tmp_path):
     worse["quality"]["entity_f1"] = 0.0
     (tmp_path / "worse").mkdir()
     (tmp_path / "worse" / "results.json").write_text(json.dumps(results))
-    code, out = _gate(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_drop = 0.1\n")
+    code, out = gate_verdict(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_drop = 0.1\n")
     assert code == 1 and "entity F1 fell by -" not in out and "entity F1 fell by +" in out, out
-    code, out = _gate(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_regression = 0.1\n",
+    code, out = gate_verdict(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_regression = 0.1\n",
                       baseline=tagger_results / "results.json")
     assert code == 1 and "entity F1 fell" in out, out
     # A rerun against itself as the baseline: the same sentences, nothing fell.
-    code, out = _gate(tagger_results, tmp_path, "[rules]\nmax_f1_regression = 0.0\n",
+    code, out = gate_verdict(tagger_results, tmp_path, "[rules]\nmax_f1_regression = 0.0\n",
                       baseline=tagger_results / "results.json")
     assert code == 0 and "paired" in out, out
 
@@ -677,7 +666,7 @@ def test_gate_decides_a_seed_group_of_taggers_on_its_mean(tagger_results, tmp_pa
     same = _tagger_seed_group(results, [0, 0, 0])  # three identical seeds: the ONNX export's counts
     (tmp_path / "same").mkdir()
     (tmp_path / "same" / "results.json").write_text(json.dumps(same))
-    code, out = _gate(tmp_path / "same", tmp_path, "[rules]\nmax_f1_drop = 0.5\nmin_agreement = 0.5\n")
+    code, out = gate_verdict(tmp_path / "same", tmp_path, "[rules]\nmax_f1_drop = 0.5\nmin_agreement = 0.5\n")
     assert code == 0 and "mean of 3 seeds" in out and "not gated as a group" not in out, out
     ref = next(a for a in same["artifacts"] if a["is_reference"])["quality"]["entity_counts"]
     members = [a["quality"]["entity_counts"] for a in same["artifacts"] if a["name"].startswith("student-s")]
@@ -688,7 +677,7 @@ def test_gate_decides_a_seed_group_of_taggers_on_its_mean(tagger_results, tmp_pa
     worse = _tagger_seed_group(results, [2, 3, 2])
     (tmp_path / "worse").mkdir()
     (tmp_path / "worse" / "results.json").write_text(json.dumps(worse))
-    code, out = _gate(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_drop = 0.05\n")
+    code, out = gate_verdict(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_drop = 0.05\n")
     assert code == 1 and "mean of 3 seeds" in out and "entity F1 fell by +" in out, out
     drops = [float(f1_drop_interval(ref, a["quality"]["entity_counts"]).estimate)
              for a in worse["artifacts"] if a["name"].startswith("student-s")]
@@ -697,16 +686,16 @@ def test_gate_decides_a_seed_group_of_taggers_on_its_mean(tagger_results, tmp_pa
         sum(drops) / 3)
     # Against the identical group as the baseline: Welch's t over per-seed F1 fails the fall; the group against
     # itself is no change at all.
-    code, out = _gate(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_regression = 0.05\n",
+    code, out = gate_verdict(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_regression = 0.05\n",
                       baseline=tmp_path / "same" / "results.json")
     assert code == 1 and "mean of 3 seeds against 3" in out, out
-    code, out = _gate(tmp_path / "same", tmp_path, "[rules]\nmax_f1_regression = 0.0\n",
+    code, out = gate_verdict(tmp_path / "same", tmp_path, "[rules]\nmax_f1_regression = 0.0\n",
                       baseline=tmp_path / "same" / "results.json")
     assert code == 0, out
 
 
 def test_gate_refuses_classifier_rules_on_a_tagger_in_one_line(tagger_results, tmp_path, capsys):
-    code, _ = _gate(tagger_results, tmp_path, "[rules]\nmax_accuracy_drop = 0.01\n")
+    code, _ = gate_verdict(tagger_results, tmp_path, "[rules]\nmax_accuracy_drop = 0.01\n")
     err = capsys.readouterr().err
     assert code == 3 and "these results are a tagger's (entity F1): use max_f1_drop" in err
     assert len(err.strip().splitlines()) == 1

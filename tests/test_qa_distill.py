@@ -20,17 +20,14 @@ import pytest
 from compress.config import DataOptions, DistillConfig, StudentSpec, TeacherConfig, TrainSettings
 from compress.errors import CompressError
 from tests.conftest import make_bert, make_mpnet, make_mpnet_tokenizer, make_tokenizer
-from tests.test_qa_teacher import squad_file
+from tests.test_qa_teacher import squad_splits
 
 MAX_LENGTH = 48
 
 
 @pytest.fixture(scope="module")
 def squad(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("squad")
-    for split, n, seed in (("train", 200, 1), ("validation", 40, 2), ("test", 40, 3)):
-        squad_file(root / f"{split}.json", n, seed)
-    return root
+    return squad_splits(tmp_path_factory.mktemp("squad"))
 
 
 @pytest.fixture(scope="module")

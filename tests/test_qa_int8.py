@@ -14,16 +14,13 @@ from pathlib import Path
 import pytest
 
 from compress.config import DataOptions, TeacherConfig, TrainSettings
-from tests.conftest import make_bert
-from tests.test_qa_teacher import squad_file
+from tests.conftest import gate_verdict, make_bert
+from tests.test_qa_teacher import squad_splits
 
 
 @pytest.fixture(scope="module")
 def squad(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("squad")
-    for split, n, seed in (("train", 200, 1), ("validation", 40, 2), ("test", 40, 3)):
-        squad_file(root / f"{split}.json", n, seed)
-    return root
+    return squad_splits(tmp_path_factory.mktemp("squad"))
 
 
 @pytest.fixture(scope="module")
@@ -149,22 +146,11 @@ def test_bench_scores_a_reader_on_squad_f1_per_question(reader, reader_results):
     assert "F1 [95%]" in report and "same answer" in report and "exact match" in report
 
 
-def _gate(results_dir: Path, tmp_path: Path, rules: str, baseline: Path | None = None) -> tuple[int, str]:
-    import io
-
-    from benchmarks.gate import run_gate
-
-    path = tmp_path / "rules.toml"
-    path.write_text(rules)
-    buf = io.StringIO()
-    code = run_gate(results_dir / "results.json", path, baseline=baseline, out=buf, step_summary="")
-    return code, buf.getvalue()
-
 
 def test_gate_decides_a_reader_on_f1_paired_over_questions(reader_results, tmp_path, capsys):
     import copy
 
-    code, out = _gate(reader_results, tmp_path, "[rules]\nmax_f1_drop = 0.5\nmin_agreement = 0.5\n")
+    code, out = gate_verdict(reader_results, tmp_path, "[rules]\nmax_f1_drop = 0.5\nmin_agreement = 0.5\n")
     assert code == 0, out
     assert "max_f1_drop" in out and "of answers identical" in out
     # An artifact that answers nothing right: F1 0 on every question, so the drop is the reference's whole F1.
@@ -174,23 +160,23 @@ def test_gate_decides_a_reader_on_f1_paired_over_questions(reader_results, tmp_p
     worse["quality"].update(question_f1=[0.0] * n, f1=0.0, same_answer=[0] * n, agreement=0.0)
     (tmp_path / "worse").mkdir()
     (tmp_path / "worse" / "results.json").write_text(json.dumps(results))
-    code, out = _gate(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_drop = 0.1\nmin_agreement = 0.5\n")
+    code, out = gate_verdict(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_drop = 0.1\nmin_agreement = 0.5\n")
     assert code == 1 and "F1 fell by +" in out and "entity" not in out, out
-    code, out = _gate(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_regression = 0.1\n",
+    code, out = gate_verdict(tmp_path / "worse", tmp_path, "[rules]\nmax_f1_regression = 0.1\n",
                       baseline=reader_results / "results.json")
     assert code == 1 and "F1 fell" in out, out
-    code, out = _gate(reader_results, tmp_path, "[rules]\nmax_f1_regression = 0.0\n",
+    code, out = gate_verdict(reader_results, tmp_path, "[rules]\nmax_f1_regression = 0.0\n",
                       baseline=reader_results / "results.json")
     assert code == 0 and "paired" in out, out
     # A classifier's accuracy rule on a reader's results is refused in one line.
-    code, out = _gate(reader_results, tmp_path, "[rules]\nmax_accuracy_drop = 0.1\n")
+    code, out = gate_verdict(reader_results, tmp_path, "[rules]\nmax_accuracy_drop = 0.1\n")
     assert code == 3 and "a reader's (SQuAD F1)" in capsys.readouterr().err
     # A damaged per-question list is a clear input error, not a silent pass.
     damaged = copy.deepcopy(json.loads((reader_results / "results.json").read_text()))
     damaged["artifacts"][1]["quality"]["question_f1"] = damaged["artifacts"][1]["quality"]["question_f1"][:-1]
     (tmp_path / "damaged").mkdir()
     (tmp_path / "damaged" / "results.json").write_text(json.dumps(damaged))
-    code, out = _gate(tmp_path / "damaged", tmp_path, "[rules]\nmax_f1_drop = 0.5\n")
+    code, out = gate_verdict(tmp_path / "damaged", tmp_path, "[rules]\nmax_f1_drop = 0.5\n")
     assert code == 3 and "question_f1 should be 40 scores" in capsys.readouterr().err
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from compress.pipeline import load_recipe, plan, run_recipe
 from tests.conftest import make_bert
-from tests.test_qa_teacher import squad_file
+from tests.test_qa_teacher import squad_splits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,10 +23,7 @@ def test_the_shipped_qa_recipe_plans_the_whole_chain():
 
 
 def test_a_reader_recipe_runs_end_to_end_and_its_gate_decides_f1(tmp_path):
-    data = tmp_path / "squad"
-    data.mkdir()
-    for split, n, seed in (("train", 200, 1), ("validation", 40, 2), ("test", 40, 3)):
-        squad_file(data / f"{split}.json", n, seed)
+    data = squad_splits(tmp_path / "squad")
     encoder = make_bert(tmp_path / "encoder", layers=2)
     recipe = tmp_path / "qa.yaml"
     recipe.write_text(f"""\

@@ -42,12 +42,17 @@ def squad_file(path: Path, questions: int, seed: int) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def squad_folder(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("squad")
+def squad_splits(root: Path) -> Path:
+    """``root`` holding train (200 questions), validation and test (40 each) synthetic SQuAD files."""
+    root.mkdir(parents=True, exist_ok=True)
     for split, n, seed in (("train", 200, 1), ("validation", 40, 2), ("test", 40, 3)):
         squad_file(root / f"{split}.json", n, seed)
     return root
+
+
+@pytest.fixture(scope="module")
+def squad_folder(tmp_path_factory) -> Path:
+    return squad_splits(tmp_path_factory.mktemp("squad"))
 
 
 def test_squad_files_and_folders_are_question_answering_data(squad_folder, tmp_path):
