@@ -214,7 +214,8 @@ def cmd_predict(a: argparse.Namespace) -> int:
         from compress.reading import read_passage
 
         passage = read_passage(a.model, a.question, a.context_file, a.texts)
-        for r in predictor.predict([(q, passage) for q in a.question], batch_size=a.batch_size):
+        for r in predictor.predict([(q, passage) for q in a.question], batch_size=a.batch_size, n_best=a.n_best,
+                                   max_answer_length=a.max_answer_length):
             print(f"{r['answer'] or '(no answer)'}\tscore={r['score']:.4f}\tchars {r['start']}-{r['end']}\t{r['question']}")
         return 0
     if a.question or a.context_file:
@@ -299,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  QuantizeConfig, TeacherConfig, flag_options)
     from compress.windows import POOLINGS
     from compress.tagging import AGGREGATIONS, DEFAULT_AGGREGATION
+    from compress.tasks.qa_features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST
 
     parser = argparse.ArgumentParser(
         prog="bert-compress",
@@ -458,8 +460,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32, help="texts per batch (default 32)")
     p.add_argument("--max-length", type=int, default=None,
                    help="window length in tokens; longer texts are read in overlapping windows (default: the artifact's)")
-    p.add_argument("--stride", type=int, default=None,
-                   help="tokens two neighbouring windows share (default: the artifact's, else a quarter of the window)")
+    p.add_argument("--stride", "--doc-stride", dest="stride", type=int, default=None,
+                   help="tokens two neighbouring windows share; a reader's passage overlap (--doc-stride) "
+                        "(default: the artifact's, else a quarter of the window)")
     p.add_argument("--pooling", choices=POOLINGS, default=None,
                    help="how a long text's window logits become one: mean or max (default: the artifact's, else mean)")
     _add_device_flag(p, "the artifact (ONNX: CUDAExecutionProvider when onnxruntime-gpu is installed)")
@@ -467,6 +470,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--aggregation", choices=AGGREGATIONS, default=DEFAULT_AGGREGATION,
                    help="a tagger: how a word's sub-tokens give its tag (default first, as it was trained)")
     p.add_argument("--word-tags", action="store_true", help="a tagger: print every word's tag too")
+    p.add_argument("--n-best", type=int, default=DEFAULT_N_BEST,
+                   help=f"a reader: start and end candidates paired per window (default {DEFAULT_N_BEST})")
+    p.add_argument("--max-answer-length", type=int, default=DEFAULT_MAX_ANSWER_LENGTH,
+                   help=f"a reader: the longest answer in tokens (default {DEFAULT_MAX_ANSWER_LENGTH})")
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("run", help="run the stages a recipe (YAML) names, skipping finished ones")

@@ -4,7 +4,7 @@ Each input is a ``(question, passage)`` pair. The passage is read in the windows
 trained with (``stride`` from its ``compress.json``; only the passage is windowed, every window
 repeats the question), every window gives a start and an end logit per token, and the answer is the
 best span over all windows (:func:`compress.tasks.qa_features.decode_spans`: n-best starts and ends
-per window, at most 30 tokens, mapped back to the passage's characters; the null answer competes
+per window, at most 30 tokens by default, mapped back to the passage's characters; the null answer competes
 when the reader was trained on SQuAD 2.0 data, ``allow_null`` in its ``compress.json``). numpy and
 the tokenizer only, so an ONNX reader is served without torch like the other tasks.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from compress.errors import CompressError
-from compress.tasks.qa_features import decode_spans
+from compress.tasks.qa_features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST, decode_spans
 
 
 def _pairs(inputs: Any) -> tuple[list[str], list[str]]:
@@ -38,16 +38,23 @@ def _pairs(inputs: Any) -> tuple[list[str], list[str]]:
     return questions, passages
 
 
-def answer_questions(predictor, inputs: Sequence[tuple[str, str]], batch_size: int = 32) -> list[dict[str, Any]]:
+def answer_questions(predictor, inputs: Sequence[tuple[str, str]], batch_size: int = 32, *,
+                     n_best: int = DEFAULT_N_BEST, max_answer_length: int = DEFAULT_MAX_ANSWER_LENGTH
+                     ) -> list[dict[str, Any]]:
     """One dict per question: ``question``, ``answer`` (a span of the passage, ``""`` for no answer),
-    ``start`` / ``end`` (characters in the passage: ``passage[start:end] == answer``) and ``score``."""
+    ``start`` / ``end`` (characters in the passage: ``passage[start:end] == answer``) and ``score``.
+
+    ``n_best`` starts and ends are paired in each window and a span holds at most ``max_answer_length``
+    tokens (``run_qa.py``'s 20 and 30): a longer limit finds long answers (addresses, lists) at the cost
+    of more spurious long spans."""
     questions, passages = _pairs(inputs)
     if not questions:
         return []
     windows = predictor.encode(list(zip(questions, passages)))
     rows = predictor.run_windows(windows, batch_size)
     allow_null = bool((predictor.meta or {}).get("allow_null", False))
-    decoded = decode_spans(windows, [r[:, 0] for r in rows], [r[:, 1] for r in rows], passages, allow_null=allow_null)
+    decoded = decode_spans(windows, [r[:, 0] for r in rows], [r[:, 1] for r in rows], passages, n_best=n_best,
+                           max_answer_length=max_answer_length, allow_null=allow_null)
     return [{"question": q, "answer": d["answer"], "start": d["start"], "end": d["end"], "score": d["score"]}
             for q, d in zip(questions, decoded)]
 

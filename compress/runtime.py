@@ -354,12 +354,14 @@ class Predictor:
         return windows.batches(batch_size, pad_id, self.need_token_types)
 
     def predict(self, texts: Text | Sequence[Text], batch_size: int = 32, aggregation: str = "first",
-                word_tags: bool = False) -> Any:
+                word_tags: bool = False, **reading: int) -> Any:
         """``(labels, probabilities)``: the label name and the softmax over labels for each input.
 
         For a span reader (``question-answering``): ``texts`` are ``(question, passage)`` tuples, and the
         result one dict per question, ``{"question", "answer", "start", "end", "score"}`` with character
-        offsets into the passage (:mod:`compress.reading`).
+        offsets into the passage (:mod:`compress.reading`); ``n_best=`` and ``max_answer_length=`` set its
+        span search (:func:`compress.reading.answer_questions`), and the windows' overlap (the doc stride)
+        is ``stride`` (:meth:`set_windows`).
 
         For a tagger (``self.task == "token-classification"``): a list with one dict per text,
         ``{"text", "entities": [{"type", "start", "end", "text", "score"}, ...]}``, character offsets
@@ -374,7 +376,10 @@ class Predictor:
         if self.task == QA:
             from compress.reading import answer_questions
 
-            return answer_questions(self, texts, batch_size)
+            return answer_questions(self, texts, batch_size, **reading)
+        if reading:
+            raise CompressError(f"{', '.join(sorted(reading))}: span-search settings of a question-answering model; "
+                                f"this is a {self.task} model.")
         probs = softmax(self.logits(texts, batch_size))
         return [self.label_names[i] for i in probs.argmax(-1)], probs
 

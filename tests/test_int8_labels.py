@@ -71,7 +71,9 @@ def test_int8_labels_are_used_when_they_agree_and_cached_under_their_own_key(tea
                                                                             monkeypatch):
     teacher, data = teacher_and_data
     monkeypatch.setenv("BERT_COMPRESS_CACHE", str(tmp_path / "cache"))  # no soft label of this teacher cached yet
-    meta = _distill(teacher, data, tmp_path / "student", soft_labels="onnx-int8", soft_labels_min_agreement=0.9)
+    # fp32 throughout: the PyTorch labels cached below are fp32 ones (auto would pick bf16 on a CPU that has it)
+    meta = _distill(teacher, data, tmp_path / "student", soft_labels="onnx-int8", soft_labels_min_agreement=0.9,
+                    precision="fp32")
     labels = meta["distillation"]["soft_labels"]
     assert labels["runtime"] == INT8_TAG and labels["validation_agreement"] >= 0.9 and labels["validation_n"] > 0
     assert "agrees with the PyTorch teacher on" in labels["reason"]
@@ -94,7 +96,8 @@ def test_int8_labels_are_used_when_they_agree_and_cached_under_their_own_key(tea
     assert not np.array_equal(int8, fp32)  # really another runtime's numbers
 
     # teacher_logits above cached the fp32 labels too: a second run has no row left to label.
-    again = _distill(teacher, data, tmp_path / "again", soft_labels="onnx-int8", soft_labels_min_agreement=0.9)
+    again = _distill(teacher, data, tmp_path / "again", soft_labels="onnx-int8", soft_labels_min_agreement=0.9,
+                     precision="fp32")
     assert again["distillation"]["soft_labels"]["runtime"] == "pytorch"
     assert again["distillation"]["soft_labels_reused"]["train"] is True
 

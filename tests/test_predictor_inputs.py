@@ -93,3 +93,9 @@ def test_every_accepted_form_predicts(predictors, kind):
     assert predictor.logits([]).shape == (0, 2)
     labels, probs = predictor.predict(texts)
     assert labels == [predictor.label_names[i] for i in expected.argmax(-1)] and np.allclose(probs.sum(-1), 1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_readers_span_settings_on_a_classifier_are_one_clear_error(predictors, kind):
+    with pytest.raises(CompressError, match=r"^max_answer_length, n_best: span-search settings of a question-answering"):
+        predictors[kind].predict(["good"], n_best=3, max_answer_length=10)

@@ -191,8 +191,14 @@ def test_predict_command_answers_questions_about_a_passage_file(reader, tmp_path
     assert len(lines) == 2 and all(line.startswith("silver\tscore=") for line in lines)
     start, end = (int(x) for x in lines[0].split("\t")[2].removeprefix("chars ").split("-"))
     assert passage.read_text()[start:end] == "silver"
+    # The span search's settings, as run_qa.py users know them; the one-word answer survives the tightest.
+    assert main(["predict", "--model", str(reader), "--question", "what is the key ?", "--context-file", str(passage),
+                 "--doc-stride", "8", "--n-best", "1", "--max-answer-length", "1", "--threads", "1"]) == 0
+    assert capsys.readouterr().out.startswith("silver\tscore=")
     for argv, expected in (([], "give --question Q"), (["--question", "q"], "give --question Q"),
                            (["--question", "q", "--context-file", str(tmp_path / "none.txt")], "no such file"),
+                           (["--question", "q", "--context-file", str(passage), "--n-best", "0"], "--n-best must be"),
+                           (["--question", "q", "--context-file", str(passage), "--doc-stride", "999"], "stride"),
                            (["a text"], "instead of positional texts")):
         assert main(["predict", "--model", str(reader), *argv]) != 0
         assert expected in capsys.readouterr().err

@@ -210,7 +210,7 @@ def test_bench_traffic_file_on_tiny_models(tmp_path, capsys):
     out = tmp_path / "bench"
     code = main(["bench", str(student), "--reference", str(teacher), "--data", str(data), "--out", str(out),
                  "--batch-sizes", "1", "--seq-lens", "16", "--threads", "1", "--warmup", "1", "--runs", "3",
-                 "--no-memory", "--traffic-file", str(traffic)])
+                 "--no-memory", "--traffic-file", str(traffic), "--precision", "fp32"])  # as the fp32 Predictors below
     printed = capsys.readouterr().out
     assert code == 0
     results = json.loads((out / "results.json").read_text())

@@ -334,7 +334,8 @@ def test_predict_command_windows_long_texts(classifier, capsys):
     assert main(["predict", "--model", str(classifier), "--max-length", "20", "--stride", "4", "--pooling", "max",
                  text]) == 0
     label, scores, echoed = capsys.readouterr().out.strip().split("\t")
-    labels, probs = Predictor.load(classifier, max_length=20, stride=4, pooling="max").predict([text])
+    # the command's default precision is auto (bf16 where the CPU runs it natively): the same here
+    labels, probs = Predictor.load(classifier, max_length=20, stride=4, pooling="max", precision="auto").predict([text])
     assert (label, echoed) == (labels[0], text)
     assert scores == " ".join(f"LABEL_{i}={p:.4f}" for i, p in enumerate(probs[0]))
     assert not np.allclose(probs, Predictor.load(classifier, max_length=20, stride=4).predict([text])[1], atol=1e-4)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Mapping
 
 from compress.config.choices import (SOFT_LABEL_RUNTIMES, SOFT_LABELS_HELP, SCHEDULES, IMPORTANCES, SCOPES,
@@ -91,7 +91,43 @@ class TeacherConfig(ConfigBase):
 
 
 @dataclass
-class DistillConfig(ConfigBase):
+class KDSettings:
+    """The settings of a distillation run that the prune stage's recovery hands to the distill stage:
+    declared once here and inherited by :class:`DistillConfig` and :class:`PruneConfig`, so a default,
+    a type and a check live in one place, and recovery passes them on by name (:meth:`kd_values`).
+    ``intermediate`` is not here: it defaults off for distillation (measured worse, docs/ablation.md)
+    and on for recovery (the pruned model keeps the teacher's widths, so the maps align)."""
+
+    temperature: float = 2.0
+    alpha_kd: float = 1.0
+    alpha_hard: float = 0.5
+    max_length: int = 128
+    allow_pickle: bool = False
+    #: Continue an interrupted run from its last checkpoint (beside the output).
+    resume: bool = False
+    #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
+    device: str = "auto"
+    precision: str = _precision()
+
+    def kd_values(self) -> dict[str, Any]:
+        """This config's :class:`KDSettings` fields by name, to build another stage's config from."""
+        return {f.name: getattr(self, f.name) for f in fields(KDSettings)}
+
+    def kd_problems(self) -> list[Problem]:
+        """Problems with the shared settings (the stage adds its own)."""
+        problems = []
+        if self.temperature <= 0:
+            problems.append(_problem("temperature", f"--temperature must be > 0, got {self.temperature}"))
+        for name in ("alpha_kd", "alpha_hard"):
+            if getattr(self, name) < 0:
+                problems.append(_problem(name, f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"))
+        if self.max_length < 8:
+            problems.append(_problem("max_length", f"--max-length must be >= 8, got {self.max_length}"))
+        return problems + _device_problems(self)
+
+
+@dataclass
+class DistillConfig(ConfigBase, KDSettings):
     """Settings of the distill stage (``bert-compress distill``)."""
 
     FLAT: ClassVar[dict[str, tuple[str, str]]] = {**{k: ("train", k) for k in TRAIN_FLAGS}, "init": ("student", "init")}
@@ -100,10 +136,7 @@ class DistillConfig(ConfigBase):
     data: DataOptions = field(default_factory=DataOptions)
     student: StudentSpec = field(default_factory=StudentSpec, metadata={"from_str": "shape"})
     train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=3.0, lr=5e-5))
-    temperature: float = 2.0
     kd_loss: str = field(default="soft_ce", metadata=_registered("soft"))
-    alpha_kd: float = 1.0
-    alpha_hard: float = 0.5
     #: TinyBERT's intermediate losses. Off by default: logit distillation was 1.7 points better on
     #: 2,114 validation + test sentences (p = 0.0095) and 2.6x faster (docs/ablation.md).
     intermediate: bool = False
@@ -124,9 +157,6 @@ class DistillConfig(ConfigBase):
     #: ``stage1_epochs``, then the prediction-layer losses alone (TinyBERT's schedule).
     schedule: str = field(default="joint", metadata=_choices(*SCHEDULES))
     stage1_epochs: float = 1.0
-    max_length: int = 128
-    allow_pickle: bool = False
-    resume: bool = False
     keep_checkpoints: bool = False
     #: Transfer data (compress.transfer): an unlabelled corpus the teacher labels, and augmented variants.
     unlabeled: str | None = None
@@ -140,9 +170,6 @@ class DistillConfig(ConfigBase):
     revision: str | None = None
     #: Distil even from a teacher no better than chance on validation (compress.head_check).
     allow_untrained_teacher: bool = False
-    #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
-    device: str = "auto"
-    precision: str = _precision()
     #: ``--soft-labels``: who labels the training rows and the transfer set (compress.distill.int8_labels).
     soft_labels: str = field(default="auto", metadata={**_choices(*SOFT_LABEL_RUNTIMES), "help": SOFT_LABELS_HELP})
     #: ``--soft-labels-min-agreement``: the INT8 teacher's labels are used only at or above this agreement
@@ -164,10 +191,8 @@ class DistillConfig(ConfigBase):
                 raise CompressError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: distilling {what}")
 
     def problems(self) -> list[Problem]:
-        problems = self._nested_problems("train") + self._nested_problems("student") + _device_problems(self)
-        if self.temperature <= 0:
-            problems.append(_problem("temperature", f"--temperature must be > 0, got {self.temperature}"))
-        for name in ("alpha_kd", "alpha_hard", "alpha_embedding", "alpha_hidden", "alpha_attention"):
+        problems = self._nested_problems("train") + self._nested_problems("student") + self.kd_problems()
+        for name in ("alpha_embedding", "alpha_hidden", "alpha_attention"):
             if getattr(self, name) < 0:
                 problems.append(_problem(name, f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"))
         if self.losses is None and self.alpha_kd == 0 and self.alpha_hard == 0 and not self.intermediate:
@@ -192,8 +217,6 @@ class DistillConfig(ConfigBase):
             problems.append(_problem("schedule", "--schedule two-stage trains the intermediate losses first, and there "
                                                  "are none: add --intermediate (or intermediate terms to --losses), "
                                                  "or use --schedule joint"))
-        if self.max_length < 8:
-            problems.append(_problem("max_length", f"--max-length must be >= 8, got {self.max_length}"))
         problems += transfer_problems(self.augment, self.augment_ops, self.unlabeled, self.unlabeled_weight,
                                       self.unlabeled_limit, self.unlabeled_text_pair_column)
         if not 0 < self.soft_labels_min_agreement <= 1:
@@ -266,7 +289,7 @@ class PretrainConfig(ConfigBase):
 
 
 @dataclass
-class PruneConfig(ConfigBase):
+class PruneConfig(ConfigBase, KDSettings):
     """Settings of the prune stage (``bert-compress prune``)."""
 
     FLAT: ClassVar[dict[str, tuple[str, str]]] = {k: ("train", k) for k in PRUNE_TRAIN_FLAGS}
@@ -285,17 +308,8 @@ class PruneConfig(ConfigBase):
     recover_epochs: float = 0.0
     teacher: str | None = None
     train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=0.0, lr=5e-5))
-    temperature: float = 2.0
-    alpha_kd: float = 1.0
-    alpha_hard: float = 0.5
+    #: Recovery's intermediate losses (on here: the pruned model keeps the teacher's widths).
     intermediate: bool = True
-    max_length: int = 128
-    allow_pickle: bool = False
-    #: Continue an interrupted recovery from its last checkpoint (beside the output, like distill's).
-    resume: bool = False
-    #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
-    device: str = "auto"
-    precision: str = _precision()
 
     def _after_from_dict(self, given: Mapping[str, Any]) -> None:
         # The command line trains recovery for --recover-epochs: the flat form says so once.
@@ -325,14 +339,7 @@ class PruneConfig(ConfigBase):
         if self.teacher and not self.recover_epochs:
             problems.append(_problem("teacher", "--teacher is used only for recovery; give --recover-epochs N (> 0) "
                                                 "or drop --teacher"))
-        if self.max_length < 8:
-            problems.append(_problem("max_length", f"--max-length must be >= 8, got {self.max_length}"))
-        if self.temperature <= 0:
-            problems.append(_problem("temperature", f"--temperature must be > 0, got {self.temperature}"))
-        for name in ("alpha_kd", "alpha_hard"):
-            if getattr(self, name) < 0:
-                problems.append(_problem(name, f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"))
-        return problems + self._nested_problems("train") + _device_problems(self)
+        return problems + self.kd_problems() + self._nested_problems("train")
 
 
 @dataclass
@@ -634,4 +641,4 @@ class OptimizeConfig(ConfigBase):
         return problems
 
 
-__all__ = ['TeacherConfig', 'DistillConfig', 'PretrainConfig', 'PruneConfig', 'ExportConfig', 'QuantizeConfig', 'BenchConfig', 'GateConfig', 'OPTIMIZE_CANDIDATES', 'OptimizeConfig']
+__all__ = ['TeacherConfig', 'KDSettings', 'DistillConfig', 'PretrainConfig', 'PruneConfig', 'ExportConfig', 'QuantizeConfig', 'BenchConfig', 'GateConfig', 'OPTIMIZE_CANDIDATES', 'OptimizeConfig']

@@ -292,10 +292,9 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path, task_
     dcfg = DistillConfig(
         teacher=teacher, data=cfg.data,
         student=StudentSpec(f"{config.num_hidden_layers}x{config.hidden_size}", f"pretrained:{pruned_dir}"),
-        train=replace(cfg.train, epochs=float(cfg.recover_epochs)), temperature=cfg.temperature,
-        kd_loss="soft_ce", alpha_kd=cfg.alpha_kd, alpha_hard=cfg.alpha_hard, intermediate=cfg.intermediate,
-        max_length=cfg.max_length, allow_pickle=cfg.allow_pickle, resume=cfg.resume, device=cfg.device,
-        precision=cfg.precision, allow_untrained_teacher=True)  # recovery follows the model being pruned, whatever its accuracy
+        train=replace(cfg.train, epochs=float(cfg.recover_epochs)), intermediate=cfg.intermediate,
+        allow_untrained_teacher=True,  # recovery follows the model being pruned, whatever its accuracy
+        **cfg.kd_values())
     if task_name == QA and dcfg.intermediate:  # a reader's distillation has no intermediate losses yet
         print("prune: recovering a reader distils its start/end scores (soft CE at T + hard CE); the intermediate "
               "losses of --intermediate apply to sentence classifiers only, for now", file=sys.stderr)
