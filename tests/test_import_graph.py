@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
 PACKAGES = ("compress", "students", "benchmarks")
 #: The stages (artifact + config -> artifact) and the two ways of driving them.
 STAGES = ("compress.teacher", "compress.distill", "compress.prune", "compress.transfer", "compress.export",

@@ -12,7 +12,7 @@ on an Intel Xeon with AVX-512 VNNI but no AMX it ran the 6L/384 student 1.9x (ba
 Both are run with ``INFERENCE_PRECISION_HINT=f32``: on CPUs with AMX or AVX-512 BF16 OpenVINO
 would otherwise compute an "fp32" model in bf16 and change its answers without saying so.
 Serving needs ``openvino``, ``tokenizers`` and ``numpy`` only: ``import openvino`` does not import
-torch (tests/test_openvino.py runs it with torch unimportable). OpenVINO is an optional
+torch (tests/unit/compress/formats/test_openvino.py runs it with torch unimportable). OpenVINO is an optional
 dependency (``pip install -e '.[openvino]'``); :func:`openvino_missing` says why it cannot run.
 """
 

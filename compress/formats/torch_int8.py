@@ -16,7 +16,7 @@ future PyTorch release" (pytorch/ao #2259). The supported successor, torchao 0.1
 no AVX-512/VNNI), a shared machine: about 30x slower at batch 1, eager and with ``torch.compile``
 alike (its ``torch._int_mm`` has no fast kernel on that CPU), with a first call of minutes
 (``python -m tools.studies.torch_int8_probe`` reproduces it; the numbers are in the docs). So
-``torch-int8`` stays on this path. ``tests/test_torch_int8_api.py`` fails, naming what to do,
+``torch-int8`` stays on this path. ``tests/unit/compress/test_torch_int8_api.py`` fails, naming what to do,
 the day torch drops the API: then measure torchao again on the CPUs served (or drop the kind and
 use ``onnx-int8`` / ``openvino-int8``, which never depended on it).
 """

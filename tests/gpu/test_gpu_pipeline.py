@@ -1,9 +1,9 @@
 """The chain on a GPU: teacher -> distill (intermediate losses, precision auto) -> prune -> export -> quantize
 -> Predictor -> bench on a tiny BERT, and a 2-rank NCCL distillation when two GPUs are present.
 
-Skipped without CUDA. The CPU equivalents run everywhere: ``tests/test_end_to_end.py`` (teacher,
-distill), ``tests/test_prune.py``, ``tests/test_export_quantize.py``, ``tests/test_bench.py``,
-``tests/test_distributed.py`` (2 ranks, gloo), and ``tests/test_device_guard.py`` (every stage
+Skipped without CUDA. The CPU equivalents run everywhere: ``tests/integration/test_end_to_end.py`` (teacher,
+distill), ``tests/unit/compress/prune/test_prune.py``, ``tests/unit/compress/test_export_quantize.py``, ``tests/unit/benchmarks/test_bench.py``,
+``tests/integration/test_distributed.py`` (2 ranks, gloo), and ``tests/integration/test_device_guard.py`` (every stage
 with its model on a second, checked device, which catches the device mix-ups this suite would hit).
 
 Training stages run on the GPU because the Trainer picks it when present; what runs outside the
@@ -29,7 +29,7 @@ from tests.conftest import make_bert, sentiment_rows, write_csv
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU (torch.cuda.is_available() is False); the CPU equivalents "
-                                       "are tests/test_end_to_end.py, test_prune.py, test_export_quantize.py, "
+                                       "are tests/integration/test_end_to_end.py, test_prune.py, test_export_quantize.py, "
                                        "test_bench.py, test_distributed.py and test_device_guard.py")
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -97,9 +97,9 @@ GATE_DISPLAY = [r"^\s*(message|measured|shown|shown_ci|where|what|bound|other|un
 #: The pruning tests that decide on planted units and exact removals, on untrained tiny BERTs (seconds
 #: per mutant): not test_prune.py's stage tests, which train a teacher and run the stage (with recovery,
 #: export, a CLI run) for every mutant, nor test_prune_recipe.py (a whole recipe run).
-PRUNE_TESTS = ["tests/test_prune_importance.py", "tests/test_prune.py::test_select_units_uniform_global_and_floors",
-               "tests/test_prune.py::test_ratio_zero_changes_nothing",
-               "tests/test_prune.py::test_removal_is_physical_and_equals_masking_the_original"]
+PRUNE_TESTS = ["tests/unit/compress/prune/test_prune_importance.py", "tests/unit/compress/prune/test_prune.py::test_select_units_uniform_global_and_floors",
+               "tests/unit/compress/prune/test_prune.py::test_ratio_zero_changes_nothing",
+               "tests/unit/compress/prune/test_prune.py::test_removal_is_physical_and_equals_masking_the_original"]
 
 #: Each module's tests are the unit tests written for it, not the end-to-end tests that also pass through
 #: it (a pipeline or distillation run per mutant would make a module take hours on two cores).
@@ -112,44 +112,44 @@ MODULES: dict[str, list[Target]] = {
         "detectable_drop", "proportion_interval", "mean_over_seeds_interval", "history_score", "history_flagged",
         "_micro_f1?", "_sentence_totals?", "f1_interval?", "f1_drop_interval?", "unpaired_f1_drop_interval?",
         "ratio_interval?"],
-        ["tests/test_stats.py"])],
+        ["tests/unit/benchmarks/test_stats.py"])],
     # The gate's verdicts: which rules apply, each rule's decision, how decisions combine into the exit
     # code (not the loading and validation of its files, the plumbing between them, or the output formats).
     "gate": [Target("benchmarks/gate.py", [
         "combine", "_evaluate_rule", "_latency_rule", "_accuracy_drop",
         "_agreement", "_traffic_agreement?", "_regression", "_accuracy_regression_check", "_accuracy_regression",
         "_same_predictions", "_welch_drop"],
-        ["tests/test_gate.py"], display=GATE_DISPLAY),
-             Target("benchmarks/gate_rules.py", ["GateRules.for_artifact"], ["tests/test_gate.py"], display=GATE_DISPLAY),
-             Target("benchmarks/gate_output.py", ["outcome"], ["tests/test_gate.py"], display=GATE_DISPLAY)],
+        ["tests/unit/benchmarks/test_gate.py"], display=GATE_DISPLAY),
+             Target("benchmarks/gate_rules.py", ["GateRules.for_artifact"], ["tests/unit/benchmarks/test_gate.py"], display=GATE_DISPLAY),
+             Target("benchmarks/gate_output.py", ["outcome"], ["tests/unit/benchmarks/test_gate.py"], display=GATE_DISPLAY)],
     # What makes a finished stage current or a checkpoint resumable.
     "fingerprint": [Target("compress/fingerprint.py", [
         "data_fingerprint", "corpus_fingerprint", "model_fingerprint", "_path_fingerprint", "stage_inputs",
         "stage_identity", "identity_sha256"],
-        ["tests/test_fingerprint_keys.py"])],
+        ["tests/unit/compress/test_fingerprint_keys.py"])],
     # The soft-label cache: its key, and the store that fills and writes it. ``SoftLabelStore.get`` is one
     # subscript (``return self.logits[rows]``), in which mutmut finds nothing to change: listing it stops the run.
     "soft_labels": [
         # teacher_logits' torchrun branch (each rank labels every size-th row, then gathers) runs only with
-        # WORLD_SIZE > 1: tests/test_distributed.py (slow: two processes, over a minute a run here) checks its
+        # WORLD_SIZE > 1: tests/integration/test_distributed.py (slow: two processes, over a minute a run here) checks its
         # cache against one process's, too slow to run per mutant.
         Target("compress/teacher.py", ["_ids_digest", "soft_label_cache_path", "teacher_logits"],
-               ["tests/test_fingerprint_keys.py"],
+               ["tests/unit/compress/test_fingerprint_keys.py"],
                skip={"teacher_logits": ("mine = np.arange(rank, len(tokenized), size)",
                                         "logits = gather_rows(local, mine, len(tokenized))")}),
         Target("compress/distill/soft_labels.py", [
             "SoftLabelStore.__init__", "SoftLabelStore.missing", "SoftLabelStore.put", "SoftLabelStore.save"],
-            ["tests/test_fingerprint_keys.py"])],
+            ["tests/unit/compress/test_fingerprint_keys.py"])],
     # Predictor's batching: sorting by length, padding, and putting outputs back in the caller's order.
     "runtime": [
         Target("compress/runtime.py", [
             "normalize_texts", "encode_batches", "softmax", "Predictor.logits", "Predictor.predict",
             "Predictor.encode?", "Predictor.run_windows?", "Predictor.window_batches?", "ChoicePredictor.for_batch_size",
             "ChoicePredictor._run"],
-            ["tests/test_batching_order.py"]),
+            ["tests/unit/compress/test_batching_order.py"]),
         # Where the batching moved with long-text windows: sorting by length and padding.
         Target("compress/windows.py", ["Windows.batches", "length_sorted_batches", "pad_rows"],
-               ["tests/test_batching_order.py"], optional=True)],
+               ["tests/unit/compress/test_batching_order.py"], optional=True)],
     # Which heads and neurons pruning removes, and the removal itself.
     "prune": [
         Target("compress/prune/importance.py", [
@@ -165,7 +165,7 @@ MODULES: dict[str, list[Target]] = {
                         # to the candidates, and one ORT candidate with --reduce-range. The ORT budget tests of
                         # the same file cost a minute per mutant; every other quantize test trains and exports a
                         # model of its own, and reaches the loop only through its first candidate.
-                        [f"tests/test_quantize_fallback.py::{t}" for t in (
+                        [f"tests/unit/compress/test_quantize_fallback.py::{t}" for t in (
                             "test_candidate_plans_are_pinned",
                             "test_choose_keeps_the_first_within_budget_else_the_most_accurate_and_earliest",
                             "test_when_every_candidate_fails_to_build_nothing_is_written_and_each_error_is_named",
@@ -182,14 +182,14 @@ MODULES: dict[str, list[Target]] = {
                  # A candidate's record against the fp32 model and its budget verdict, for every task (entity F1 and
                  # the per-type collapse of a tagger).
                  Target("compress/quality.py", ["SplitScorer.compare", "SplitScorer.failures", "collapsed_types"],
-                        [f"tests/test_ner_chain.py::{t}" for t in (
+                        [f"tests/integration/test_ner_chain.py::{t}" for t in (
                             "test_a_collapsed_type_fails_the_check_even_when_overall_f1_holds",
                             "test_collapse_is_judged_against_the_reference_f1_of_the_type",
                             "test_a_classifier_split_is_scored_on_accuracy_and_agreement",
                             "test_a_type_only_the_reference_predicts_gets_its_drop_and_is_not_judged")],
                         optional=True),
                  # How a candidate's failure is quoted in the report (also optimize's, export's and OpenVINO's).
-                 Target("compress/errors.py", ["first_line", "describe"], ["tests/test_errors.py"])],
+                 Target("compress/errors.py", ["first_line", "describe"], ["tests/unit/compress/test_errors.py"])],
 }
 
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
@@ -199,7 +199,7 @@ KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 #: intra-op thread per process (mutmut runs ``--max-children`` of them side by side) keeps the children working.
 MUTMUT_ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 #: A folder of the module's scratch copy where tests build once per run what does not depend on the mutated
-#: file, such as a trained model (tests/test_quantize_fallback.py's ``built_once``): each mutant's test run
+#: file, such as a trained model (tests/unit/compress/test_quantize_fallback.py's ``built_once``): each mutant's test run
 #: is a fresh pytest session, which would train it again (half of a quantize mutant's time).
 FIXTURE_CACHE = "MUTATION_FIXTURE_CACHE"
 

@@ -1,0 +1,131 @@
+"""Where the gap is: agreement split by row origin on constructed predictions, the diagnosis by hand, the rows
+rebuilt from a distill artifact's compress.json, and ``python -m benchmarks.origins`` on tiny BERTs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from benchmarks.agreement import agreement_by_origin, gap_diagnosis, wilson_interval
+from benchmarks.origins import main, origin_texts, sample
+from compress.config import DataOptions
+from tests.conftest import make_bert, sentiment_rows, write_csv
+from tests.support.models import shifted_copy
+
+
+def test_agreement_split_by_origin():
+    origins = ["train"] * 10 + ["unlabeled"] * 20 + ["test"] * 10
+    ref = np.zeros(40, dtype=int)
+    pred = ref.copy()
+    pred[[3]] = 1  # one train row disagrees
+    pred[30:34] = 1  # four test rows
+    report = agreement_by_origin(pred, ref, origins)
+    assert list(report) == ["train", "unlabeled", "test"]
+    assert [(r["n"], r["agreeing"]) for r in report.values()] == [(10, 9), (20, 20), (10, 6)]
+    assert report["test"]["agreement"] == 0.6
+    w = wilson_interval(6, 10)
+    assert (report["test"]["low"], report["test"]["high"]) == (w.low, w.high)
+    assert report["unlabeled"]["high"] == 1.0 and report["unlabeled"]["low"] == pytest.approx(0.8389, abs=1e-4)
+    with pytest.raises(ValueError, match="differ in length"):
+        agreement_by_origin(pred, ref, origins[:-1])
+
+
+def _rows(**counts: tuple[int, int]) -> dict:
+    return {o: {"n": n, "agreeing": k, "agreement": k / n} for o, (n, k) in counts.items()}
+
+
+def test_gap_diagnosis_by_hand():
+    # trained rows 99% of 2000, test 90% of 1000: fit 1 point, generalisation 9 points (se 0.009744);
+    # generalisation - fit = 8 points, se = sqrt(4 * .99 * .01 / 2000 + .9 * .1 / 1000) = 0.010479: [5.95, 10.05]
+    d = gap_diagnosis(_rows(augmented=(2000, 1980), test=(1000, 900)), ["augmented"], ["test"])
+    assert d["verdict"] == "data" and d["fit"] == pytest.approx(0.01) and d["generalisation"] == pytest.approx(0.09)
+    se = math.sqrt(0.99 * 0.01 / 2000 + 0.9 * 0.1 / 1000)
+    assert d["generalisation_interval"] == pytest.approx([0.09 - 1.959964 * se, 0.09 + 1.959964 * se])
+    lead = math.sqrt(4 * 0.99 * 0.01 / 2000 + 0.9 * 0.1 / 1000)
+    assert d["lead_interval"] == pytest.approx([0.08 - 1.959964 * lead, 0.08 + 1.959964 * lead])
+    # a generalisation part larger than the fit, but not by more than the noise: undecided
+    assert gap_diagnosis(_rows(train=(300, 297), test=(300, 291)), ["train"], ["test"])["verdict"] == "undecided"
+    # trained rows pooled (train + unlabeled): 90% of 3000 against 89% of 1000: fit 10 points, generalisation 1
+    d = gap_diagnosis(_rows(train=(1000, 900), unlabeled=(2000, 1800), test=(1000, 890)), ["train", "unlabeled"],
+                      ["test"])
+    assert d["verdict"] == "optimisation" and d["trained_agreement"] == pytest.approx(0.9)
+    # 100 rows each: fit 5, generalisation 5 +- 7 points: cannot tell
+    assert gap_diagnosis(_rows(train=(100, 95), test=(100, 90)), ["train"], ["test"])["verdict"] == "undecided"
+
+
+@pytest.fixture
+def task_and_meta(tmp_path):
+    data = write_csv(tmp_path / "sentiment.csv", sentiment_rows(60, seed=3))
+    task = DataOptions(data=str(data)).load()
+    test_text = task.texts("test")[0]
+    cache = tmp_path / "augment.jsonl"
+    variants = ["the movie was [MASK] good", "plot quite dull a"]
+    cache.write_text("".join(json.dumps({"source": i, "op": "replace", "text": t}) + "\n"
+                             for i, t in enumerate(variants)), encoding="utf-8")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(["an unseen line", "another unseen line", "an unseen line", test_text, ""]) + "\n",
+                      encoding="utf-8")
+    meta = {"stage": "distill", "kind": "pytorch", "complete": True,
+            "config": {"data": {"data": str(data)}, "unlabeled": str(corpus), "unlabeled_limit": None,
+                       "train": {"seed": 0}},
+            "data": task.describe(),
+            "transfer": {"labelled": len(task.splits["train"]), "augmented": 2, "unlabeled": 2,
+                         "augment": {"cache": str(cache)}}}
+    return task, meta, variants
+
+
+def test_origin_texts_rebuild_the_transfer_rows(task_and_meta):
+    task, meta, variants = task_and_meta
+    texts, notes = origin_texts(meta, task)
+    assert texts["train"] == task.texts("train") and texts["test"] == task.texts("test")
+    assert texts["augmented"] == variants
+    assert texts["unlabeled"] == ["an unseen line", "another unseen line"]  # duplicate and test text dropped
+    assert notes == []
+    meta["transfer"]["augment"]["cache"] = "/nonexistent/augment.jsonl"
+    meta["transfer"]["unlabeled"] = 3
+    texts, notes = origin_texts(meta, task)
+    assert "augmented" not in texts and "augmentation cache was cleared" in notes[0]
+    assert "now gives 2 rows, the student trained on 3" in notes[1]
+
+
+def test_sample_is_seeded_and_keeps_order():
+    items = list(range(100))
+    a = sample(items, 10, seed=1)
+    assert a == sample(items, 10, seed=1) and a == sorted(a) and len(set(a)) == 10
+    assert sample(items, 0) == items and sample(items[:5], 10) == items[:5]
+
+
+def test_origins_command_on_tiny_models(task_and_meta, tmp_path, capsys):
+    from compress.runtime import Predictor
+
+    task, meta, variants = task_and_meta
+    teacher = make_bert(tmp_path / "teacher", layers=2, hidden=32, heads=2, ffn=64, head=True, seed=1)
+    student = shifted_copy(teacher, tmp_path / "student", list(task.texts("test")), quantile=0.5)
+    (student / "compress.json").write_text(json.dumps(meta), encoding="utf-8")
+    out = tmp_path / "origins.json"
+    assert main(["--teacher", str(teacher), str(student), "--per-origin", "20", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())[0]
+    assert list(report["by_origin"]) == ["train", "augmented", "unlabeled", "validation", "test"]
+    n_train = len(task.splits["train"])
+    assert report["by_origin"]["train"]["n"] == min(20, n_train) and report["by_origin"]["train"]["of"] == n_train
+    teach, stud = Predictor.load(teacher), Predictor.load(student)
+    test = task.texts("test")
+    agree = float((teach.logits(test).argmax(-1) == stud.logits(test).argmax(-1)).mean())
+    assert 0 < agree < 1, "the two models should disagree on some test rows for this test to mean something"
+    assert report["by_origin"]["test"]["agreement"] == pytest.approx(agree)
+    assert report["diagnosis"]["trained"] == ["train", "augmented", "unlabeled"]
+    assert report["diagnosis"]["verdict"] in ("data", "optimisation", "undecided")
+    row = report["by_origin"]["test"]
+    assert (f"| student | test | {row['n']} ({row['of']}) | {100 * row['agreement']:.2f}% | "
+            f"[{100 * row['low']:.2f}, {100 * row['high']:.2f}] |") in printed
+    assert f"- student: **{report['diagnosis']['verdict']}**. Disagreement on test:" in printed
+
+
+def test_origins_refuses_a_folder_that_is_not_a_distill_artifact(tmp_path, capsys):
+    teacher = make_bert(tmp_path / "teacher", layers=1, hidden=32, heads=2, ffn=64, head=True, seed=1)
+    assert main(["--teacher", str(teacher), str(teacher)]) == 2
+    assert "not a distill artifact" in capsys.readouterr().err

@@ -1,0 +1,206 @@
+"""Distilling a span reader: the teacher's start/end logits on the student's windows, across tokenizers.
+
+The synthetic SQuAD files of tests/unit/compress/test_qa_teacher.py (the answer, a colour word, after "the key
+is", in passages longer than the window). The strongest check is the miniature of the real pairing:
+an **MPNet** teacher (``<s> q </s></s> p </s>``, ids shifted by four) distilled into a **BERT**
+student (``[CLS] q [SEP] p [SEP]``) on the soft labels alone (``alpha_hard 0``): were the teacher's
+scores mapped one position off, the student would learn to point next to the answer and its exact
+match would be near 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compress.config import DataOptions, DistillConfig, StudentSpec, TeacherConfig, TrainSettings
+from compress.errors import CompressError
+from tests.conftest import make_bert, make_mpnet, make_mpnet_tokenizer, make_tokenizer
+from tests.support.squad import squad_splits
+
+MAX_LENGTH = 48
+
+
+@pytest.fixture(scope="module")
+def squad(tmp_path_factory) -> Path:
+    return squad_splits(tmp_path_factory.mktemp("squad"))
+
+
+@pytest.fixture(scope="module")
+def mpnet_reader(squad, tmp_path_factory) -> Path:
+    from compress.teacher import train_teacher
+
+    root = tmp_path_factory.mktemp("mpnet-reader")
+    cfg = TeacherConfig(model=str(make_mpnet(root / "encoder", layers=2)), data=DataOptions(str(squad)),
+                        max_length=MAX_LENGTH, train=TrainSettings(epochs=2, lr=3e-3, batch_size=16, logging_steps=1000))
+    return train_teacher(cfg, root / "teacher")
+
+
+@pytest.mark.parametrize("make", [make_tokenizer, make_mpnet_tokenizer], ids=["bert", "mpnet"])
+def test_the_pair_template_rebuilds_the_tokenizers_own_pair_encoding(make):
+    from compress.qa_distill import pair_template
+
+    tok = make()
+    template = pair_template(tok)
+    for question, passage in (("what is the key ?", "the film was long . the key is red ."), ("who", "a b c")):
+        q = tok(question, add_special_tokens=False)["input_ids"]
+        p = tok(passage, add_special_tokens=False)["input_ids"]
+        ids, types, q_pos, p_pos = template.build(q, p)
+        own = tok(question, passage, return_token_type_ids=True)
+        assert ids == own["input_ids"]
+        assert types == (own.get("token_type_ids") or [0] * len(ids))
+        assert [ids[i] for i in q_pos] == q and [ids[i] for i in p_pos] == p
+
+
+def test_student_windows_in_the_teachers_vocabulary_line_up_piece_for_piece(squad):
+    """BERT student windows spelled for an MPNet teacher: a window that holds the whole passage is exactly
+    MPNet's own encoding; in every window each question and passage piece maps to the same piece (id + 4) and
+    each special token to a special token."""
+    from compress.qa_distill import teacher_windows
+    from compress.tasks.qa_features import encode_qa
+    from tests.conftest import MPNET_SHIFT
+
+    bert, mpnet = make_tokenizer(), make_mpnet_tokenizer()
+    doc = json.loads((squad / "train.json").read_text())
+    pairs = [(q["question"], p["context"]) for a in doc["data"][:3] for p in a["paragraphs"] for q in p["qas"]]
+    windows = encode_qa(bert, [q for q, _ in pairs], [c for _, c in pairs], max_length=MAX_LENGTH, doc_stride=16)
+    assert len(windows) > len(pairs)  # some passages take several windows
+    ids, _, maps = teacher_windows(windows, bert, mpnet)
+    specials = set(bert.all_special_ids)
+    whole = 0
+    for w, (s_ids, t_ids, index) in enumerate(zip(windows.input_ids, ids, maps)):
+        for position, s_id in enumerate(s_ids):
+            t_id = t_ids[index[position]]
+            if s_id in specials:
+                assert t_id in set(mpnet.all_special_ids)
+            else:
+                assert t_id == s_id + MPNET_SHIFT
+        assert index[0] == 0 and index[-1] == len(t_ids) - 1 and len(set(index.tolist())) == len(s_ids)
+        if len(windows.windows_of(int(windows.sample[w]))) == 1:
+            question, context = pairs[int(windows.sample[w])]
+            assert t_ids == mpnet(question.lstrip(), context)["input_ids"]
+            whole += 1
+    assert whole > 0
+
+
+def test_soft_labels_are_the_teachers_scores_on_its_own_encoding_and_are_cached(mpnet_reader, squad):
+    from compress.modeling import load_classifier
+    from compress.qa_distill import window_soft_labels
+    from compress.qa_teacher import span_logits
+    from compress.tasks.qa_features import encode_qa
+
+    model, t_tok, _ = load_classifier(mpnet_reader, task="question-answering")
+    bert = make_tokenizer()
+    pairs = [("what is the key ?", "the key is blue ."), ("what is the key ?", "long story . the key is gold . bad")]
+    windows = encode_qa(bert, [q for q, _ in pairs], [c for _, c in pairs], max_length=MAX_LENGTH, doc_stride=16)
+    starts, ends, reused = window_soft_labels(model, t_tok, bert, windows, "weights-a", MAX_LENGTH, 16)
+    assert not reused and [len(s) for s in starts] == [len(x) for x in windows.input_ids]
+    for i, (question, context) in enumerate(pairs):
+        own = t_tok(question, context)["input_ids"]
+        t_start, t_end = span_logits(model, [own], None)
+        s_pieces = bert.convert_ids_to_tokens(windows.input_ids[i])
+        t_pieces = t_tok.convert_ids_to_tokens(own)
+        passage = [p for p, piece in enumerate(s_pieces) if windows.segment[i][0] <= p < windows.segment[i][1]]
+        t_passage = [p for p, piece in enumerate(t_pieces) if piece not in ("<s>", "</s>")][-len(passage):]
+        np.testing.assert_allclose(starts[i][passage], t_start[0][t_passage], atol=1e-5)
+        np.testing.assert_allclose(ends[i][passage], t_end[0][t_passage], atol=1e-5)
+        assert starts[i][0] == pytest.approx(t_start[0][0], abs=1e-5)  # [CLS] reads <s>: the "no answer" score
+    again = window_soft_labels(model, t_tok, bert, windows, "weights-a", MAX_LENGTH, 16)
+    assert again[2] and all(np.array_equal(a, b) for a, b in zip(again[0], starts))
+    assert not window_soft_labels(model, t_tok, bert, windows, "weights-b", MAX_LENGTH, 16)[2]  # other weights
+
+
+def test_soft_ce_counts_only_the_windows_real_positions():
+    import torch
+
+    from compress.qa_distill import span_distillation_loss
+
+    teacher = torch.tensor([[1.0, 3.0, 0.5, float("nan")]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    student = torch.tensor([[0.0, 2.0, 1.0, 50.0]])  # a large score on padding must not count
+    gold = torch.tensor([1])
+    terms = span_distillation_loss(student, student, mask, teacher, teacher, gold, gold, temperature=2.0,
+                                   alpha_kd=1.0, alpha_hard=1.0)
+    p = torch.softmax(teacher[0, :3] / 2, -1)
+    log_q = torch.log_softmax(student[0, :3] / 2, -1)
+    assert terms["soft_ce"].item() == pytest.approx(-(p * log_q).sum().item() * 4, rel=1e-5)
+    assert terms["hard_ce"].item() == pytest.approx(-torch.log_softmax(student[0, :3], -1)[1].item(), rel=1e-5)
+    assert terms["loss"].item() == pytest.approx(terms["soft_ce"].item() + terms["hard_ce"].item(), rel=1e-6)
+    assert math.isfinite(terms["loss"].item())
+
+
+def test_an_mpnet_reader_distils_into_a_bert_student_on_soft_labels_alone(mpnet_reader, squad, tmp_path):
+    from compress.distill.trainer import distill
+    from compress.runtime import Predictor
+
+    teacher_meta = json.loads((mpnet_reader / "compress.json").read_text())
+    assert teacher_meta["metrics"]["test"]["exact_match"] > 0.9
+    encoder = make_bert(tmp_path / "bert-encoder", layers=2)
+    cfg = DistillConfig(teacher=str(mpnet_reader), data=DataOptions(str(squad)), max_length=MAX_LENGTH,
+                        student=StudentSpec("2x32", init=f"pretrained:{encoder}"), alpha_kd=1.0, alpha_hard=0.0,
+                        train=TrainSettings(epochs=3, lr=3e-3, batch_size=16, logging_steps=1000))
+    out = distill(cfg, tmp_path / "student")
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["task"] == "question-answering" and meta["stride"] == 16 and meta["model_type"] == "bert"
+    test = meta["metrics"]["test"]
+    assert test["exact_match"] > 0.8, test  # one position off would put it near 0
+    assert test["reference_f1"] > 0.8 and test["teacher_f1"] == pytest.approx(teacher_meta["metrics"]["test"]["f1"])
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForQuestionAnswering"]
+    answers = Predictor.load(out).predict([("what is the key ?", "the film was long . the key is green . the end")])
+    assert answers[0]["answer"] == "green"
+    assert not (tmp_path / "student.checkpoints").exists()
+
+
+def test_tokenizers_that_split_text_apart_are_refused_in_one_line():
+    from compress.qa_distill import check_same_pieces
+    from tests.conftest import FIXTURES
+
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import BertTokenizerFast
+
+    cased = BertTokenizerFast(tokenizer_object=BertWordPieceTokenizer(str(FIXTURES / "vocab.txt"), lowercase=False)._tokenizer,
+                              unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+                              mask_token="[MASK]")
+    check_same_pieces(make_tokenizer(), make_mpnet_tokenizer(), ["The Key is Red", "what is it ?"], "--data x.json")
+    with pytest.raises(CompressError, match=r"--data x\.json: the teacher and the student tokenize the text "
+                                            r"'The Key is Red' differently") as info:
+        check_same_pieces(make_tokenizer(), cased, ["what is it ?", "The Key is Red"], "--data x.json")
+    assert "\n" not in str(info.value) and "--init teacher-layers" in str(info.value)
+
+
+def test_a_teacher_that_is_not_a_reader_and_unsupported_options_are_one_line(squad, mpnet_reader, tmp_path):
+    from compress.distill.trainer import distill
+
+    classifier = make_bert(tmp_path / "classifier", layers=1, head=True)
+    with pytest.raises(CompressError, match="not a trained span reader") as info:
+        distill(DistillConfig(teacher=str(classifier), data=DataOptions(str(squad)), max_length=MAX_LENGTH,
+                              student=StudentSpec("1x32", init="random")), tmp_path / "a")
+    assert "\n" not in str(info.value)
+    with pytest.raises(CompressError, match="--augment 2: distilling a span reader"):
+        distill(DistillConfig(teacher=str(mpnet_reader), data=DataOptions(str(squad)), augment=2,
+                              student=StudentSpec("1x32", init="random")), tmp_path / "b")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_the_teacher_stage_caches_its_answers_for_distill_to_reuse(mpnet_reader, squad):
+    """distill scores its teacher on the splits the teacher stage has just read: the answers are reused from
+    the cache (no model is given here, so running one would fail), keyed by the weights and the exact windows."""
+    from compress.modeling import load_classifier
+    from compress.qa_teacher import read_answers
+    from compress.tasks.qa_data import load_qa_data
+
+    meta = json.loads((mpnet_reader / "compress.json").read_text())
+    _, tok, _ = load_classifier(mpnet_reader, task="question-answering")
+    data = load_qa_data(str(squad))
+    precision = meta["precision"]["precision"]  # what the teacher stage ran in (auto: bf16 where the CPU has it)
+    answers, windows = read_answers(None, tok, data.splits["test"], MAX_LENGTH, 16, weights=meta["weights_sha256"],
+                                    precision=precision)
+    exact = sum(a["answer"] in g for a, g in zip(answers, data.gold_answers("test"))) / len(answers)
+    assert exact == pytest.approx(meta["metrics"]["test"]["exact_match"]) and windows == meta["metrics"]["test"]["windows"]
+    with pytest.raises(AttributeError):  # other windows (another length): no cached answers, so the model is needed
+        read_answers(None, tok, data.splits["test"], MAX_LENGTH - 8, 16, weights=meta["weights_sha256"],
+                     precision=precision)
