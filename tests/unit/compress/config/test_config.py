@@ -198,3 +198,20 @@ def test_no_flag_of_a_stage_spells_out_a_default():
                     literal.append((node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else "?",
                                     node.lineno))
     assert {flag for flag, _ in literal} <= {"--num-labels", "--batch-size"}, literal
+
+
+def test_prune_recovery_and_distill_share_one_declaration_of_their_common_settings():
+    """KDSettings declares them once: neither stage config re-declares one, and recovery hands on every one."""
+    import dataclasses
+
+    from compress.config import DistillConfig, KDSettings, PruneConfig
+
+    shared = {f.name for f in dataclasses.fields(KDSettings)}
+    assert {"temperature", "alpha_kd", "alpha_hard", "device", "precision"} <= shared
+    for cls in (DistillConfig, PruneConfig):
+        assert not shared & set(cls.__annotations__), f"{cls.__name__} re-declares {shared & set(cls.__annotations__)}"
+    prune = PruneConfig.from_dict({"model": "m", "recover_epochs": 1, "temperature": 3.5, "alpha_hard": 0.25,
+                                   "max_length": 64, "precision": "fp32", "resume": True}, where="prune")
+    handed = DistillConfig(teacher="t", **prune.kd_values())
+    assert {k: getattr(handed, k) for k in shared} == {k: getattr(prune, k) for k in shared}
+    assert (handed.temperature, handed.alpha_hard, handed.max_length) == (3.5, 0.25, 64)
