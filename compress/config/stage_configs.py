@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Mapping
 
 from compress.config.choices import (SOFT_LABEL_RUNTIMES, SOFT_LABELS_HELP, SCHEDULES, IMPORTANCES, SCOPES,
@@ -11,7 +11,7 @@ from compress.config.choices import (SOFT_LABEL_RUNTIMES, SOFT_LABELS_HELP, SCHE
                                      FULL, QUICK)
 from compress.config.engine import (Problem, _choices, _Bad, _is_int, ConfigBase, _problem, _device_problems,
                                     _precision)
-from compress.config.shared import DataOptions, TrainSettings, StudentSpec, transfer_problems
+from compress.config.shared import DataOptions, KDSettings, RunSettings, TrainSettings, StudentSpec, transfer_problems
 from compress.errors import CompressError
 from compress.losses import check_terms
 from compress.losses import names as loss_names
@@ -67,7 +67,7 @@ def _loss_list(value: Any, name: str) -> list[dict] | None:
 
 
 @dataclass
-class TeacherConfig(ConfigBase):
+class TeacherConfig(ConfigBase, RunSettings):
     """Settings of the teacher stage (``bert-compress teacher``)."""
 
     FLAT: ClassVar[dict[str, tuple[str, str]]] = {k: ("train", k) for k in TRAIN_FLAGS}
@@ -77,53 +77,11 @@ class TeacherConfig(ConfigBase):
     train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=2.0, lr=2e-5))
     #: ``None``: fine-tune only when the model has no classifier head for the task yet.
     finetune: bool | None = field(default=None, metadata={"parse": _finetune})
-    max_length: int = 128
-    allow_pickle: bool = False
-    resume: bool = False
     #: Branch, tag or commit of ``model`` when it is a Hugging Face Hub id (compress.hub).
     revision: str | None = None
-    #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
-    device: str = "auto"
-    precision: str = _precision()
 
     def problems(self) -> list[Problem]:
-        return self._nested_problems("train") + _device_problems(self)
-
-
-@dataclass
-class KDSettings:
-    """The settings of a distillation run that the prune stage's recovery hands to the distill stage:
-    declared once here and inherited by :class:`DistillConfig` and :class:`PruneConfig`, so a default,
-    a type and a check live in one place, and recovery passes them on by name (:meth:`kd_values`).
-    ``intermediate`` is not here: it defaults off for distillation (measured worse, docs/ablation.md)
-    and on for recovery (the pruned model keeps the teacher's widths, so the maps align)."""
-
-    temperature: float = 2.0
-    alpha_kd: float = 1.0
-    alpha_hard: float = 0.5
-    max_length: int = 128
-    allow_pickle: bool = False
-    #: Continue an interrupted run from its last checkpoint (beside the output).
-    resume: bool = False
-    #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
-    device: str = "auto"
-    precision: str = _precision()
-
-    def kd_values(self) -> dict[str, Any]:
-        """This config's :class:`KDSettings` fields by name, to build another stage's config from."""
-        return {f.name: getattr(self, f.name) for f in fields(KDSettings)}
-
-    def kd_problems(self) -> list[Problem]:
-        """Problems with the shared settings (the stage adds its own)."""
-        problems = []
-        if self.temperature <= 0:
-            problems.append(_problem("temperature", f"--temperature must be > 0, got {self.temperature}"))
-        for name in ("alpha_kd", "alpha_hard"):
-            if getattr(self, name) < 0:
-                problems.append(_problem(name, f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"))
-        if self.max_length < 8:
-            problems.append(_problem("max_length", f"--max-length must be >= 8, got {self.max_length}"))
-        return problems + _device_problems(self)
+        return self._nested_problems("train") + self.run_problems()
 
 
 @dataclass
@@ -247,7 +205,7 @@ class DistillConfig(ConfigBase, KDSettings):
 
 
 @dataclass
-class PretrainConfig(ConfigBase):
+class PretrainConfig(ConfigBase, RunSettings):
     """Settings of the pretrain stage (``bert-compress pretrain``): continued masked-LM training."""
 
     FLAT: ClassVar[dict[str, tuple[str, str]]] = {k: ("train", k) for k in TRAIN_FLAGS}
@@ -261,21 +219,15 @@ class PretrainConfig(ConfigBase):
     data: DataOptions | None = None
     task_text: bool = True
     train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=1.0, lr=5e-5))
-    max_length: int = 128
     mlm_probability: float = 0.15
     whole_word: bool = True
     #: Share of the corpus held out to measure the masked-LM loss before and after (at most 2,000 texts).
     eval_share: float = 0.02
     #: A seeded sample of at most this many corpus texts.
     corpus_limit: int | None = None
-    allow_pickle: bool = False
-    resume: bool = False
-    #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
-    device: str = "auto"
-    precision: str = _precision()
 
     def problems(self) -> list[Problem]:
-        problems = self._nested_problems("train") + _device_problems(self)
+        problems = self._nested_problems("train") + self.run_problems()
         if not 0 < self.mlm_probability < 1:
             problems.append(_problem("mlm_probability",
                                      f"--mlm-probability must lie in (0, 1), got {self.mlm_probability}"))
@@ -641,4 +593,4 @@ class OptimizeConfig(ConfigBase):
         return problems
 
 
-__all__ = ['TeacherConfig', 'KDSettings', 'DistillConfig', 'PretrainConfig', 'PruneConfig', 'ExportConfig', 'QuantizeConfig', 'BenchConfig', 'GateConfig', 'OPTIMIZE_CANDIDATES', 'OptimizeConfig']
+__all__ = ['TeacherConfig', 'DistillConfig', 'PretrainConfig', 'PruneConfig', 'ExportConfig', 'QuantizeConfig', 'BenchConfig', 'GateConfig', 'OPTIMIZE_CANDIDATES', 'OptimizeConfig']
