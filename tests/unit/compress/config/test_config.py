@@ -204,12 +204,15 @@ def test_prune_recovery_and_distill_share_one_declaration_of_their_common_settin
     """KDSettings declares them once: neither stage config re-declares one, and recovery hands on every one."""
     import dataclasses
 
-    from compress.config import DistillConfig, KDSettings, PruneConfig
+    from compress.config import DistillConfig, KDSettings, PretrainConfig, PruneConfig, RunSettings, TeacherConfig
 
     shared = {f.name for f in dataclasses.fields(KDSettings)}
     assert {"temperature", "alpha_kd", "alpha_hard", "device", "precision"} <= shared
     for cls in (DistillConfig, PruneConfig):
         assert not shared & set(cls.__annotations__), f"{cls.__name__} re-declares {shared & set(cls.__annotations__)}"
+    run = {f.name for f in dataclasses.fields(RunSettings)}
+    for cls in (TeacherConfig, PretrainConfig):  # every training stage inherits the run settings
+        assert issubclass(cls, RunSettings) and not run & set(cls.__annotations__)
     prune = PruneConfig.from_dict({"model": "m", "recover_epochs": 1, "temperature": 3.5, "alpha_hard": 0.25,
                                    "max_length": 64, "precision": "fp32", "resume": True}, where="prune")
     handed = DistillConfig(teacher="t", **prune.kd_values())
