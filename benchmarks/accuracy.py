@@ -18,6 +18,7 @@ import numpy as np
 from compress.errors import CompressError
 from compress.modeling import classification_metrics
 from compress.progress import bars_enabled
+from benchmarks.stats import accuracy_drop_interval, detectable_drop, proportion_interval
 
 
 def split_texts(task, split: str) -> list[Any]:
@@ -69,7 +70,6 @@ def quality_intervals(predictions: np.ndarray, reference_predictions: np.ndarray
     interval of ``reference accuracy - this accuracy`` on the same examples, and ``detectable_drop``
     the smallest true drop this test set finds with 80% power (see :mod:`benchmarks.stats`).
     """
-    from benchmarks.stats import accuracy_drop_interval, detectable_drop, proportion_interval
 
     pred = np.asarray(predictions)
     ref_pred = np.asarray(reference_predictions)

@@ -33,6 +33,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from benchmarks.stats import DEFAULT_CONFIDENCE, Interval
+from benchmarks.stats import proportion_interval
 
 #: Disagreements listed per artifact in results.json.
 TOP_DISAGREEMENTS = 20
@@ -141,7 +142,6 @@ def traffic_agreement(probabilities: np.ndarray, reference_probabilities: np.nda
                       label_names: Sequence[str], confidence: float = DEFAULT_CONFIDENCE,
                       top: int = TOP_DISAGREEMENTS) -> dict[str, Any]:
     """What ``results.json`` records for one artifact under ``traffic_agreement`` (see docs/bench-schema.md)."""
-    from benchmarks.stats import proportion_interval
 
     pred = np.asarray(probabilities).argmax(-1)
     ref_pred = np.asarray(reference_probabilities).argmax(-1)

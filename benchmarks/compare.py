@@ -40,6 +40,11 @@ import numpy as np
 from benchmarks.accuracy import mcnemar_p, split_texts_and_labels
 from benchmarks.protocol import MIN_SEEDS, Decision, decide, require_seeds
 from compress.errors import CompressError
+from compress.artifact import read_meta, weights_sha256
+from compress.assets import cache_dir
+from compress.config import DataOptions
+from compress.runtime import Predictor
+from compress.transfer.texts import atomic_write_text
 
 SPLITS = ("validation", "test")
 
@@ -60,10 +65,6 @@ class Row:
 
 
 def _predictions(path: Path, task, texts: dict[str, list], batch_size: int = 64) -> dict[str, np.ndarray]:
-    from compress.artifact import read_meta, weights_sha256
-    from compress.assets import cache_dir
-    from compress.runtime import Predictor
-
     meta = read_meta(path) or {}
     weights = meta.get("weights_sha256") or weights_sha256(path)
     key = hashlib.sha256(f"{weights}|{task.fingerprint}".encode()).hexdigest()[:32]
@@ -185,10 +186,6 @@ def protocol_table(decisions: list[tuple[str, Decision]], baseline: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from compress.artifact import read_meta
-    from compress.config import DataOptions
-    from compress.transfer.texts import atomic_write_text
-
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="artifact folders, or seeds:DIR,DIR,... / NAME=DIR,DIR,... groups")
     parser.add_argument("--data", default="movie-reviews", help="dataset (default movie-reviews)")

@@ -36,6 +36,9 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.verdicts import fall_report
+from benchmarks.stats import (Interval, f1_drop_interval, mean_drop_interval, mean_f1_drop_over_seeds_interval,
+                              mean_over_seeds_interval, mean_ratio_over_seeds_interval, ratio_interval,
+                              unpaired_f1_drop_interval, unpaired_mean_drop_interval)
 
 
 def is_reader(q: dict[str, Any]) -> bool:
@@ -67,7 +70,6 @@ def _unit_name(q: dict[str, Any]) -> str:
 
 def _drop(ref: dict[str, Any], art: dict[str, Any], confidence: float):
     """The paired interval of ``F1(ref) - F1(art)`` on the same examples, whichever task."""
-    from benchmarks.stats import f1_drop_interval, mean_drop_interval
 
     if is_reader(art):
         return mean_drop_interval(ref["question_f1"], art["question_f1"], confidence)
@@ -102,8 +104,6 @@ def f1_drop_over_seeds(ref: dict[str, Any], members: list[dict[str, Any]], limit
     """``max_f1_drop`` of a seed group: the reference's F1 minus its members' mean F1."""
     import numpy as np
 
-    from benchmarks.stats import mean_f1_drop_over_seeds_interval, mean_over_seeds_interval
-
     if is_reader(ref):
         interval = mean_over_seeds_interval(np.asarray([np.asarray(ref["question_f1"]) - np.asarray(m["question_f1"])
                                                         for m in members]), confidence)
@@ -130,7 +130,6 @@ def word_agreement_over_seeds(members: list[dict[str, Any]], limit: float,
                               confidence: float) -> tuple[str, str, str, str]:
     """``min_agreement`` of a seed group: the members' mean share of words tagged as the reference tagged them
     (a reader: of questions answered with the reference's very text)."""
-    from benchmarks.stats import mean_ratio_over_seeds_interval
 
     interval = mean_ratio_over_seeds_interval([_agreement_units(m) for m in members], confidence)
     what = _agreed(members[0])
@@ -146,7 +145,6 @@ def word_agreement_over_seeds(members: list[dict[str, Any]], limit: float,
 def word_agreement(art: dict[str, Any], limit: float, confidence: float) -> tuple[str, str, str, str]:
     """``min_agreement`` on a tagger: the share of words tagged as the reference tagged them (a reader: of
     questions answered with the reference's very text)."""
-    from benchmarks.stats import ratio_interval
 
     interval = ratio_interval(_agreement_units(art), confidence)
     measured = f"{interval.estimate:.4f} {_agreed(art)}"
@@ -163,8 +161,6 @@ def f1_regression(old: dict[str, Any], new: dict[str, Any], old_data: dict[str, 
     """The F1 fall from the baseline's quality record ``old`` to ``new``, in points or (``relative``) as a share
     of the baseline's F1: ``(status, measured, interval text, message, upper bound)``, the shape of the
     gate's accuracy regression."""
-    from benchmarks.stats import (Interval, f1_drop_interval, mean_drop_interval, unpaired_f1_drop_interval,
-                                  unpaired_mean_drop_interval)
 
     reader = is_reader(new)
     same = (len(units(old)) == len(units(new)) and old_data.get("types") == new_data.get("types")

@@ -56,6 +56,11 @@ from benchmarks.gate_rules import (CLASSIFIER_RULES, DEFAULT_CONFIDENCE, EPS, EX
                                    GateInputError, GateRules, RuleSpec, _header_line, load_rules)
 from benchmarks.verdicts import fall_report
 from compress.errors import CompressError
+from benchmarks.history import (DEFAULT_TEST, DEFAULT_THRESHOLD, DEFAULT_WINDOW, check_artifact, read_history,
+                                summarize_run)
+from benchmarks.stats import (Interval, accuracy_drop_interval, detectable_drop, mean_over_seeds_interval,
+                              percentile_interval, proportion_interval, ratio_of_independent, series_median_interval,
+                              speedup_replicates, throughput_interval, unpaired_accuracy_drop_interval)
 
 #: The gate's public names, importable from this one module whichever of the gate's modules defines them:
 #: the rules (:mod:`benchmarks.gate_rules`), the results (:mod:`benchmarks.gate_results`) and the written
@@ -145,7 +150,6 @@ class _Context:
 
     def speedup(self, art: dict, ref: dict, b: int, s: int, doc: dict | None = None):
         """``(estimate, bootstrap replicates)`` of the paired speedup at one configuration, or ``None`` (v1)."""
-        from benchmarks.stats import speedup_replicates
 
         doc = doc or self.results
         key = ("speedup", id(doc), art["name"], b, s)
@@ -247,7 +251,6 @@ def _evaluate_rule(rule: str, limit: Any, subject: _Subject, ctx: _Context, acti
 def _latency_rule(rule: str, limit: float, subject: _Subject, ctx: _Context, active: dict,
                   confidence: float) -> Check:
     """``min_speedup`` (paired, against the in-run reference), ``max_p50_ms``, ``min_throughput`` (absolute)."""
-    from benchmarks.stats import percentile_interval, series_median_interval, throughput_interval
 
     name, art = subject.name, subject.art
     keys = "speedup_batch_size/speedup_seq_len" if rule == "min_speedup" else "latency_batch_size/latency_seq_len"
@@ -317,8 +320,6 @@ def _quality_samples(subject: _Subject, ctx: _Context):
 def _accuracy_drop(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
     from statistics import NormalDist
 
-    from benchmarks.stats import accuracy_drop_interval, detectable_drop, mean_over_seeds_interval
-
     name = subject.name
     relative = rule == "max_relative_accuracy_drop"
     samples = _quality_samples(subject, ctx)
@@ -365,8 +366,6 @@ def _accuracy_drop(rule: str, limit: float, subject: _Subject, ctx: _Context, co
 
 
 def _agreement(limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
-    from benchmarks.stats import mean_over_seeds_interval, proportion_interval
-
     name = subject.name
     members = subject.members or [subject.art]
     agreement = float(np.mean([m["quality"]["agreement"] for m in members]))
@@ -395,7 +394,6 @@ def _agreement(limit: float, subject: _Subject, ctx: _Context, confidence: float
 def _traffic_agreement(limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
     """``min_traffic_agreement``: ``min_agreement`` on the ``bench --traffic-file`` texts, from their predictions
     (Clopper-Pearson; for a seed group, the mean over seeds with seed and text variance)."""
-    from benchmarks.stats import mean_over_seeds_interval, proportion_interval
 
     name, rule = subject.name, "min_traffic_agreement"
     members = subject.members or [subject.art]
@@ -449,7 +447,6 @@ def comparability(results: dict[str, Any], baseline: dict[str, Any]) -> list[str
 def _regression(limit: float, subject: _Subject, ctx: _Context, active: dict, confidence: float) -> Check:
     """Against ``--baseline``: the normalised latency (reference time / speedup) may grow, and the accuracy may
     fall, by at most ``limit`` (a share), each decided on the interval of the change."""
-    from benchmarks.stats import ratio_of_independent
 
     name, rule, art = subject.name, "max_regression", subject.art
     if ctx.baseline is None:
@@ -549,7 +546,6 @@ def _f1_group_regression(limit: float, subject: _Subject, ctx: _Context, confide
     entity counts equal the baseline member's. ``(status, measured, interval text, message, upper)``, or
     ``None`` when the baseline has no such group or either has fewer than two seeds."""
     from benchmarks import f1_rules
-    from benchmarks.stats import Interval
 
     base_names = ctx.base_groups.get(subject.name)
     if not base_names:
@@ -618,7 +614,6 @@ def _accuracy_regression(limit: float, subject: _Subject, base: dict, ctx: _Cont
     """The accuracy fall against the baseline, relative (the accuracy half of ``max_regression``) or in
     absolute points (``max_accuracy_regression``): ``(status, measured, interval, message, upper)``, or
     ``None`` when either file holds no per-example predictions (v1)."""
-    from benchmarks.stats import Interval, accuracy_drop_interval, unpaired_accuracy_drop_interval
 
     if subject.is_group:
         base_names = ctx.base_groups.get(subject.name) or []
@@ -661,8 +656,6 @@ def _welch_drop(old: list[float], new: list[float], confidence: float, relative:
     cancels and the seed spread dominates."""
     from scipy.stats import t as student_t
 
-    from benchmarks.stats import Interval
-
     if len(old) < 2 or len(new) < 2:
         return None
     o, n = np.asarray(old, float), np.asarray(new, float)
@@ -682,7 +675,6 @@ def _welch_drop(old: list[float], new: list[float], confidence: float, relative:
 def history_checks(results: dict[str, Any], history: str | os.PathLike, window: int, threshold: float,
                    test: str) -> list[Check]:
     """One ``history`` check per non-reference artifact: is this run unlike the last ``window`` comparable runs?"""
-    from benchmarks.history import check_artifact, read_history, summarize_run
 
     past = read_history(history, error=GateInputError)
     current = summarize_run(results)
@@ -710,7 +702,6 @@ def run_gate(results: str | os.PathLike, rules: str | os.PathLike, baseline: str
     ``window`` comparable runs of that file. A ``baseline`` measured on another device (GPU against
     CPU) is refused (exit 3) unless ``allow_device_mismatch``.
     """
-    from benchmarks.history import DEFAULT_TEST, DEFAULT_THRESHOLD, DEFAULT_WINDOW
 
     out = out or sys.stdout
     step_summary = step_summary if step_summary is not None else os.environ.get("GITHUB_STEP_SUMMARY")

@@ -25,6 +25,7 @@ from statistics import NormalDist
 from typing import Any, Iterable
 
 from compress.errors import CompressError
+from benchmarks.stats import history_flagged, history_score
 
 HISTORY_SCHEMA = "bert-compress-bench-history"
 HISTORY_VERSION = 1
@@ -198,7 +199,6 @@ def check_artifact(current: dict[str, Any], past: list[dict[str, Any]], name: st
     ``status`` is ``fail`` when any metric is flagged, ``skip`` when no metric has ``MIN_RUNS``
     comparable earlier runs, else ``pass``. ``rows`` lists every metric's value, window mean, sd and score.
     """
-    from benchmarks.stats import history_flagged, history_score
 
     rows, flagged = [], []
     for label, interval, values in metric_series(current, past, name, window):

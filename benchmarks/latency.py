@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from compress.errors import CompressError
+from compress.runtime import normalize_texts, position_limit as limit
 
 NS_PER_MS = 1_000_000
 
@@ -120,7 +121,6 @@ def run_interleaved(runners: Mapping[str, Callable[[], Any]], warmup: int, runs:
 def position_limit(config: Any) -> int | None:
     """The longest sequence the model's position table allows (RoBERTa-style models and MPNet lose two):
     :func:`compress.runtime.position_limit`, the one place that knows which families those are."""
-    from compress.runtime import position_limit as limit
 
     return limit(config)
 
@@ -132,7 +132,6 @@ def fixed_shape_inputs(predictor, texts: Sequence[Any], batch_size: int, seq_len
     truncated and shorter ones padded, so the tensor shape, hence the work, is the same for every
     variant whatever its tokenizer.
     """
-    from compress.runtime import normalize_texts
 
     if batch_size < 1 or seq_len < 2:
         raise CompressError(f"batch size and sequence length must be at least 1 and 2, got {batch_size} and {seq_len}.")

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from compress.errors import CompressError
+from benchmarks.latency import fixed_shape_inputs
+from compress.runtime import Predictor, artifact_kind
 
 MARKER = "BERT_COMPRESS_MEMORY "
 #: Used when no texts are given: any real sentence works, the batch is padded to a fixed length.
@@ -69,7 +71,6 @@ def measure_in_this_process(folder: str, threads: int | None, batch_size: int, s
     bare = current_rss_bytes()
     if not Path(folder).is_dir():  # before the imports below, which take seconds
         raise CompressError(f"{folder} does not exist or is not a folder; give an artifact folder.")
-    from compress.runtime import artifact_kind
 
     kind = artifact_kind(folder)
     # transformers is loaded for every kind, as it was when ONNX artifacts still tokenized with it, so
@@ -83,9 +84,6 @@ def measure_in_this_process(folder: str, threads: int | None, batch_size: int, s
     else:
         import torch  # noqa: F401
     libraries = current_rss_bytes()
-
-    from benchmarks.latency import fixed_shape_inputs
-    from compress.runtime import Predictor
 
     predictor = Predictor.load(folder, threads=threads, spinning=False)
     arrays = fixed_shape_inputs(predictor, list(texts) or [SAMPLE_TEXT], batch_size, seq_len)

@@ -29,6 +29,13 @@ import numpy as np
 
 from benchmarks.agreement import agreement_by_origin, gap_diagnosis
 from compress.errors import CompressError
+from compress.artifact import read_meta, weights_sha256
+from compress.assets import cache_dir
+from compress.config import DataOptions
+from compress.runtime import Predictor
+from compress.transfer.augment import MASK
+from compress.transfer.corpus import filter_unlabeled, load_unlabeled
+from compress.transfer.texts import atomic_write_text, split_keys
 
 #: Origins in report order; the first three are rows the student trained on.
 TRAINED = ("train", "augmented", "unlabeled")
@@ -47,8 +54,6 @@ def origin_texts(meta: dict[str, Any], task, where: str = "STUDENT") -> tuple[di
     ``meta`` is the student's ``compress.json``, ``task`` its data loaded from the recorded options.
     A transfer part that cannot be rebuilt (a cleared augmentation cache) is left out with a note.
     """
-    from compress.transfer.corpus import filter_unlabeled, load_unlabeled
-    from compress.transfer.texts import split_keys
 
     cfg = meta.get("config") or {}
     transfer = meta.get("transfer") or {}
@@ -90,7 +95,6 @@ def sample(texts: list[Any], limit: int, seed: int = 0) -> list[Any]:
 
 def _with_mask_token(texts: list[Any], tokenizer) -> list[Any]:
     """Augmentation writes ``[MASK]`` for a masked word; distill showed each model its own mask token."""
-    from compress.transfer.augment import MASK
 
     token = getattr(tokenizer, "mask_token", None) or MASK
     if token == MASK:
@@ -101,9 +105,6 @@ def _with_mask_token(texts: list[Any], tokenizer) -> list[Any]:
 
 def predicted_labels(path: Path, texts_by_origin: dict[str, list[Any]], batch_size: int = 64) -> dict[str, np.ndarray]:
     """Argmax labels of one artifact per origin, cached under ``cache_dir()/predictions`` by weights and texts."""
-    from compress.artifact import read_meta, weights_sha256
-    from compress.assets import cache_dir
-    from compress.runtime import Predictor
 
     meta = read_meta(path) or {}
     weights = meta.get("weights_sha256") or weights_sha256(path)
@@ -129,8 +130,6 @@ def predicted_labels(path: Path, texts_by_origin: dict[str, list[Any]], batch_si
 
 def origin_report(student: Path, teacher: Path, per_origin: int = DEFAULT_PER_ORIGIN, seed: int = 0) -> dict[str, Any]:
     """``{"student", "by_origin", "diagnosis", "notes"}`` for one distill artifact against its teacher."""
-    from compress.artifact import read_meta
-    from compress.config import DataOptions
 
     meta = read_meta(student)
     if not meta or meta.get("stage") != "distill":
@@ -203,8 +202,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(render(reports))
     if args.json:
-        from compress.transfer.texts import atomic_write_text
-
         atomic_write_text(Path(args.json), json.dumps(reports, indent=2) + "\n")
     return 0
 

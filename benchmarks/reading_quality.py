@@ -17,15 +17,14 @@ from typing import Any, Mapping
 
 from compress.errors import CompressError
 from compress.progress import bars_enabled
+from benchmarks.stats import mean_drop_interval, mean_interval
+from compress.tasks.qa_metrics import question_scores
 
 
 def evaluate_reading_quality(predictors: Mapping[str, Any], reference: str, scorer: Any, batch_size: int = 32,
                              progress: bool = True) -> dict[str, dict[str, Any]]:
     """``{name: quality}`` for every predictor (see the module docstring); the reference agrees with itself."""
     from tqdm.auto import tqdm
-
-    from benchmarks.stats import mean_drop_interval, mean_interval
-    from compress.tasks.qa_metrics import question_scores
 
     if reference not in predictors:
         raise CompressError(f"the reference {reference!r} is not among the loaded artifacts.")

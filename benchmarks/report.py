@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Sequence
+from benchmarks.agreement import traffic_agreement_section
+from benchmarks.runtime_sections import sections
+from compress.quality import METRIC_NAMES
 
 PARETO_PNG = "pareto.png"
 SPEEDUP_PNG = "speedup.png"
@@ -72,7 +75,6 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 def quality_metric(results: dict[str, Any]) -> tuple[str, str]:
     """``(quality key, column name)`` of the results' primary metric: accuracy, a tagger's entity F1, a reader's F1."""
-    from compress.quality import METRIC_NAMES
 
     metric = (results.get("data") or {}).get("metric") or "accuracy"
     return metric, METRIC_NAMES.get(metric, metric)
@@ -280,10 +282,7 @@ def _render_rest(results: dict[str, Any], out: list[str], plots: Sequence[str]) 
         out += _table(["artifact", "kind", "attention ops", "layers", "every layer fused", "EmbedLayerNorm",
                        "SkipLayerNorm", "Gelu"], rows)
 
-    from benchmarks.runtime_sections import sections
-
     out += sections(results)
-    from benchmarks.agreement import traffic_agreement_section
 
     out += traffic_agreement_section(results)
     if plots:

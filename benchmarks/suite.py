@@ -30,6 +30,17 @@ from compress.config import FULL, QUICK, BenchConfig  # noqa: F401 (FULL, QUICK:
 from compress.data import check_labels_fit
 from compress.errors import CompressError
 from compress.progress import bars_enabled
+from benchmarks.agreement import traffic_agreement_lines
+from benchmarks.history import append_history, check_history_writable
+from benchmarks.memory import measure_memory
+from benchmarks.reading_quality import evaluate_reading_quality
+from benchmarks.report import headline, write_report
+from benchmarks.stats import speedup_interval
+from benchmarks.tagging_quality import evaluate_tagging_quality
+from benchmarks.teacher_runtimes import add_teacher_best
+from benchmarks.traffic import measure_traffic_agreement, measure_traffic_and_load, read_traffic_file
+from compress.device import device_name, resolve_device, resolve_precision
+from compress.runtime import ONNX_FILE, Predictor
 
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
@@ -62,8 +73,6 @@ def onnx_facts(path: Path, meta: dict[str, Any] | None) -> dict[str, Any]:
     """
     import onnx
 
-    from compress.runtime import ONNX_FILE
-
     counts = Counter(n.op_type for n in onnx.load(str(path / ONNX_FILE), load_external_data=False).graph.node)
     fused = {op: int(counts.get(op, 0)) for op in GRAPH_OPS}
     recorded = (meta or {}).get("onnx") or {}
@@ -79,7 +88,6 @@ def onnx_facts(path: Path, meta: dict[str, Any] | None) -> dict[str, Any]:
 def _load_predictors(config: BenchConfig, precision: str = "fp32") -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Open the reference and the artifacts (the reference first; listed twice, it is opened once);
     PyTorch fp32 artifacts run in ``precision``, as decided for the bench's ``--precision``."""
-    from compress.runtime import Predictor
 
     ref_path = Path(config.reference).expanduser().resolve()
     paths = [ref_path]
@@ -152,7 +160,6 @@ def measure_latency(predictors: dict[str, Any], reference: str, texts: Sequence[
     Every entry keeps its raw per-round timings (``rounds_ns``: entry ``i`` of every artifact comes from
     the same round), from which the gate computes its intervals; ``keep_samples=False`` leaves them out.
     """
-    from benchmarks.stats import speedup_interval
 
     from tqdm.auto import tqdm
 
@@ -185,15 +192,10 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
     """Measure everything and return the ``results.json`` document (nothing is written)."""
     from tqdm.auto import tqdm
 
-    from benchmarks.memory import measure_memory
-
-    from compress.device import device_name, resolve_device, resolve_precision
-
     config = config.resolved()
     started = time.perf_counter()
     traffic_texts, traffic_file = None, None
     if config.traffic_file:  # read first: a bad file fails before anything is loaded or measured
-        from benchmarks.traffic import read_traffic_file
 
         traffic_texts, traffic_file = read_traffic_file(config.traffic_file, config.data.text_column,
                                                         config.data.text_pair_column)
@@ -215,14 +217,12 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
                             f"classifiers; {who}'s agreement with the reference is measured on --split. "
                             "Drop --traffic-file.")
     if reading:  # SQuAD F1 and exact match per question (benchmarks.reading_quality); no integer labels
-        from benchmarks.reading_quality import evaluate_reading_quality
         from compress.quality import SplitScorer
 
         scorer = SplitScorer(task, config.split)
         texts, labels = scorer.inputs, None
         quality = evaluate_reading_quality(predictors, reference, scorer, progress=config.progress)
     elif tagging:  # entity F1 per sentence (benchmarks.tagging_quality); no integer labels
-        from benchmarks.tagging_quality import evaluate_tagging_quality
         from compress.quality import SplitScorer
 
         scorer = SplitScorer(task, config.split)
@@ -234,7 +234,6 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         quality = evaluate_quality(predictors, reference, texts, labels, progress=config.progress)
     traffic_agreement: dict[str, Any] = {}
     if traffic_texts is not None:  # every artifact, seed-group members too: it is quality, not speed
-        from benchmarks.traffic import measure_traffic_agreement
 
         traffic_agreement = measure_traffic_agreement(predictors, reference, traffic_texts, progress=config.progress)
     # Seeds of one recipe share one shape, hence one speed: only the first member of a group is timed.
@@ -242,7 +241,6 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
     timed_predictors = {e["name"]: predictors[e["name"]] for e in timed}
     latency = measure_latency(timed_predictors, reference, texts, config.batch_sizes, config.seq_lens, config.warmup,
                               config.runs, progress=config.progress, keep_samples=True)
-    from benchmarks.traffic import measure_traffic_and_load
 
     realistic, realistic_settings = measure_traffic_and_load(
         timed_predictors, reference, task, config.traffic, config.traffic_limit, config.batch_sizes,
@@ -267,7 +265,6 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         artifacts.append(record)
     groups = [{"name": group, "members": [e["name"] for e in sorted(
         (e for e in entries if e["group"] == group), key=lambda e: e["seed_index"])]} for group in config.seeds]
-    from benchmarks.teacher_runtimes import add_teacher_best
 
     teacher_runtimes = add_teacher_best(artifacts, reference)
     return {
@@ -323,7 +320,6 @@ def write_results_folder(out: str | os.PathLike, results: dict[str, Any]) -> Pat
     Everything goes into a temporary sibling folder first, which is renamed into place only when
     complete: an interrupted run never leaves a results file without its report, or half a JSON.
     """
-    from benchmarks.report import write_report
 
     out = Path(out).expanduser().resolve()
     _check_out(out, [a["path"] for a in results.get("artifacts", [])])
@@ -355,21 +351,15 @@ def bench(config: BenchConfig, out: str | os.PathLike) -> Path:
     out_path = Path(out).expanduser().resolve()
     _check_out(out_path, [config.reference, *config.artifacts])  # fail before an hour of measuring, not after
     if config.history:
-        from benchmarks.history import check_history_writable
-
         check_history_writable(config.history)
     results = run_benchmark(config)
     path = write_results_folder(out_path, results)
     print(f"bench: {path} ({len(results['artifacts'])} artifacts, {results['wall_s']:.0f} s)")
     if config.history:
-        from benchmarks.history import append_history
-
         append_history(config.history, results)
         print(f"bench: appended this run's summary to {config.history}")
-    from benchmarks.report import headline
 
     print(headline(results))
-    from benchmarks.agreement import traffic_agreement_lines
 
     for line in traffic_agreement_lines(results):
         print(line)

@@ -17,15 +17,14 @@ from typing import Any, Mapping
 
 from compress.errors import CompressError
 from compress.progress import bars_enabled
+from benchmarks.stats import f1_drop_interval, f1_interval, ratio_interval
+from compress.tasks.ner_metrics import scores_from_counts, sentence_counts, token_agreement
 
 
 def evaluate_tagging_quality(predictors: Mapping[str, Any], reference: str, scorer: Any, types: list[str],
                              batch_size: int = 32, progress: bool = True) -> dict[str, dict[str, Any]]:
     """``{name: quality}`` for every predictor (see the module docstring); the reference agrees with itself."""
     from tqdm.auto import tqdm
-
-    from benchmarks.stats import f1_drop_interval, f1_interval, ratio_interval
-    from compress.tasks.ner_metrics import scores_from_counts, sentence_counts, token_agreement
 
     if reference not in predictors:
         raise CompressError(f"the reference {reference!r} is not among the loaded artifacts.")

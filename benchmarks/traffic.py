@@ -39,6 +39,10 @@ from benchmarks.agreement import traffic_agreement
 from benchmarks.latency import NS_PER_MS, paired_speedup, percentile
 from compress.errors import CompressError
 from compress.progress import bars_enabled
+from benchmarks.accuracy import split_texts
+from benchmarks.load import run_load
+from compress.data import SUPPORTED_SUFFIXES, read_table, require_column
+from compress.runtime import softmax
 
 DEFAULT_WARMUP = 10
 
@@ -171,8 +175,6 @@ def measure_traffic_and_load(predictors: Mapping[str, Any], reference: str, task
                              load_requests: int, default_split: str, progress: bool = True
                              ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """What ``bench --traffic`` and ``--load-clients`` add: ``({name: {"traffic", "load"}}, settings)``."""
-    from benchmarks.accuracy import split_texts
-    from benchmarks.load import run_load
 
     per: dict[str, dict[str, Any]] = {name: {} for name in predictors}
     settings: dict[str, Any] = {}
@@ -211,8 +213,6 @@ def read_traffic_file(path: str | Path, text_column: str = "text", text_pair_col
     import hashlib
 
     import pandas as pd
-
-    from compress.data import SUPPORTED_SUFFIXES, read_table, require_column
 
     path = Path(path).expanduser()
     fix = ("Give a .txt file (one text a line) or a csv/tsv/jsonl/json/parquet file with a text column "
@@ -260,8 +260,6 @@ def measure_traffic_agreement(predictors: Mapping[str, Any], reference: str, tex
     """``{name: traffic_agreement record}`` for every predictor against ``reference`` on unlabelled ``texts``
     (the reference agrees with itself; its record lists no disagreements)."""
     from tqdm.auto import tqdm
-
-    from compress.runtime import softmax
 
     probs = {}
     names = [reference] + [n for n in predictors if n != reference]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from compress.errors import CompressError
+from compress.assets import sha256_file
 
 META_FILE = "compress.json"
 FORMAT = "bert-compress-artifact"
@@ -200,8 +201,6 @@ def check_model_folder(folder: str | os.PathLike, allow_pickle: bool = False) ->
 def weights_sha256(folder: str | os.PathLike) -> str:
     """sha256 of a model folder's weight files: the identity of a model for caches and lineage."""
     import hashlib
-
-    from compress.assets import sha256_file
 
     path = Path(folder)
     files = sorted(p for p in path.iterdir() if p.name.endswith((".safetensors", ".bin", ".onnx", ".pt")))

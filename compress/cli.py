@@ -14,6 +14,22 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from compress.errors import CompressError
 from compress.losses import names as loss_names
+from benchmarks.report import demo_table
+from compress.artifact import read_meta
+from compress.config import (BenchConfig, DATA_KEYS, DataOptions, DistillConfig, ExportConfig, OptimizeConfig,
+                             PretrainConfig, PruneConfig, QuantizeConfig, TeacherConfig, flag_options, setting)
+from compress.device import check_device_spec
+from compress.optimize import format_decision
+from compress.pipeline import load_recipe, run_recipe
+from compress.progress import configure as configure_progress
+from compress.reading import read_passage
+from compress.runtime import Predictor
+from compress.stages import all_stages, find, get
+from compress.summary import format_table, summary_rows
+from compress.tagging import AGGREGATIONS, DEFAULT_AGGREGATION, format_tagged
+from compress.tasks.qa_features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST
+from compress.windows import POOLINGS
+from students.factory import describe_presets
 
 if TYPE_CHECKING:
     from compress.stages import Stage
@@ -39,7 +55,6 @@ def _option(g: Any, cls: type, key: str, help: str | None = None, **extra: Any) 
     and choices are the field's, so each lives in one place; ``help`` says what the flag does (default: the
     field's own ``help``, declared with the settings several commands share) and the default is appended to it
     (unless the help explains the default itself)."""
-    from compress.config import setting
 
     f, default, hint = setting(cls, key)
     help = help or f.metadata.get("help")
@@ -59,8 +74,6 @@ def _option(g: Any, cls: type, key: str, help: str | None = None, **extra: Any) 
 
 
 def _add_data_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
-    from compress.config import DataOptions
-
     g = p.add_argument_group("data")
     _option(g, DataOptions, "data", required=required)
     for key in ("text_column", "text_pair_column", "label_column", "limit", "split_seed"):
@@ -78,7 +91,6 @@ def _add_train_flags(p: argparse.ArgumentParser, cls: type) -> None:
 def _add_precision_flag(p: argparse.ArgumentParser, what: str, bf16_alias: bool = False) -> None:
     """``--precision``, made from the config field (compress.config._precision: one default, choices, help);
     ``--bf16`` (the flag before it) stays as ``--precision bf16`` where a command had it."""
-    from compress.config import TeacherConfig, flag_options
 
     options = flag_options(TeacherConfig, "precision")
     p.add_argument("--precision", default=options["default"], choices=options["choices"],
@@ -89,15 +101,12 @@ def _add_precision_flag(p: argparse.ArgumentParser, what: str, bf16_alias: bool 
 
 
 def _add_device_flag(p: argparse.ArgumentParser, what: str = "the model") -> None:
-    from compress.config import TeacherConfig
-
     _option(p, TeacherConfig, "device", f"where {what} runs: auto (a CUDA GPU when torch sees one, else the CPU), cpu, "
             "cuda or cuda:N")
 
 
 def _data_options(a: argparse.Namespace):
     """The ``--data`` family of flags as a :class:`compress.config.DataOptions` (``None`` without ``--data``)."""
-    from compress.config import DATA_KEYS, DataOptions
 
     if getattr(a, "data", None) is None:
         return None
@@ -106,7 +115,6 @@ def _data_options(a: argparse.Namespace):
 
 def stage_config(stage: str, a: argparse.Namespace, **wired: Any):
     """The validated config a parsed command line describes: its flags are the config's flat keys."""
-    from compress.stages import get
 
     cls = get(stage).config
     known = set(cls.known_keys())
@@ -120,7 +128,6 @@ def stage_config(stage: str, a: argparse.Namespace, **wired: Any):
 def cmd_stage(a: argparse.Namespace) -> int:
     """Any stage's command (``a.command`` is its name in :mod:`compress.stages`): build its config from the
     flags, run it, print what it wrote. A check (the gate) exits with its own code."""
-    from compress.stages import get
 
     stage = get(a.command)
     result = stage.runner()(stage_config(a.command, a), getattr(a, "out", None))
@@ -159,7 +166,6 @@ def add_stage_command(sub: "argparse._SubParsersAction", stage: "Stage") -> argp
     Booleans are ``--x/--no-x``; other values are read as in a recipe (:func:`_setting`); a flag not
     given keeps the config's default. A ``data`` setting gets the ``--data`` family of flags.
     """
-    from compress.config import DATA_KEYS, setting
 
     cls = stage.config
     doc = (cls.__doc__ or "").strip().splitlines()
@@ -184,8 +190,6 @@ def add_stage_command(sub: "argparse._SubParsersAction", stage: "Stage") -> argp
 
 
 def cmd_students(a: argparse.Namespace) -> int:
-    from students.factory import describe_presets
-
     rows = describe_presets(num_labels=a.num_labels)
     print(f"{'preset':<18}{'layers':>7}{'hidden':>8}{'heads':>7}{'ffn':>7}{'params':>12}")
     for r in rows:
@@ -196,15 +200,9 @@ def cmd_students(a: argparse.Namespace) -> int:
 
 
 def cmd_predict(a: argparse.Namespace) -> int:
-    from compress.runtime import Predictor
-
-    from compress.device import check_device_spec
-
     predictor = Predictor.load(a.model, threads=a.threads, max_length=a.max_length, device=check_device_spec(a.device),
                                precision=a.precision, announce=True, stride=a.stride, pooling=a.pooling)
     if predictor.task == "question-answering":
-        from compress.reading import read_passage
-
         passage = read_passage(a.model, a.question, a.context_file, a.texts)
         for r in predictor.predict([(q, passage) for q in a.question], batch_size=a.batch_size, n_best=a.n_best,
                                    max_answer_length=a.max_answer_length):
@@ -216,8 +214,6 @@ def cmd_predict(a: argparse.Namespace) -> int:
     if not a.texts:
         raise CompressError("predict: give one or more texts to label, e.g. bert-compress predict --model DIR 'a text'.")
     if predictor.task == "token-classification":
-        from compress.tagging import format_tagged
-
         for result in predictor.predict(a.texts, batch_size=a.batch_size, aggregation=a.aggregation,
                                         word_tags=a.word_tags):
             print(format_tagged(result))
@@ -230,15 +226,11 @@ def cmd_predict(a: argparse.Namespace) -> int:
 
 
 def cmd_summary(a: argparse.Namespace) -> int:
-    from compress.summary import format_table, summary_rows
-
     print(format_table(summary_rows(a.artifacts), markdown=a.markdown))
     return 0
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from compress.pipeline import load_recipe, run_recipe
-
     recipe = load_recipe(a.recipe, a.out)
     force = tuple(x.strip() for x in a.force.split(",") if x.strip()) if a.force else ()
     status = run_recipe(recipe, force=force, debug=a.debug)
@@ -250,15 +242,10 @@ def cmd_run(a: argparse.Namespace) -> int:
     if results and results.exists():
         import json
 
-        from benchmarks.report import demo_table
-
         print("\n" + demo_table(json.loads(results.read_text(encoding="utf-8"))))
         print(f"\nreport: {bench / 'report.md'} (plots beside it)")
     chosen = next((c.output for c in recipe.calls if c.stage == "optimize"), None)
     if chosen is not None and (chosen / "compress.json").exists():
-        from compress.artifact import read_meta
-        from compress.optimize import format_decision
-
         # Which runtime the recipe deploys on this machine, and why (measured here, by optimize).
         print(f"\ndeployed: {chosen} serves each batch size with the runtime optimize measured fastest here:")
         print(format_decision(read_meta(chosen)))
@@ -288,12 +275,6 @@ def _seed_group(text: str) -> tuple[str, list[str]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from compress.config import (BenchConfig, DistillConfig, ExportConfig, OptimizeConfig, PretrainConfig, PruneConfig,
-                                 QuantizeConfig, TeacherConfig, flag_options)
-    from compress.windows import POOLINGS
-    from compress.tagging import AGGREGATIONS, DEFAULT_AGGREGATION
-    from compress.tasks.qa_features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST
-
     parser = argparse.ArgumentParser(
         prog="bert-compress",
         description="Distil, prune, quantize and export BERT-family classifiers, and measure the result.")
@@ -561,8 +542,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.set_defaults(func=cmd_summary)
 
-    from compress.stages import all_stages
-
     for stage in all_stages():  # a stage registered from outside the package: flags from its config
         if stage.name not in sub.choices:
             add_stage_command(sub, stage)
@@ -574,7 +553,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # HF_HUB_OFFLINE is the user's: a hub id (--model org/name, --data hf:NAME) downloads when the hub
     # is reachable; nothing else contacts it. Tests and `make demo` set it to 1 (compress/hub.py says why).
-    from compress.stages import find
 
     stage = find(args.command)
     if stage is not None and stage.timed:
@@ -582,7 +560,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # not steal each other's cores (measured: p90 latency several times p50 without it).
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from compress.progress import configure as configure_progress
 
     configure_progress()
     func: Callable[[argparse.Namespace], int] = args.func

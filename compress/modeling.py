@@ -17,6 +17,11 @@ import numpy as np
 from compress.artifact import check_model_folder
 from compress.errors import CompressError
 from compress.quiet import quiet_transformers
+from compress.data import DynamicPaddingCollator
+from compress.formats.pruned import PRUNING_KEY, load_pruned
+from compress.hub import describe_folder
+from compress.progress import bars_enabled
+from compress.tasks import get_task
 
 
 def load_tokenizer(folder: str | Path, model_vocab_size: int | None = None, words: bool = False):
@@ -59,15 +64,12 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
     """
     from transformers import AutoConfig
 
-    from compress.tasks import get_task
-
     spec = get_task(task)
 
     path = Path(folder)
     try:
         raw = check_model_folder(path, allow_pickle=allow_pickle)
     except CompressError as exc:  # a hub snapshot: name the id the user typed, not only the cache path
-        from compress.hub import describe_folder
 
         if describe_folder(path) is None:
             raise
@@ -87,7 +89,6 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
     if eager_attention:
         kwargs["attn_implementation"] = "eager"
     config = AutoConfig.from_pretrained(str(path), **kwargs)
-    from compress.formats.pruned import PRUNING_KEY, load_pruned
 
     if raw.get(PRUNING_KEY):
         # Heads pruned per layer: no config field describes that shape, so from_pretrained cannot build it.
@@ -144,9 +145,6 @@ def predict_logits(model, tokenized, batch_size: int = 64, precision: str = "fp3
     """
     import torch
     from tqdm.auto import tqdm
-
-    from compress.data import DynamicPaddingCollator
-    from compress.progress import bars_enabled
 
     ids = tokenized[f"{prefix}input_ids"]
     order = np.argsort([-len(x) for x in ids], kind="stable")

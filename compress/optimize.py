@@ -47,6 +47,16 @@ from compress.config import OPTIMIZE_CANDIDATES, OptimizeConfig
 from compress.errors import CompressError, describe
 from compress.formats.openvino import openvino_missing
 from compress.progress import bars_enabled
+from benchmarks.latency import (fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved,
+                                summarize)
+from benchmarks.machine import available_cpus, machine_info
+from benchmarks.stats import speedup_interval
+from compress.artifact import package_versions
+from compress.device import device_name, resolve_device
+from compress.export import check_out_is_not_input, export_onnx
+from compress.quality import METRIC_NAMES, SplitScorer
+from compress.quantize import quantize
+from compress.runtime import Predictor, artifact_kind, reading_settings
 
 CANDIDATES = OPTIMIZE_CANDIDATES
 REFERENCE = "pytorch"
@@ -64,8 +74,6 @@ DECISIVE_FLAGS = ("avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile
 
 def _builders(parent: Path, cfg: OptimizeConfig) -> dict[str, Callable[[Path, dict[str, Path]], Path]]:
     """How each candidate is made, from the parent or from a candidate built before it."""
-    from compress.export import export_onnx
-    from compress.quantize import quantize
 
     common = {"data": cfg.data, "max_accuracy_drop": cfg.max_accuracy_drop, "device": cfg.device}
 
@@ -150,13 +158,6 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
     The parent is candidate ``pytorch`` (the reference of every speedup). Nothing is written.
     ``device`` (``--device``): where every candidate runs (:meth:`Predictor.load`).
     """
-    from compress.device import device_name, resolve_device
-
-    from benchmarks.latency import fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved, summarize
-    from benchmarks.machine import machine_info
-    from benchmarks.machine import available_cpus
-    from benchmarks.stats import speedup_interval
-    from compress.runtime import Predictor
 
     threads = threads if threads is not None else available_cpus()  # fixed: a timing means nothing without it
     parent_path = Path(parent).expanduser().resolve()
@@ -174,7 +175,6 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
         if p.max_length != ref.max_length:
             raise CompressError(f"{paths[name]} truncates at {p.max_length} tokens but {parent_path} at "
                                 f"{ref.max_length}: its answers would differ for long texts. Rebuild it from --model.")
-    from compress.quality import SplitScorer
 
     scorer = SplitScorer(data.load_any(num_labels=ref.num_labels), "validation")
     scorer.check_model(ref)
@@ -302,10 +302,6 @@ def rank_candidates(rows: Sequence[dict[str, Any]], batch_size: int) -> dict[str
 
 def optimize(cfg: OptimizeConfig, out: str | os.PathLike, progress: bool = True) -> Path:
     """Build (or take) the candidates, choose per batch size, and write the ``choice`` artifact at ``out``."""
-    from benchmarks.latency import position_limit  # noqa: F401  (fail early if the benchmark package is missing)
-    from compress.artifact import package_versions
-    from compress.export import check_out_is_not_input
-    from compress.runtime import artifact_kind, reading_settings
 
     cfg.validate()
     started = time.perf_counter()
@@ -397,7 +393,6 @@ def format_decision(meta: dict[str, Any]) -> str:
     batches = opt["settings"]["batch_sizes"]
     flags = ", ".join(f for f, on in opt["decided_on"]["cpu_flags"].items() if on) or "none"
     width = max([len("candidate")] + [len(row["name"]) for row in opt["table"]]) + 2
-    from compress.quality import METRIC_NAMES
 
     metric = opt.get("metric", "accuracy")
     head = f"{'candidate':<{width}}{'kind':<12}{METRIC_NAMES.get(metric, metric):>10}{'drop':>8}{'agree':>8}" + "".join(

@@ -54,6 +54,10 @@ from compress.artifact import now_iso
 from compress.config import DATA_KEYS, ConfigBase, ConfigError, DataOptions, GateConfig, Problem, canonical_sha256
 from compress.errors import CompressError
 from compress.stages import Outputs, all_stages, get, names
+from benchmarks.gate import GateInputError, load_rules, run_gate as gate
+from compress.data import BUILTIN_DATASETS
+from compress.fingerprint import stage_identity
+from compress.run_stage import run_in_fresh_process, run_stage
 
 RECORD_DIR = ".bert-compress-run"
 #: Set by the pipeline in every stage (the stage's output folder); a recipe may not set it.
@@ -213,7 +217,6 @@ def load_recipe(path: str | os.PathLike, out: str | None = None) -> Recipe:
 
 def _data_section(value: Any, where: _Where, problems: list[str]) -> DataOptions:
     """The recipe's ``data:`` (a name/path or a mapping of the data flags), checked like ``--data``."""
-    from compress.data import BUILTIN_DATASETS
 
     section = {"data": value} if isinstance(value, str) else _mapping(value)
     if section is None:
@@ -275,7 +278,6 @@ def rules_toml(rules: dict[str, Any]) -> tuple[str, dict[int, tuple[str, ...]]]:
 
 def _gate_problems(config: GateConfig, where: _Where) -> list[str]:
     """The rules checked by the gate's own loader now, not after the training stages ran."""
-    from benchmarks.gate import GateInputError, load_rules
 
     if isinstance(config.rules, str):
         rules_path = Path(config.rules).expanduser()
@@ -329,8 +331,6 @@ def run_recipe(recipe: Recipe, force: tuple[str, ...] = (), debug: bool = False)
     A stage's own error propagates (its message, and its traceback under ``--debug``); the gate's
     verdict is a status (``failed (exit 1)``), not an error.
     """
-    from compress.fingerprint import stage_identity
-    from compress.run_stage import run_in_fresh_process, run_stage
 
     records = recipe.out / RECORD_DIR
     records.mkdir(parents=True, exist_ok=True)
@@ -381,7 +381,6 @@ def run_gate(config: GateConfig, out: str | os.PathLike | None = None) -> int:
     A recipe's inline rules (a mapping) are written as a gates TOML file beside ``out`` first
     (``OUT/gates.toml`` beside ``OUT/gate-junit.xml``), so the run leaves the rules it checked.
     """
-    from benchmarks.gate import run_gate as gate
 
     rules = config.rules
     if isinstance(rules, dict):

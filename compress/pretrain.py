@@ -33,6 +33,10 @@ from compress.config import PretrainConfig
 from compress.errors import CompressError
 from compress.training import (checkpoint_dir, guarded_trainer, interrupt_callback, is_main_process, resume_point,
                                run_trainer, training_arguments)
+from compress.device import device_name, resolve_precision, training_device
+from compress.modeling import autocast, load_tokenizer
+from compress.quiet import quiet_transformers
+from compress.transfer import filter_unlabeled, load_unlabeled, mlm_head_keys, split_keys
 
 
 class WholeWordMaskCollator:
@@ -91,7 +95,6 @@ class WholeWordMaskCollator:
 
 def _corpus(cfg: PretrainConfig) -> tuple[list[str], dict[str, Any]]:
     """The corpus texts (task validation/test texts removed, task training texts added) and their stats."""
-    from compress.transfer import filter_unlabeled, load_unlabeled, split_keys
 
     corpus = load_unlabeled(cfg.unlabeled, cfg.unlabeled_text_column)
     held_out: set[str] = set()
@@ -133,8 +136,6 @@ def masked_lm_loss(model, dataset, collator: WholeWordMaskCollator, batch_size: 
     """Mean masked-LM loss per masked token over ``dataset``, with the collator's (seeded) masks."""
     import torch
 
-    from compress.modeling import autocast
-
     model.eval()
     total, count = 0.0, 0
     device = next(model.parameters()).device
@@ -159,11 +160,6 @@ def _eval_loss(model, eval_ds, cfg: PretrainConfig, tokenizer, precision: str) -
 def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
     """Continue masked-LM training of an encoder on unlabelled text; write the masked LM as an artifact."""
     from transformers import AutoModelForMaskedLM
-
-    from compress.device import device_name, resolve_precision, training_device
-    from compress.modeling import load_tokenizer
-    from compress.quiet import quiet_transformers
-    from compress.transfer import mlm_head_keys
 
     cfg.validate()
     device = training_device(cfg.device)

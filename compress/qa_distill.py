@@ -53,6 +53,9 @@ from compress.tasks.task_choice import QA, model_head
 from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler,
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
                                write_trained_artifact)
+from compress.device import resolve_precision, training_device
+from compress.losses import hard_cross_entropy, soft_cross_entropy
+from students.factory import build_student
 
 #: Stands in for -inf where a position is padding: finite, so ``0 * log q`` stays 0 in the soft CE.
 MASKED = -1.0e4
@@ -211,7 +214,6 @@ def span_distillation_loss(start_logits, end_logits, attention_mask, soft_start,
                            end_positions, temperature: float, alpha_kd: float, alpha_hard: float) -> dict[str, Any]:
     """The loss terms of one batch of windows (module docstring): soft CE at ``temperature`` against the
     teacher's start and end rows, hard CE on the gold positions, each the mean of its start and end terms."""
-    from compress.losses import hard_cross_entropy, soft_cross_entropy
 
     real = attention_mask.bool()
     terms: dict[str, Any] = {}
@@ -268,9 +270,6 @@ def _load_teacher(teacher: str | os.PathLike):
 def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     """``bert-compress distill`` on question-answering data: the student built by the student factory
     from ``--student``/``--init`` as a reader, then distilled on the teacher's window logits."""
-    from students.factory import build_student
-
-    from compress.device import resolve_precision, training_device
 
     cfg.validate()
     cfg.refuse_beyond_logits("a span reader uses soft CE over window positions plus hard CE only, for now; leave "

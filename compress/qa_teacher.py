@@ -43,6 +43,11 @@ from compress.tasks.qa_features import decode_spans, encode_qa, qa_features
 from compress.tasks.task_choice import QA, check_model_task
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, guarded_trainer, interrupt_callback,
                                is_main_process, resume_point, run_trainer, training_arguments, write_trained_artifact)
+from compress.assets import cache_dir
+from compress.device import device_name, resolve_precision, training_device
+from compress.modeling import accepts_token_types, autocast, model_device
+from compress.training import epoch_validation_callback
+from compress.windows import length_sorted_batches, pad_rows
 
 #: Columns a span reader takes (``token_type_ids`` only when the tokenizer makes them).
 MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
@@ -102,9 +107,6 @@ def span_logits(model, input_ids: Sequence[Sequence[int]], token_type_ids: Seque
     run longest first in padded batches."""
     import torch
 
-    from compress.modeling import accepts_token_types, autocast, model_device
-    from compress.windows import length_sorted_batches, pad_rows
-
     device = model_device(model)
     starts: list[np.ndarray] = [np.zeros(0)] * len(input_ids)
     ends: list[np.ndarray] = [np.zeros(0)] * len(input_ids)
@@ -125,8 +127,6 @@ def span_logits(model, input_ids: Sequence[Sequence[int]], token_type_ids: Seque
 def _answers_path(weights: str, windows, allow_null: bool, precision: str) -> Path:
     """Where a reader's decoded answers to these exact windows are cached (keyed like soft labels)."""
     import hashlib
-
-    from compress.assets import cache_dir
 
     digest = hashlib.sha256(f"{weights}|allow_null={allow_null}|{precision}|answers v1".encode())
     for ids in windows.input_ids:
@@ -188,7 +188,6 @@ def evaluate_reader(model, tokenizer, split, gold: Sequence[Sequence[str]], max_
 def f1_callback(split, gold: Sequence[Sequence[str]], tokenizer, max_length: int, stride: int, allow_null: bool,
                 pad_id: int, precision: str):
     """A Trainer callback: after every epoch, validation exact match and F1 in the log history and on stdout."""
-    from compress.training import epoch_validation_callback
 
     def evaluate(model, batch_size: int) -> dict[str, float]:
         scores = evaluate_reader(model, tokenizer, split, gold, max_length, stride, allow_null, batch_size, precision,
@@ -201,7 +200,6 @@ def f1_callback(split, gold: Sequence[Sequence[str]], tokenizer, max_length: int
 
 def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a span-reader teacher; write it as an artifact at ``out``."""
-    from compress.device import device_name, resolve_precision, training_device
 
     cfg.validate()
     device = training_device(cfg.device)

@@ -27,6 +27,7 @@ import numpy as np
 
 from compress.errors import CompressError
 from compress.tasks import get_task
+from compress.tasks.ner_metrics import token_agreement
 
 #: How each task's primary metric is named for people (messages, tables).
 METRIC_NAMES = {"accuracy": "accuracy", "entity_f1": "entity F1", "f1": "F1"}
@@ -111,8 +112,6 @@ class SplitScorer:
         if self.reading:
             return float(np.mean([a == b for a, b in zip(predictions, reference)])) if len(predictions) else 1.0
         if self.tagging:
-            from compress.tasks.ner_metrics import token_agreement
-
             return token_agreement(predictions, reference)
         return float((np.asarray(predictions) == np.asarray(reference)).mean())
 

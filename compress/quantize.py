@@ -58,6 +58,12 @@ from compress.formats.torch_int8 import save_torch_int8
 from compress.ort_static import DEFAULT_CALIBRATION_SIZE
 from compress.quiet import quiet_torch_ao
 from compress.runtime import Predictor, artifact_kind, reading_settings
+from compress.device import device_name, resolve_device, resolve_precision
+from compress.formats.bf16 import save_bf16
+from compress.formats.openvino import OPENVINO_BIN, OPENVINO_XML, convert_onnx, require_openvino, save_ir
+from compress.modeling import load_classifier
+from compress.ort_static import TextCalibrationReader, check_calibration_inputs, graph_inputs, quantize_static_graph
+from compress.quality import SplitScorer
 
 METHODS = QUANTIZE_METHODS
 #: The artifact kind each method writes.
@@ -168,7 +174,6 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
     the device runs it natively; the default, fp32, as before ``--precision`` existed), decided once,
     printed unless it is that default, and recorded.
     """
-    from compress.device import device_name, resolve_device, resolve_precision
 
     started = time.perf_counter()
     run_on = device_name(resolve_device(device))
@@ -200,8 +205,6 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
         raise CompressError(f"--model {source} is an OpenVINO artifact ({kind}), which is converted, not converted "
                             f"again. Give the fp32 model it was made from{f' ({grand})' if grand else ''}.")
     if method in OPENVINO_METHODS:
-        from compress.formats.openvino import require_openvino
-
         require_openvino(f"--method {method}", need_nncf=method == "openvino-int8")
         if graph is not None or op_types or reduce_range:
             raise CompressError(f"--method {method} converts the unfused fp32 graph and lets NNCF choose what is "
@@ -405,8 +408,6 @@ class _Evaluation:
     candidate's against it on the same examples (:class:`compress.quality.SplitScorer`)."""
 
     def __init__(self, data, fp32: Predictor):
-        from compress.quality import SplitScorer
-
         self.data = data
         self.scorer = SplitScorer(data, "validation")
         self.scorer.check_model(fp32)
@@ -513,16 +514,12 @@ class _OrtStaticBuilder(_OrtBuilder):
     """QDQ static INT8 calibrated on task texts (:mod:`compress.ort_static`)."""
 
     def __init__(self, fp32_dir: Path, op_types: Sequence[str] | None, fp32: Predictor, texts: list[Any]):
-        from compress.ort_static import TextCalibrationReader, check_calibration_inputs, graph_inputs
-
         super().__init__(fp32_dir, op_types or ORT_STATIC_OP_TYPES)
         check_calibration_inputs(self.graph)
         self.reader = TextCalibrationReader(fp32, texts, graph_inputs(self.graph))
         self.texts = len(texts)
 
     def build(self, spec: CandidateSpec, folder: Path) -> list[str]:
-        from compress.ort_static import quantize_static_graph
-
         _copy_side_files(self.fp32_dir, folder)
         exclude = sensitive_onnx_nodes(self.graph, self.layers) if spec.exclude_sensitive else []
         with _quiet_quantizer():
@@ -548,14 +545,10 @@ class _OpenVinoBuilder(_Builder):
         self.feeds: list[dict[str, np.ndarray]] = []
         self.texts = len(texts or ())
         if texts:
-            from compress.ort_static import TextCalibrationReader, graph_inputs
-
             reader = TextCalibrationReader(fp32, texts, graph_inputs(self.graph))
             self.feeds = list(iter(reader.get_next, None))
 
     def build(self, spec: CandidateSpec, folder: Path) -> list[str]:
-        from compress.formats.openvino import convert_onnx, save_ir
-
         _copy_side_files(self.fp32_dir, folder)
         model = convert_onnx(self.graph)
         exclude: list[str] = []
@@ -578,8 +571,6 @@ class _OpenVinoBuilder(_Builder):
         """``compress.json``'s ``openvino`` section: files, what was converted, calibration, versions."""
         import importlib.metadata
 
-        from compress.formats.openvino import OPENVINO_BIN, OPENVINO_XML
-
         def version(name: str) -> str | None:
             try:
                 return importlib.metadata.version(name)
@@ -597,8 +588,6 @@ class _Bf16Builder(_Builder):
     """The fp32 PyTorch model with its weights cast to bfloat16 (:mod:`compress.formats.bf16`)."""
 
     def __init__(self, source: Path):
-        from compress.modeling import load_classifier
-
         self.source = Path(source)
         self.model, self.tokenizer, has_head = load_classifier(self.source)
         if not has_head:
@@ -607,8 +596,6 @@ class _Bf16Builder(_Builder):
         self.model.eval()
 
     def build(self, spec: CandidateSpec, folder: Path) -> list[str]:
-        from compress.formats.bf16 import save_bf16
-
         folder.mkdir(parents=True, exist_ok=True)
         save_bf16(copy.deepcopy(self.model), folder)
         self.tokenizer.save_pretrained(str(folder))
@@ -617,8 +604,6 @@ class _Bf16Builder(_Builder):
 
 class _TorchBuilder(_Builder):
     def __init__(self, source: Path):
-        from compress.modeling import load_classifier
-
         self.source = Path(source)
         self.model, _, has_head = load_classifier(self.source)
         if not has_head:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from compress.errors import CompressError
+from compress.stages import find, get, names
 
 
 def run_stage(stage: str, config: Any, out: str | os.PathLike) -> Any:
@@ -27,7 +28,6 @@ def run_stage(stage: str, config: Any, out: str | os.PathLike) -> Any:
     Returns what the stage's run function returns (:attr:`compress.stages.Stage.run`): the folder it
     wrote, or a check's exit code.
     """
-    from compress.stages import get
 
     return get(stage).runner()(config, Path(out))
 
@@ -53,8 +53,6 @@ def run_in_fresh_process(stage: str, config: Any, out: str | os.PathLike, workdi
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from compress.stages import find, names
-
     parser = argparse.ArgumentParser(prog="python -m compress.run_stage",
                                      description="Run one bert-compress stage from a config JSON file.")
     parser.add_argument("stage", help=f"one of {', '.join(names())}")

@@ -36,6 +36,20 @@ from compress.formats.torch_int8 import TORCH_INT8_FILE
 from compress.tasks.question_answering import NAME as QA
 from compress.windows import (DEFAULT_POOLING, POOLINGS, Windows, check_pooling, check_stride, default_stride,
                               encode_windows, length_sorted_batches, pad_rows, pool_windows)
+from benchmarks.machine import machine_info
+from compress.device import check_device_spec, device_name, resolve_device, resolve_precision
+from compress.formats.bf16 import is_bf16_weights, load_bf16
+from compress.formats.choice import pick, read_choice
+from compress.formats.openvino import compile_ir, is_int8_ir
+from compress.formats.torch_int8 import load_torch_int8
+from compress.modeling import (accepts_token_types, autocast, count_parameters, load_classifier, load_tokenizer,
+                               model_device)
+from compress.reading import answer_questions
+from compress.signal_stack import ensure_signal_stack
+from compress.tagging import tag_texts
+from compress.tasks import task_for_architectures
+from compress.tokenization import ArtifactConfig, ArtifactTokenizer
+from compress.windows import merge_token_outputs
 
 KINDS = ("pytorch", "torch-int8", "onnx-fp32", "onnx-int8", "torch-bf16", "choice") + OPENVINO_KINDS
 
@@ -53,10 +67,7 @@ def artifact_kind(folder: str | os.PathLike) -> str:
     if (path / TORCH_INT8_FILE).exists():
         return "torch-int8"
     if (path / OPENVINO_XML).exists():
-        from compress.formats.openvino import is_int8_ir
-
         return "openvino-int8" if is_int8_ir(path / OPENVINO_XML) else "openvino-fp32"
-    from compress.formats.bf16 import is_bf16_weights
 
     if is_bf16_weights(path):
         return "torch-bf16"
@@ -169,7 +180,6 @@ def encode_batches(tokenizer, texts: Text | Sequence[Text], max_length: int, bat
 def artifact_task(meta: dict[str, Any] | None, config: Any) -> str:
     """The task an artifact's model is for: ``compress.json``'s ``task`` (or its parent's), else the head its
     config's ``architectures`` name, else sequence classification (what artifacts were before tasks)."""
-    from compress.tasks import task_for_architectures
 
     meta = meta or {}
     recorded = meta.get("task") or (meta.get("parent_meta") or {}).get("task")
@@ -291,8 +301,6 @@ class Predictor:
         if threads is not None and not _is_count(threads):
             raise CompressError(f"--threads must be a whole number of at least 1, got {threads!r}.")
         if device is not None:
-            from compress.device import check_device_spec
-
             check_device_spec(device)
         if pooling is not None:
             check_pooling(pooling)  # before the model is opened: a typo should not cost a load
@@ -327,7 +335,6 @@ class Predictor:
         way. For comparing two artifacts of one model, whatever its head."""
         if self.task not in ("token-classification", QA):
             return list(self.logits(texts, batch_size))
-        from compress.windows import merge_token_outputs
 
         windows = self.encode(texts)
         return merge_token_outputs(windows, self.run_windows(windows, batch_size)) if len(windows) else []
@@ -370,12 +377,8 @@ class Predictor:
         split by whitespace; :mod:`compress.tagging` gives the rules).
         """
         if self.task == "token-classification":
-            from compress.tagging import tag_texts
-
             return tag_texts(self, texts, batch_size, aggregation, word_tags)
         if self.task == QA:
-            from compress.reading import answer_questions
-
             return answer_questions(self, texts, batch_size, **reading)
         if reading:
             raise CompressError(f"{', '.join(sorted(reading))}: span-search settings of a question-answering model; "
@@ -414,20 +417,14 @@ class TorchPredictor(Predictor):
                                 "serving install (requirements-serve.txt) runs ONNX artifacts only: export this one "
                                 "with bert-compress export (and quantize), or install the full toolkit.") from exc
 
-        from compress.modeling import accepts_token_types, count_parameters, load_classifier, load_tokenizer
-
         if threads is not None:
             torch.set_num_threads(threads)  # process-wide in PyTorch: there is no per-model setting
         meta = read_meta(path)
         if kind == "torch-int8":
-            from compress.formats.torch_int8 import load_torch_int8
-
             model = load_torch_int8(path)
             tokenizer = load_tokenizer(path, model.config.vocab_size)
             params = (meta or {}).get("parameters")
         elif kind == "torch-bf16":
-            from compress.formats.bf16 import load_bf16
-
             model, tokenizer = load_bf16(path, allow_pickle=allow_pickle)
             params = count_parameters(model)
         else:
@@ -442,8 +439,6 @@ class TorchPredictor(Predictor):
         self.kind = kind
         self.model = model
         if device is not None:
-            from compress.device import device_name, resolve_device
-
             target = resolve_device(device)
             if kind == "torch-int8" and target.type != "cpu":
                 import sys
@@ -454,8 +449,6 @@ class TorchPredictor(Predictor):
                 model.to(target)
                 self.device = device_name(target)
         if kind == "pytorch":
-            from compress.device import resolve_precision
-
             choice = resolve_precision(precision, self.device, announce=False)
             self.precision = choice.precision
             if announce:  # to stderr: predict's stdout is its answers
@@ -468,8 +461,6 @@ class TorchPredictor(Predictor):
 
     def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
         import torch
-
-        from compress.modeling import autocast, model_device
 
         device = model_device(self.model)
         with torch.inference_mode(), autocast(self.precision or "fp32", device):
@@ -491,8 +482,6 @@ class OnnxPredictor(Predictor):
     def _open(cls, path: Path, kind: str, threads: int | None, max_length: int | None,
               spinning: bool = True, device: str | None = None) -> "OnnxPredictor":
         import onnxruntime as ort
-
-        from compress.tokenization import ArtifactConfig, ArtifactTokenizer
 
         if not (path / "config.json").exists():
             raise CompressError(f"{path} has {ONNX_FILE} but no config.json, which holds the label names. Export the "
@@ -556,9 +545,6 @@ class OpenVinoPredictor(Predictor):
               spinning: bool = True, device: str | None = None) -> "OpenVinoPredictor":
         import threading
 
-        from compress.formats.openvino import compile_ir
-        from compress.tokenization import ArtifactConfig, ArtifactTokenizer
-
         if not (path / "config.json").exists():
             raise CompressError(f"{path} has {OPENVINO_XML} but no config.json, which holds the label names. Build the "
                                 "artifact again with bert-compress quantize --method openvino-int8.")
@@ -598,7 +584,6 @@ class OpenVinoPredictor(Predictor):
         is destroyed and can leave it in freed memory; the next signal (Ctrl-C) would then crash the
         process (:mod:`compress.signal_stack`). Called by ``__del__`` too, so dropping the Predictor is safe.
         """
-        from compress.signal_stack import ensure_signal_stack
 
         self._requests = None  # the thread-local requests are destroyed here, in this thread
         self.compiled = None
@@ -620,8 +605,6 @@ class ChoicePredictor(Predictor):
     @classmethod
     def _open(cls, path: Path, threads: int | None, max_length: int | None, allow_pickle: bool,
               spinning: bool, device: str | None = None, precision: str = "fp32") -> "ChoicePredictor":
-        from compress.formats.choice import read_choice
-
         meta = read_meta(path) or {}
         table = read_choice(path, meta)
         opened: dict[Path, Predictor] = {}
@@ -649,7 +632,6 @@ class ChoicePredictor(Predictor):
 
     def for_batch_size(self, batch_size: int) -> Predictor:
         """The artifact that serves batches of ``batch_size`` rows."""
-        from compress.formats.choice import pick
 
         return self.by_batch_size[pick(list(self.by_batch_size), batch_size)]
 
@@ -687,7 +669,6 @@ def onnx_providers(device: str | None, path: Path | None = None) -> list:
 
 def _cpu_mismatch(decided_on: dict[str, Any]) -> str | None:
     """How this CPU differs from the one a choice was measured on (model name, decisive flags), or None."""
-    from benchmarks.machine import machine_info
 
     if not decided_on:
         return None

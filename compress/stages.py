@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from compress.config import (BenchConfig, ConfigBase, DistillConfig, ExportConfig, GateConfig, OptimizeConfig,
                              PretrainConfig, PruneConfig, QuantizeConfig, TeacherConfig)
 from compress.errors import CompressError
+from compress.artifact import read_meta
 
 if TYPE_CHECKING:
     from compress.config import DataOptions
@@ -105,7 +106,6 @@ class Outputs:
 
 def artifact_complete(output: Path) -> bool:
     """An artifact folder is finished when its ``compress.json`` carries the complete marker."""
-    from compress.artifact import read_meta
 
     try:
         return read_meta(output) is not None

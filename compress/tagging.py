@@ -32,6 +32,7 @@ import numpy as np
 
 from compress.errors import CompressError
 from compress.tasks.ner_metrics import extract_entities, split_tag
+from compress.windows import merge_token_outputs
 
 AGGREGATIONS = ("first", "average", "max")
 DEFAULT_AGGREGATION = "first"
@@ -133,7 +134,6 @@ def check_tag_names(label_names: Sequence[str]) -> None:
 def tag_texts(predictor: Any, texts: str | Sequence[str], batch_size: int = 32,
               aggregation: str = DEFAULT_AGGREGATION, word_tags: bool = False) -> list[dict[str, Any]]:
     """:meth:`compress.runtime.Predictor.predict` for a tagger: one result per text (see :func:`tag_text`)."""
-    from compress.windows import merge_token_outputs
 
     check_aggregation(aggregation)
     check_tag_names(predictor.label_names)

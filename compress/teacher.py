@@ -34,19 +34,19 @@ from compress.modeling import classification_metrics, count_parameters, load_cla
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, gather_rows, guarded_trainer,
                                interrupt_callback, is_main_process, print_metrics, resume_point, run_trainer,
                                training_arguments, world)
+from compress.device import device_name, resolve_precision, training_device
+from compress.qa_teacher import train_qa_teacher
+from compress.tasks.task_choice import QA, SEQUENCE, TOKEN, check_model_task, data_task
+from compress.token_teacher import train_token_teacher
 
 
 def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a teacher; write it as an artifact at ``out``."""
-    from compress.device import device_name, resolve_precision, training_device
-    from compress.tasks.task_choice import QA, SEQUENCE, TOKEN, check_model_task, data_task
 
     if data_task(cfg.data.data) == TOKEN:  # tagging data: the tagger teacher (same Trainer machinery)
-        from compress.token_teacher import train_token_teacher
 
         return train_token_teacher(cfg, out)
     if data_task(cfg.data.data) == QA:  # SQuAD-format data: the span-reader teacher
-        from compress.qa_teacher import train_qa_teacher
 
         return train_qa_teacher(cfg, out)
     cfg.validate()

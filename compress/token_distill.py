@@ -46,6 +46,10 @@ from compress.tasks.token_training import (sentence_word_logits, token_collator,
 from compress.training import (check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
                                is_main_process, resume_point, run_trainer, training_arguments, write_trained_artifact)
 from compress.windows import default_stride
+from compress.config import canonical_sha256
+from compress.device import resolve_precision, training_device
+from compress.losses import hard_cross_entropy, soft_cross_entropy
+from students.factory import build_student
 
 
 def _words_digest(sentences: Sequence[Sequence[str]], max_length: int) -> str:
@@ -132,8 +136,6 @@ def word_distillation_loss(logits, labels, first, soft, temperature: float, alph
     and the teacher's word rows (words both have), hard CE on the gold tags (first sub-tokens)."""
     import torch
 
-    from compress.losses import hard_cross_entropy, soft_cross_entropy
-
     has = (first >= 0) & torch.isfinite(soft).all(-1)
     rows = torch.arange(logits.shape[0], device=logits.device).unsqueeze(1).expand_as(first)
     student_words = logits[rows[has], first[has]]
@@ -182,9 +184,6 @@ def distill_tagger(teacher: str | os.PathLike, student: str | os.PathLike, data:
 def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     """``bert-compress distill`` on tagging data: the student built by the student factory from
     ``--student``/``--init`` as a tagger, then distilled per word (:func:`_distill`)."""
-    from students.factory import build_student
-
-    from compress.device import resolve_precision, training_device
 
     cfg.validate()
     cfg.refuse_beyond_logits("a tagger uses soft CE over words plus hard CE only, for now; leave it out for "
@@ -204,8 +203,6 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     validation and test (entity F1, word agreement with the teacher), write the student artifact."""
     import torch
     from transformers import Trainer
-
-    from compress.config import canonical_sha256
 
     started = time.perf_counter()
     if temperature <= 0:

@@ -37,6 +37,7 @@ from compress.tasks.token_training import entity_f1_callback, evaluate_tagger, t
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, guarded_trainer, interrupt_callback,
                                is_main_process, resume_point, run_trainer, training_arguments)
 from compress.windows import default_stride
+from compress.device import device_name, resolve_precision, training_device
 
 
 def _generic(names: list[str] | None) -> bool:
@@ -52,7 +53,6 @@ def load_tagging_data(cfg: TeacherConfig, label_names: list[str] | None = None) 
 
 def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a tagger teacher; write it as an artifact at ``out``."""
-    from compress.device import device_name, resolve_precision, training_device
 
     cfg.validate()
     device = training_device(cfg.device)

@@ -16,6 +16,10 @@ from typing import Any, Callable
 
 from compress.config import TrainSettings
 from compress.errors import CompressError, NonFiniteLossError
+from compress.artifact import write_model_artifact
+from compress.fingerprint import identity_sha256
+from compress.progress import bars_enabled
+from compress.signal_stack import ensure_signal_stack
 
 
 def checkpoint_dir(out: str | os.PathLike) -> Path:
@@ -27,7 +31,6 @@ def checkpoint_dir(out: str | os.PathLike) -> Path:
 def write_trained_artifact(out: str | os.PathLike, model: Any, tokenizer: Any, meta: dict[str, Any]) -> Path:
     """The trained model's artifact, written atomically, then its Trainer checkpoints removed: they exist only
     to resume a run that did not finish, and a finished one must not leave a second copy that looks current."""
-    from compress.artifact import write_model_artifact
 
     path = write_model_artifact(out, model, tokenizer, meta)
     if checkpoint_dir(out).exists():
@@ -71,7 +74,6 @@ FINGERPRINT_FILE = "fingerprint.json"
 def checkpoint_fingerprint(cfg: Any) -> str:
     """What a Trainer checkpoint of a stage depends on: its config (minus ``resume`` and the like) and
     the content of what it reads (data file, teacher and initial weights, unlabelled corpus)."""
-    from compress.fingerprint import identity_sha256
 
     return identity_sha256(cfg)
 
@@ -184,8 +186,6 @@ def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: 
     import torch
     from transformers import TrainingArguments
 
-    from compress.progress import bars_enabled
-
     effective = settings.batch_size * settings.grad_accum * int(os.environ.get("WORLD_SIZE", "1"))
     total = int(-(-num_examples // effective) * max(settings.epochs, 0))
     if settings.max_steps > 0:
@@ -271,8 +271,6 @@ def interrupt_callback():
             import threading
 
             if threading.current_thread() is threading.main_thread():
-                from compress.signal_stack import ensure_signal_stack
-
                 ensure_signal_stack()  # a dangling alternate stack (OpenVINO) would turn Ctrl-C into a segfault
                 self._previous = signal.signal(signal.SIGINT, self._handle)
 

@@ -21,6 +21,11 @@ from students.layer_map import parse_layer_map, uniform_layer_map
 from compress.config import StudentSpec
 from compress.errors import CompressError
 from students.presets import PRESETS, StudentShape, parse_shape
+from compress.assets import resolve_model
+from compress.formats.pruned import PRUNING_KEY, patch_config
+from compress.modeling import load_classifier
+from compress.tasks import get_task
+from students.presets import estimate_parameters
 
 _LAYER_KEY = re.compile(r"^(.*?\.layer\.)(\d+)(\..*)$")
 
@@ -57,8 +62,6 @@ def build_student(spec: StudentSpec, teacher_model, teacher_tokenizer, label_nam
     Returns ``(model, tokenizer, info)`` where ``info`` records shape, init and copied layers.
     """
     import torch
-
-    from compress.tasks import get_task
 
     model_class = get_task(task).model_class()
 
@@ -97,9 +100,6 @@ def build_student(spec: StudentSpec, teacher_model, teacher_tokenizer, label_nam
             info["copied_teacher_layers"] = {str(s): t for s, t in pairs.items()}
             info["copied_tensors"] = copied
     else:
-        from compress.assets import resolve_model
-        from compress.modeling import load_classifier
-
         source = "minilm" if spec.init == "minilm" else spec.init.split(":", 1)[1]
         path = resolve_model(source)
         model, tokenizer, _ = load_classifier(path, num_labels, label_names, eager_attention=eager_attention, task=task)
@@ -165,7 +165,6 @@ def keep_layers(model, keep: list[int]):
         inner = getattr(attn, "self", attn)
         if inner is not None and hasattr(inner, "layer_idx"):
             inner.layer_idx = i
-    from compress.formats.pruned import PRUNING_KEY, patch_config
 
     if getattr(model.config, PRUNING_KEY, None):  # a pruned model: its per-layer shapes must follow the kept layers
         patch_config(model)
@@ -174,7 +173,6 @@ def keep_layers(model, keep: list[int]):
 
 def describe_presets(vocab_size: int = 30522, num_labels: int = 2) -> list[dict[str, Any]]:
     """Rows for ``bert-compress students``: name, shape and parameter count (BERT vocabulary)."""
-    from students.presets import PRESETS, estimate_parameters
 
     return [{**shape.to_dict(), "parameters": estimate_parameters(shape, vocab_size, num_labels=num_labels)}
             for shape in PRESETS.values()]

@@ -9,6 +9,10 @@ from compress.config.choices import SAMPLINGS, INIT_CHOICES, AUGMENT_OPS
 from compress.config.engine import Problem, _choices, _device_problems, _helped, _precision, ConfigBase, _problem
 from compress.errors import CompressError
 from students.presets import DEFAULT_PRESET, parse_shape
+from compress.data import load_task_data
+from compress.tasks.qa_data import load_qa_data
+from compress.tasks.task_choice import QA, TOKEN, data_task
+from compress.tasks.token_data import load_token_data
 
 
 # ----------------------------------------------------------------------------- shared parts
@@ -29,7 +33,6 @@ class DataOptions(ConfigBase):
 
     def load(self, num_labels: int | None = None):
         """The task (a :class:`compress.data.TaskData`), loaded and validated, cut to ``limit`` rows."""
-        from compress.data import load_task_data
 
         task = load_task_data(self.data, self.text_column, self.text_pair_column, self.label_column,
                               self.split_seed, num_labels)
@@ -40,16 +43,12 @@ class DataOptions(ConfigBase):
         tagging data (built-in ``wnut17``, CoNLL, tagged JSONL), a :class:`compress.tasks.qa_data.QATaskData`
         for question answering (built-in ``squad-dev``, SQuAD-format JSON), else :meth:`load`'s classification
         task. For the stages that score any task (quantize's check, optimize, bench)."""
-        from compress.tasks.task_choice import QA, TOKEN, data_task
 
         task = data_task(self.data)
         if task == QA:
-            from compress.tasks.qa_data import load_qa_data
-
             return load_qa_data(self.data, seed=self.split_seed).subset(self.limit, seed=self.split_seed)
         if task != TOKEN:
             return self.load(num_labels)
-        from compress.tasks.token_data import load_token_data
 
         return load_token_data(self.data, seed=self.split_seed).subset(self.limit, seed=self.split_seed)
 

@@ -15,6 +15,8 @@ from compress.config.shared import DataOptions, KDSettings, RunSettings, TrainSe
 from compress.errors import CompressError
 from compress.losses import check_terms
 from compress.losses import names as loss_names
+from benchmarks.machine import available_cpus
+from compress.losses import LossTerm
 
 
 # ----------------------------------------------------------------------------- the stages
@@ -187,7 +189,6 @@ class DistillConfig(ConfigBase, KDSettings):
         else the terms the flags describe (soft labels, gold labels, and with ``intermediate`` the
         embedding, hidden-state and attention terms). Terms of weight 0 are kept, so ``compress.json``
         shows what was off."""
-        from compress.losses import LossTerm
 
         if self.losses is not None:
             return [LossTerm.from_dict(t) for t in self.losses]
@@ -437,7 +438,6 @@ class BenchConfig(ConfigBase):
 
     def resolved(self) -> "BenchConfig":
         """Fill unset settings from the quick or full preset and validate them all."""
-        from benchmarks.machine import available_cpus
 
         preset = QUICK if self.quick else FULL
         data = self.data

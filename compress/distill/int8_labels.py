@@ -29,6 +29,10 @@ from compress.assets import cache_dir
 from compress.config import SOFT_LABELS_AUTO_MIN_ROWS
 from compress.device import cpu_flags
 from compress.errors import CompressError
+from compress.distill.soft_labels import save_logits
+from compress.quantize import quantize
+from compress.runtime import Predictor
+from compress.windows import length_sorted_batches, pad_rows
 
 #: The precision tag of INT8 soft labels in the soft-label cache key (``teacher.soft_label_cache_path``).
 INT8_TAG = "onnx-int8"
@@ -93,7 +97,6 @@ def int8_teacher(teacher) -> Path:
     teacher's answers on the 1,056 validation sentences: per-tensor 92.0% agreement, per-channel with
     reduced range 97.2% (docs/results.md).
     """
-    from compress.quantize import quantize
 
     reduce_range = not (VNNI_FLAGS & cpu_flags())
     variant = "per-channel" + ("+reduce-range" if reduce_range else "")
@@ -113,7 +116,6 @@ def int8_teacher(teacher) -> Path:
 
 def int8_logits(predictor, tokenized, prefix: str = "t_", batch_size: int = 64) -> np.ndarray:
     """The INT8 teacher's logits for every row of ``tokenized`` (its exact token ids), in row order."""
-    from compress.windows import length_sorted_batches, pad_rows
 
     ids = tokenized[f"{prefix}input_ids"]
     types = tokenized[f"{prefix}token_type_ids"] if f"{prefix}token_type_ids" in tokenized.column_names else None
@@ -137,7 +139,6 @@ def choose_label_runtime(setting: str, min_agreement: float, teacher, validation
         return LabelRuntime("pytorch", why_not)
     if validation is None or validation_logits is None or len(validation) == 0:
         return LabelRuntime("pytorch", "no validation split to check the INT8 teacher's labels against")
-    from compress.runtime import Predictor
 
     t0 = time.perf_counter()
     try:
@@ -163,7 +164,6 @@ def choose_label_runtime(setting: str, min_agreement: float, teacher, validation
 
 def fill_int8_cache(runtime: LabelRuntime, parts: list[tuple[Any, Path]]) -> float:
     """Label every ``(tokenized, cache file)`` part whose cache file is missing; return the seconds spent."""
-    from compress.distill.soft_labels import save_logits
 
     t0 = time.perf_counter()
     for tokenized, path in parts:

@@ -45,6 +45,11 @@ from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerpr
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
                                world)
 from students.factory import build_student, teacher_shape
+from compress.device import device_name, resolve_precision, training_device
+from compress.qa_distill import distill_stage as distill_reader_stage
+from compress.tasks.task_choice import QA, TOKEN, data_task
+from compress.token_distill import distill_stage
+from compress.training import print_metrics
 
 
 class DistillationModule(nn.Module):
@@ -185,15 +190,11 @@ def _weights(terms: list[LossTerm]) -> dict[str, float]:
 
 def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     """Distil a student from a teacher artifact on the task data and write the student artifact."""
-    from compress.device import device_name, resolve_precision, training_device
-    from compress.tasks.task_choice import QA, TOKEN, data_task
 
     if data_task(cfg.data.data) == TOKEN:  # tagging data: soft labels per word (compress.token_distill)
-        from compress.token_distill import distill_stage
 
         return distill_stage(cfg, out)
     if data_task(cfg.data.data) == QA:  # SQuAD-format data: the teacher's logits on the student's windows
-        from compress.qa_distill import distill_stage as distill_reader_stage
 
         return distill_reader_stage(cfg, out)
     cfg.validate()
@@ -360,7 +361,6 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
         import shutil
 
         shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
-    from compress.training import print_metrics
 
     print_metrics("student", metrics, timings)
     return path

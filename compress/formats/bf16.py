@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from compress.errors import CompressError
+from compress.modeling import load_classifier
 
 #: The weights file of a ``torch-bf16`` artifact (the ``save_pretrained`` name).
 BF16_FILE = "model.safetensors"
@@ -87,8 +88,6 @@ def load_bf16(folder: str | os.PathLike, allow_pickle: bool = False):
     bf16 number).
     """
     import torch
-
-    from compress.modeling import load_classifier
 
     path = Path(folder)
     if not is_bf16_weights(path):

@@ -18,6 +18,8 @@ from typing import Any
 
 from compress.errors import CompressError
 from compress.formats.layouts import layer_parts, structure, sync_attention_attributes
+from compress.quiet import quiet_transformers
+from compress.tasks import task_for_architectures
 
 #: The ``config.json`` key holding the per-layer shapes of a pruned model.
 PRUNING_KEY = "bert_compress_pruning"
@@ -143,14 +145,11 @@ def load_pruned(folder: str | os.PathLike, config, eager_attention: bool = False
     from safetensors.torch import load_file
     from transformers import AutoModelForSequenceClassification
 
-    from compress.quiet import quiet_transformers
-
     path = Path(folder)
     spec = pruning_spec(config, path / "config.json")
     if spec is None:
         raise CompressError(f"{path / 'config.json'} has no {PRUNING_KEY}: load it with from_pretrained.")
     kwargs = {"attn_implementation": "eager"} if eager_attention else {}
-    from compress.tasks import task_for_architectures
 
     # The head the config names (a tagger's ...ForTokenClassification has no pooler); a classifier otherwise.
     head = task_for_architectures(getattr(config, "architectures", None))

@@ -31,6 +31,8 @@ from typing import Any
 from compress.errors import CompressError
 from compress.formats.pruned import apply_pruned_shapes, pruning_spec
 from compress.quiet import quiet_torch_ao
+from compress.artifact import SUPPORTED_MODEL_TYPES
+from compress.quiet import quiet_transformers
 
 #: The weights file of a ``torch-int8`` artifact.
 TORCH_INT8_FILE = "model_int8.safetensors"
@@ -97,9 +99,6 @@ def load_torch_int8(folder: str | os.PathLike):
     from safetensors import safe_open
     from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
     from transformers import AutoConfig, AutoModelForSequenceClassification
-
-    from compress.artifact import SUPPORTED_MODEL_TYPES
-    from compress.quiet import quiet_transformers
 
     path = Path(folder)
     file = path / TORCH_INT8_FILE

@@ -10,6 +10,7 @@ from compress.formats.layouts import head_size, layer_parts, structure, sync_att
 from compress.formats.pruned import patch_config
 from compress.prune.importance import (SCOPES, accumulate_task_gradients, check_group, importance_criterion,
                                        score_units, select_units)
+from compress.modeling import accepts_token_types
 
 @dataclass
 class PrunePlan:
@@ -88,7 +89,6 @@ def _synthetic_inputs(model) -> dict[str, Any]:
                         [min(101, vocab - 1)] + [min(2000 + i, vocab - 1) for i in range(3)] + [0, 0, 0]])
     mask = (torch.arange(ids.shape[1])[None, :] < torch.tensor([[7], [4]])).long()
     inputs = {"input_ids": ids, "attention_mask": mask}
-    from compress.modeling import accepts_token_types
 
     if accepts_token_types(model):
         inputs["token_type_ids"] = torch.zeros_like(ids)

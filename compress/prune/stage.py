@@ -21,6 +21,15 @@ from compress.formats.pruned import LOADER_COMPRESS, loader_of
 from compress.prune.removal import prune_model
 from compress.tasks.task_choice import QA, TOKEN
 from compress.training import checkpoint_dir, is_main_process
+from compress.assets import resolve_model
+from compress.device import device_name, resolve_precision, training_device
+from compress.export import check_out_is_not_input
+from compress.modeling import classification_metrics, count_parameters, load_classifier, model_device, predict_logits
+from compress.qa_teacher import evaluate_reader, qa_collator, qa_stride, qa_training_rows
+from compress.runtime import artifact_kind
+from compress.tasks.task_choice import check_model_task
+from compress.tasks.token_training import score_token_logits, token_collator, token_logits, tokenize_tagged_split
+from compress.token_distill import distill_tagger
 
 
 def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
@@ -31,12 +40,6 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     pruning, right after, and after recovery. A tagger's recovery (:func:`_recover_tagger`) distils
     over the whole tagging data: ``--limit`` cuts the scoring and the importance batches only.
     """
-    from compress.assets import resolve_model
-    from compress.export import check_out_is_not_input
-    from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
-    from compress.runtime import artifact_kind
-
-    from compress.device import device_name, training_device
 
     cfg.validate()
     device = training_device(cfg.device)
@@ -57,8 +60,6 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     #: SQuAD F1 for a reader.
     metric = "entity_f1" if tagging else "f1" if reading else "accuracy"
     if tagging or reading:
-        from compress.tasks.task_choice import check_model_task
-
         check_model_task(source, task_name, cfg.data.data, str(source), task.num_labels if tagging else None)
     if reading:
         model, tokenizer, has_head = load_classifier(source, allow_pickle=cfg.allow_pickle, task=QA)
@@ -72,15 +73,11 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     model.to(device)  # evaluation and importance scoring run there; recovery's Trainer uses the same device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     if reading:
-        from compress.qa_teacher import qa_stride, qa_training_rows
-
         # training windows with gold positions (importance scoring); the splits are scored by reading them
         tokenized = {"train": qa_training_rows(task.splits["train"], tokenizer, cfg.max_length,
                                                qa_stride(cfg.max_length)),
                      **{name: split for name, split in task.splits.items() if name != "train"}}
     elif tagging:
-        from compress.tasks.token_training import tokenize_tagged_split
-
         tokenized = {name: tokenize_tagged_split(split, tokenizer, cfg.max_length, what=name)
                      for name, split in task.splits.items()}
     else:
@@ -259,12 +256,8 @@ def _batches(train_ds, pad_id: int, batch_size: int, count: int, seed: int, tagg
     if len(order) < 2:
         raise CompressError("the training split has fewer than 2 rows; pruning needs data to trace and score the model.")
     if reading:
-        from compress.qa_teacher import qa_collator
-
         collate = qa_collator(tagger_tokenizer)
     elif tagger_tokenizer is not None:
-        from compress.tasks.token_training import token_collator
-
         collate = token_collator(tagger_tokenizer)
     else:
         collate = DynamicPaddingCollator({"": pad_id})
@@ -284,7 +277,6 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path, task_
     are compared head-averaged (see ``compress.losses``).
     """
     from compress.distill.trainer import distill
-    from compress.modeling import load_classifier
 
     pruned_dir = _save_pruned_init(model, tokenizer, work)
     teacher = cfg.teacher or str(source)
@@ -300,7 +292,6 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path, task_
               "losses of --intermediate apply to sentence classifiers only, for now", file=sys.stderr)
         dcfg = replace(dcfg, intermediate=False)
     recovered_dir = distill(dcfg, work / "recovered")
-    from compress.modeling import model_device
 
     recovered, _, _ = load_classifier(recovered_dir, task=task_name)
     recovered.to(model_device(model))  # evaluated where the pruned model was
@@ -332,7 +323,6 @@ def _recovery_record(cfg: PruneConfig, teacher: str, recovered_dir: Path) -> dic
 
 def _reader_evaluation(model, tokenizer, task, splits: list[str], max_length: int, pad_id: int) -> dict[str, Any]:
     """A reader's SQuAD exact match and F1 per split, read in its windows (as the teacher scores it)."""
-    from compress.qa_teacher import evaluate_reader, qa_stride
 
     return {name: evaluate_reader(model, tokenizer, task.splits[name], task.gold_answers(name), max_length,
                                   qa_stride(max_length), task.with_impossible, pad_id=pad_id) for name in splits}
@@ -342,7 +332,6 @@ def _tagger_evaluation(task, tokenized: dict[str, Any], splits: list[str], pad_i
     """``evaluate(model, reference)`` for a tagger: entity F1, per-type F1 and token accuracy per split (first
     sub-token per word, as the teacher scores), and, against the unpruned model's per-token logits,
     ``kl_to_unpruned`` over the labelled tokens; returns ``(metrics, logits)`` as the classifier's does."""
-    from compress.tasks.token_training import score_token_logits, token_logits
 
     def evaluate(m, reference: dict[str, list[np.ndarray]] | None) -> tuple[dict[str, Any], dict[str, Any]]:
         logits = {name: token_logits(m, tokenized[name], 64, pad_id=pad_id) for name in splits}
@@ -362,9 +351,6 @@ def _tagger_evaluation(task, tokenized: dict[str, Any], splits: list[str], pad_i
 def _recover_tagger(cfg: PruneConfig, source: Path, model, tokenizer, work: Path, task_name: str = TOKEN):
     """A pruned tagger recovered by word-level distillation from the unpruned one (or ``--teacher``):
     :func:`compress.token_distill.distill_tagger` with the pruned model as the student."""
-    from compress.device import resolve_precision, training_device
-    from compress.modeling import load_classifier, model_device
-    from compress.token_distill import distill_tagger
 
     if cfg.intermediate:  # on by default for classifiers; a tagger's recovery has no intermediate losses yet
         print("prune: recovering a tagger distils its words' logits (soft CE at T + hard CE); the intermediate "

@@ -43,6 +43,7 @@ import numpy as np
 
 from compress.errors import CompressError
 from compress.tasks.sources import check_builtin_file, folder_splits, hub_splits
+from compress.data import _fingerprint
 
 SPLIT_NAMES = ("train", "validation", "test")
 JSON_SUFFIXES = (".json",)
@@ -111,8 +112,6 @@ class QATaskData:
         if not limit:
             return self
         from datasets import DatasetDict
-
-        from compress.data import _fingerprint
 
         cut = DatasetDict({name: split.shuffle(seed=seed).select(range(min(limit, len(split))))
                            for name, split in self.splits.items()})
@@ -413,8 +412,6 @@ def build_qa_task(splits: dict[str, list[QAExample]], files: dict[str, str], sou
                 raise CompressError(f"{e.where}.id: the id {e.id!r} is also a question of the {ids[e.id]} split. Give "
                                     "every question its own id.")
     from datasets import Dataset, DatasetDict
-
-    from compress.data import _fingerprint
 
     dd = DatasetDict({s: Dataset.from_dict(_rows(splits[s])) for s in SPLIT_NAMES if s in splits})
     return QATaskData(dd, source, files, version, _fingerprint(dd), notes)

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from compress.errors import CompressError
+from compress.assets import SHA256, sha256_file
+from compress.data import SPLIT_ALIASES
 
 
 def hub_splits(loaded: Any, origin: str,
@@ -41,7 +43,6 @@ def hub_splits(loaded: Any, origin: str,
 
 def check_builtin_file(path: Path, key: str, what: str) -> None:
     """Refuse a built-in data file that is missing or whose sha256 is not the one recorded under ``key``."""
-    from compress.assets import SHA256, sha256_file
 
     if not path.is_file():
         raise CompressError(f"{path}: the built-in {what} file is missing from the installed package. Reinstall "
@@ -60,7 +61,6 @@ def folder_splits(path: Path, suffixes: tuple[str, ...], no_train: str,
     ``-`` also matches (``dev-v1.1.json`` is the dev split). Two files for one split are an error, and
     so is no train file (``no_train`` says what the folder should hold).
     """
-    from compress.data import SPLIT_ALIASES
 
     files = [p for p in sorted(path.iterdir()) if p.is_file() and p.suffix.lower() in suffixes]
     found: dict[str, Path] = {}

@@ -23,6 +23,7 @@ from typing import Any
 from compress.errors import CompressError
 from compress.tasks.registry import Task, get_task, task_for_architectures
 from compress.tasks.token_data import CONLL_SUFFIXES, JSONL_SUFFIXES, TAG_COLUMNS, TOKEN_COLUMNS
+from compress.data import BUILTIN_DATASET_TASKS
 
 SEQUENCE, TOKEN, QA = "sequence-classification", "token-classification", "question-answering"
 #: Suffixes only tagging data uses; ``.tsv`` / ``.txt`` / ``.jsonl`` are looked into first.
@@ -41,7 +42,6 @@ SNIFF_BYTES = 65536
 def data_task(spec: str) -> str:
     """The task name (``sequence-classification``, ``token-classification`` or ``question-answering``) the
     data ``spec`` is for."""
-    from compress.data import BUILTIN_DATASET_TASKS
 
     if spec in BUILTIN_DATASET_TASKS:
         return BUILTIN_DATASET_TASKS[spec]

@@ -39,6 +39,8 @@ from typing import Any, Sequence
 from compress.errors import CompressError
 from compress.tasks.ner_metrics import PREFIXES
 from compress.tasks.sources import check_builtin_file, folder_splits, hub_splits
+from compress.data import SPLIT_ALIASES, _fingerprint, _split_rows
+from compress.hub import load_hub_dataset
 
 CONLL_SUFFIXES = (".conll", ".iob", ".iob2", ".bio", ".bioes", ".tsv", ".txt")
 JSONL_SUFFIXES = (".jsonl",)
@@ -111,8 +113,6 @@ class TokenTaskData:
         if not limit:
             return self
         from datasets import DatasetDict
-
-        from compress.data import _fingerprint
 
         cut = DatasetDict({name: split.shuffle(seed=seed).select(range(min(limit, len(split))))
                            for name, split in self.splits.items()})
@@ -425,14 +425,10 @@ def build_task(splits: dict[str, list[Sentence]], files: dict[str, str], source:
                     "line": [s.line for s in sentences]}
             for split, sentences in splits.items()}
     if "validation" not in rows or "test" not in rows:
-        from compress.data import _split_rows
-
         rows = _split_rows(rows, seed)
         for split in SPLIT_NAMES:
             files.setdefault(split, files["train"])
     from datasets import Dataset, DatasetDict
-
-    from compress.data import _fingerprint
 
     dd = DatasetDict({split: Dataset.from_dict(rows[split]) for split in SPLIT_NAMES if split in rows})
     return TokenTaskData(dd, names, scheme, source, files, _fingerprint(dd), problems, list(notes or []))
@@ -467,8 +463,6 @@ def hub_token_data(name: str, config: str | None = None, token_column: str | Non
                    tag_column: str | None = None, scheme: str = "auto", seed: int = 0,
                    label_names: Sequence[str] | None = None, strict: bool = False) -> TokenTaskData:
     """A hub dataset (:func:`compress.hub.load_hub_dataset`) as a tagging task; splits matched by name."""
-    from compress.data import SPLIT_ALIASES
-    from compress.hub import load_hub_dataset
 
     loaded = load_hub_dataset(name, config)
     return dataset_token_data(loaded, f"hf:{name}" + (f":{config}" if config else ""), token_column, tag_column,

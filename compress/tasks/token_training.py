@@ -33,6 +33,9 @@ import numpy as np
 
 from compress.tasks.alignment import IGNORE_INDEX
 from compress.windows import Windows, default_stride, encode_windows, max_context_windows
+from compress.data import DynamicPaddingCollator
+from compress.modeling import accepts_token_types, autocast, model_device
+from compress.training import epoch_validation_callback
 
 #: Columns a token-classification model takes (``token_type_ids`` only when the tokenizer makes them).
 MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
@@ -128,9 +131,6 @@ def token_logits(model, tokenized, batch_size: int = 64, precision: str = "fp32"
     :func:`compress.modeling.predict_logits` runs a classifier."""
     import torch
 
-    from compress.data import DynamicPaddingCollator
-    from compress.modeling import accepts_token_types, autocast, model_device
-
     ids = tokenized["input_ids"]
     order = np.argsort([-len(x) for x in ids], kind="stable")
     cols = [c for c in MODEL_COLUMNS if c in tokenized.column_names]
@@ -199,7 +199,6 @@ def score_token_logits(logits: Sequence[np.ndarray], tokenized, gold: Sequence[S
 def entity_f1_callback(tokenized, gold: Sequence[Sequence[str]], label_names: Sequence[str], pad_id: int = 0,
                        precision: str = "fp32"):
     """A Trainer callback: after every epoch, validation entity F1 in the log history and on stdout."""
-    from compress.training import epoch_validation_callback
 
     def evaluate(model, batch_size: int) -> dict[str, float]:
         scores = evaluate_tagger(model, tokenized, gold, label_names, batch_size, precision, pad_id)

@@ -15,6 +15,8 @@ from compress.transfer.builtin import movie_reviews_unlabeled_stats
 from compress.transfer.candidates import candidate_source
 from compress.transfer.corpus import filter_unlabeled, load_unlabeled
 from compress.transfer.texts import split_keys
+from compress.data import tokenize_split
+from compress.teacher import teacher_logits
 
 @dataclass
 class TransferOptions:
@@ -69,7 +71,6 @@ def with_mask_token(ds, tokenizer, is_pair: bool):
 
 def tokenize_for_distillation(ds, student_tokenizer, teacher_tokenizer, max_length: int, is_pair: bool):
     """Tokenize rows for the student (``s_*`` + ``length``) and the teacher (``t_*``), as distill does."""
-    from compress.data import tokenize_split
 
     out = tokenize_split(with_mask_token(ds, student_tokenizer, is_pair), student_tokenizer, max_length, is_pair,
                          prefix="s_", with_length=True, what="student")
@@ -117,8 +118,6 @@ def build_transfer(options: TransferOptions, task, teacher, student_tokenizer, l
     column: the distillation trainer fills them while it trains (``compress.distill.soft_labels``).
     """
     from datasets import Dataset
-
-    from compress.teacher import teacher_logits
 
     if not options.active:
         return None

@@ -19,6 +19,8 @@ from typing import Any, Sequence
 from compress.config import AUGMENT_OPS, parse_augment_ops
 from compress.transfer.segment import Segmented, segment, whole_words
 from compress.transfer.texts import atomic_write_text, digest_keys, text_key
+from compress.assets import cache_dir
+from compress.progress import bars_enabled
 
 #: Augmentation operations, in the order ``--augment-ops`` lists them by default (defined with the config).
 OPS = AUGMENT_OPS
@@ -121,8 +123,6 @@ def augment_examples(texts: Sequence[str], pairs: Sequence[str] | None, opts: Au
     seen = {text_key(t, p) for t, p in zip(texts, pairs if pairs is not None else [None] * len(texts))}
     from tqdm.auto import tqdm
 
-    from compress.progress import bars_enabled
-
     rows: list[dict[str, Any]] = []
     for i in tqdm(range(len(texts)), desc="augmenting", unit="example", file=sys.stderr, leave=False,
                   disable=len(texts) < 2000 or not bars_enabled()):
@@ -166,7 +166,6 @@ def augmented_rows(texts: Sequence[str], pairs: Sequence[str] | None, opts: Augm
     hash), the texts and the excluded keys, so any change makes new variants. Returns
     ``(rows, reused, path)``.
     """
-    from compress.assets import cache_dir
 
     digest = hashlib.sha256()
     digest.update(json.dumps({"version": AUGMENT_VERSION, "options": asdict(opts), "source": source.identity},

@@ -12,6 +12,8 @@ from pathlib import Path
 from compress.data import MOVIE_REVIEWS_UNLABELED_VERSION
 from compress.errors import CompressError
 from compress.transfer.texts import normalize_text
+from compress.assets import cache_dir, movie_review_snippets_path, pang_lee_reviews_path
+from compress.data import parse_movie_review_snippets
 
 #: Sentences with fewer words than this are too short to say much; the built-in corpus drops them.
 MIN_WORDS = 4
@@ -49,9 +51,6 @@ def movie_reviews_unlabeled():
     """
     from datasets import Dataset
 
-    from compress.assets import cache_dir, movie_review_snippets_path, pang_lee_reviews_path
-    from compress.data import parse_movie_review_snippets
-
     final = cache_dir() / "datasets" / f"movie-reviews-unlabeled-v{MOVIE_REVIEWS_UNLABELED_VERSION}"
     if not (final / "stats.json").exists():
         raw = review_sentences(pang_lee_reviews_path())
@@ -88,7 +87,6 @@ def movie_reviews_unlabeled():
 
 def movie_reviews_unlabeled_stats() -> dict[str, int]:
     """How ``movie-reviews-unlabeled`` was made: sentence lines, dropped short/duplicate/overlapping, kept."""
-    from compress.assets import cache_dir
 
     movie_reviews_unlabeled()
     path = cache_dir() / "datasets" / f"movie-reviews-unlabeled-v{MOVIE_REVIEWS_UNLABELED_VERSION}" / "stats.json"

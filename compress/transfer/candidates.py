@@ -10,6 +10,10 @@ import numpy as np
 
 from compress.errors import CompressError
 from compress.transfer.segment import Segmented, whole_words
+from compress.artifact import weights_sha256
+from compress.modeling import autocast, load_tokenizer
+from compress.progress import bars_enabled
+from compress.quiet import quiet_transformers
 
 def mlm_head_keys(folder: Path) -> tuple[bool, str]:
     """Whether a checkpoint's safetensors hold a masked-LM head, and why not when they do not.
@@ -97,9 +101,6 @@ class MaskedLMCandidates:
     kind = "masked-lm"
 
     def __init__(self, folder: Path, groups: int = 4):
-        from compress.artifact import weights_sha256
-        from compress.modeling import load_tokenizer
-
         self.folder = Path(folder)
         self.groups = max(1, groups)
         self.tokenizer = load_tokenizer(self.folder)
@@ -111,8 +112,6 @@ class MaskedLMCandidates:
         if self._model is None:
             from transformers import AutoModelForMaskedLM
 
-            from compress.quiet import quiet_transformers
-
             with quiet_transformers():
                 self._model = AutoModelForMaskedLM.from_pretrained(str(self.folder), use_safetensors=True,
                                                                    trust_remote_code=False)
@@ -123,9 +122,6 @@ class MaskedLMCandidates:
                 precision: str = "fp32") -> list[list[list[int]]]:
         import torch
         from tqdm.auto import tqdm
-
-        from compress.modeling import autocast
-        from compress.progress import bars_enabled
 
         whole, _ = whole_words(self.tokenizer)
         mask_id = self.tokenizer.mask_token_id

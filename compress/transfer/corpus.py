@@ -16,6 +16,7 @@ from compress.data import BUILTIN_UNLABELED
 from compress.errors import CompressError
 from compress.transfer.builtin import movie_reviews_unlabeled
 from compress.transfer.texts import text_key
+from compress.data import read_table, require_column
 
 UNLABELED_SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl", ".json", ".parquet")
 
@@ -45,7 +46,6 @@ def read_unlabeled(path: str | os.PathLike, text_column: str = "text", text_pair
     Empty texts are dropped (and counted) rather than refused: a scraped corpus has blank lines,
     and an unlabelled row carries no label that could be lost with it.
     """
-    from compress.data import read_table, require_column
 
     path = Path(path).expanduser()
     if not path.exists():
