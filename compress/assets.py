@@ -38,6 +38,15 @@ SHA256 = {
     "wnut17/wnut17train.conll": "731820e13f71af324c6b55a1575ec2ce59fbaa2a0806f8f0400b98d56cd6a7a5",
     "wnut17/emerging.dev.conll": "e053b752b8155113ca66e7db08af5f2f5f43ab993694e4774f1ec5bad42312d8",
     "wnut17/emerging.test.annotated": "2aa79b764e56ec9264a1b30fdd9b70195bd00ff400b62edd8f399d5f13c178f0",
+    # The raw text of compress/builtin_data/wnut17/raw (gzip-compressed there): sha256 of the uncompressed bytes,
+    # equal to the files of source/raw_data/ in leondz/emerging_entities_17 at commit e52a2d2.
+    "wnut17/raw/gurez.10000": "be68dbd8f7eec01a09243cfdfe4fd4a4af24ce6af09004618b3248d5535e3138",
+    "wnut17/raw/ile.10000": "5a58c5636f0431ca6903e8eabaa661390f4a56e1dd3812c3b779f6112b0ed402",
+    "wnut17/raw/palm.10000": "4103522db58c609497d4fd26ef40e1165adad378baf090e600baf362d8dd2fc1",
+    "wnut17/raw/redd.tok.uniq": "038cdc3649963253efc78e9071acd05b3f36f99e0f3d408ac9940c1b8e5eb391",
+    "wnut17/raw/rigo.10000": "4cb9287bfc4811b90b214bb643df021b59734ca4b0f41caa08d2afaafe6d83f6",
+    "wnut17/raw/stacko-src": "c41f58afeb8c159bd06d45d10a1f7c74e78305fad08517272b2aaa773588a48a",
+    "wnut17/raw/yt-filter": "3d17c42ff7449e3ba14ceac557285c0c4b38a9cf8ab0ebc8e3a97607450bec73",
     # Shipped in the package (compress/builtin_data/squad11: SQuAD v1.1 dev in two files), checked at each load.
     "squad11/dev-v1.1.part1.json": "bf8ebb60a161d0594f455be869ff3a476d2fe07da92ab1ecb0dea41f50ea64f3",
     "squad11/dev-v1.1.part2.json": "f0a16b507dbb983d1a04315b6a189e539aa15c91c4ccfb849b0392593daf80dd",

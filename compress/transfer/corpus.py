@@ -14,11 +14,17 @@ from typing import Any
 
 from compress.data import BUILTIN_UNLABELED
 from compress.errors import CompressError
-from compress.transfer.builtin import movie_reviews_unlabeled
+from compress.transfer.builtin import movie_reviews_unlabeled, movie_reviews_unlabeled_stats
 from compress.transfer.texts import text_key
+from compress.transfer.wnut_raw import wnut17_unlabeled, wnut17_unlabeled_stats
 from compress.data import read_table, require_column
 
 UNLABELED_SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl", ".json", ".parquet")
+#: The loader of each built-in corpus of :data:`compress.data.BUILTIN_UNLABELED` (a ``text`` Dataset).
+BUILTIN_CORPORA = {"movie-reviews-unlabeled": movie_reviews_unlabeled, "wnut17-unlabeled": wnut17_unlabeled}
+#: How each built-in corpus was prepared (its ``stats.json``), for the artifacts' records.
+BUILTIN_CORPUS_STATS = {"movie-reviews-unlabeled": movie_reviews_unlabeled_stats,
+                        "wnut17-unlabeled": wnut17_unlabeled_stats}
 
 
 @dataclass
@@ -99,7 +105,7 @@ def load_unlabeled(spec: str, text_column: str = "text", text_pair_column: str |
     if spec in BUILTIN_UNLABELED:
         if is_pair:
             raise CompressError(f"--unlabeled {spec} holds single sentences; a sentence-pair task needs a pair corpus.")
-        ds = movie_reviews_unlabeled()
+        ds = BUILTIN_CORPORA[spec]()
         return UnlabeledCorpus(ds["text"][:], None, spec, {"rows": len(ds), "empty": 0})
     return read_unlabeled(spec, text_column, text_pair_column)
 

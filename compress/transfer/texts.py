@@ -11,6 +11,7 @@ import os
 import re
 import tempfile
 import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -54,3 +55,45 @@ def atomic_write_text(path: Path, text: str) -> None:
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, suffix=".tmp", delete=False) as handle:
         handle.write(text)
     os.replace(handle.name, path)
+
+
+
+@dataclass(frozen=True)
+class HeldOutRuns:
+    """The word runs of held-out texts that a corpus line must not repeat (:meth:`repeats`).
+
+    Exact matching misses a held-out sentence that sits inside a longer corpus line (a test sentence
+    cut from a Reddit comment whose whole text is in the raw corpus). So a line is held out when it
+    shares a run of ``n`` words with a held-out text, or holds the whole of a shorter held-out text of
+    at least ``min_words`` words; held-out texts shorter than that match only a line equal to them
+    (two common words in a row are no evidence of a leak).
+    """
+
+    n: int
+    runs: frozenset[str]
+    short_lengths: frozenset[int]
+    whole: frozenset[str]
+
+    @classmethod
+    def of(cls, texts: Iterable[str], n: int = 6, min_words: int = 3) -> "HeldOutRuns":
+        runs: set[str] = set()
+        lengths: set[int] = set()
+        whole: set[str] = set()
+        for text in texts:
+            words = normalize_text(text).split()
+            whole.add(" ".join(words))
+            if len(words) >= n:
+                runs.update(" ".join(words[i:i + n]) for i in range(len(words) - n + 1))
+            elif len(words) >= min_words:
+                runs.add(" ".join(words))
+                lengths.add(len(words))
+        return cls(n, frozenset(runs), frozenset(lengths), frozenset(whole))
+
+    def repeats(self, text: str) -> bool:
+        words = normalize_text(text).split()
+        if " ".join(words) in self.whole:
+            return True
+        for k in (self.n, *self.short_lengths):
+            if any(" ".join(words[i:i + k]) in self.runs for i in range(len(words) - k + 1)):
+                return True
+        return False

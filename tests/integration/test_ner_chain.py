@@ -7,7 +7,6 @@ first names PER, everything else O. One tagger is trained per module and reused.
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,45 +16,7 @@ import pytest
 from compress.errors import CompressError
 
 from conftest import gate_verdict, make_bert, sentiment_rows, write_csv
-
-CITIES = [["Paris"], ["London"], ["Berlin"], ["Madrid"], ["Rome"], ["New", "York"], ["San", "Francisco"]]
-PEOPLE = [["Alice"], ["Maria"], ["Peter"], ["John"]]
-FILLER = "the a we went to and saw with visited yesterday then later friends from".split()
-
-
-def toy_sentences(n: int, seed: int = 0, types: tuple[str, ...] = ("LOC", "PER")) -> list[tuple[list[str], list[str]]]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        words, tags = [], []
-        for _ in range(rng.randint(4, 9)):
-            r = rng.random()
-            pick = CITIES if r < 0.22 and "LOC" in types else PEOPLE if r < 0.34 and "PER" in types else None
-            if pick is None:
-                words.append(rng.choice(FILLER))
-                tags.append("O")
-            else:
-                name = rng.choice(pick)
-                kind = "LOC" if pick is CITIES else "PER"
-                words += name
-                tags += [f"B-{kind}"] + [f"I-{kind}"] * (len(name) - 1)
-        out.append((words, tags))
-    return out
-
-
-def write_conll(path: Path, sentences) -> Path:
-    path.write_text("\n\n".join("\n".join(f"{w}\t{t}" for w, t in zip(*s)) for s in sentences) + "\n",
-                    encoding="utf-8")
-    return path
-
-
-def teacher_config(model: Path, data: Path, epochs: float = 2.0):
-    from compress.config import TeacherConfig
-
-    return TeacherConfig.from_dict({"model": str(model), "data": {"data": str(data)}, "max_length": 48,
-                                    "train": {"epochs": epochs, "lr": 6e-3, "batch_size": 8, "save_steps": 100000,
-                                              "sampling": "sequential", "logging_steps": 1000}})
-
+from tests.support.toy_ner import teacher_config, toy_sentences, write_conll
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):

@@ -1,0 +1,96 @@
+"""Distilling a tagger with unlabelled transfer text: the teacher labels whitespace words, no gold reaches them."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from conftest import make_bert
+from tests.support.toy_ner import teacher_config, toy_sentences, write_conll
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from compress.teacher import train_teacher
+
+    tmp = tmp_path_factory.mktemp("ner-transfer")
+    data = write_conll(tmp / "toy.conll", toy_sentences(160))
+    encoder = make_bert(tmp / "encoder", layers=2, hidden=32, heads=4, ffn=64)
+    return SimpleNamespace(path=train_teacher(teacher_config(encoder, data), tmp / "teacher"), data=data, tmp=tmp)
+
+
+def _corpus(trained, tmp_path):
+    """Unseen toy sentences as raw text, plus one validation sentence and one training sentence verbatim."""
+    from compress.tasks.token_data import load_token_data
+
+    task = load_token_data(str(trained.data))
+    leak = " ".join(task.splits["validation"]["tokens"][0])
+    twice = " ".join(task.splits["train"]["tokens"][0])
+    fresh = [" ".join(words) for words, _ in toy_sentences(40, seed=7)]
+    path = tmp_path / "raw.txt"
+    path.write_text("\n".join(fresh + [leak, twice, fresh[0], ""]) + "\n", encoding="utf-8")
+    return path, len(set(fresh) - {leak, twice})
+
+
+def test_distill_with_unlabelled_text_labels_it_by_the_teacher_only(trained, tmp_path, capsys):
+    from compress.cli import main
+
+    corpus, unseen = _corpus(trained, tmp_path)
+    out = tmp_path / "student"
+    assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
+                 "--init", "teacher-layers", "--out", str(out), "--max-length", "48", "--epochs", "2", "--lr", "3e-3",
+                 "--batch-size", "8", "--sampling", "sequential", "--unlabeled", str(corpus),
+                 "--unlabeled-weight", "0.5"]) == 0
+    meta = json.loads((out / "compress.json").read_text())
+    transfer = meta["transfer"]
+    assert transfer["kept"] == unseen and transfer["rows"] == unseen and transfer["weight"] == 0.5
+    assert transfer["in_validation_or_test"] >= 1 and transfer["in_training"] >= 1 and transfer["duplicates"] >= 1
+    labelled_rows = meta["training"]["rows"] - transfer["rows"]
+    assert labelled_rows >= len(toy_sentences(160)) * 0.6  # the training split's windows, each sentence at least once
+    assert meta["metrics"]["validation"]["entity_f1"] >= 0.7, meta["metrics"]["validation"]
+    assert "soft labels (unlabelled" in capsys.readouterr().out
+
+
+def test_transfer_rows_carry_the_teachers_word_labels_and_no_gold(trained):
+    from compress.modeling import load_classifier
+    from compress.tasks.alignment import IGNORE_INDEX
+    from compress.token_distill import _transfer_rows, word_soft_labels
+
+    model, tok, _ = load_classifier(trained.path, task="token-classification")
+    sentences = [["we", "saw", "New", "York,", "with", "Alice"], ["Rome"]]
+    rows, reused = _transfer_rows(model, tok, tok, "sha", sentences, 48, "fp32", 2.0)
+    assert not reused and len(rows) == 2 and rows["weight"] == [2.0, 2.0]
+    assert all(label == IGNORE_INDEX for labels in rows["labels"] for label in labels)
+    soft, _ = word_soft_labels(model, tok, sentences, [[0] * 6, [0]], 48, "sha")
+    assert rows["soft"][0] == pytest.approx(soft[0].reshape(-1).tolist())
+    assert rows["first"][0][0] == 1 and len(rows["first"][0]) == 6  # [CLS] first, then one position per word
+
+
+def test_the_unlabelled_weight_scales_those_rows_in_the_soft_term():
+    from compress.losses import soft_cross_entropy
+    from compress.token_distill import word_distillation_loss
+
+    torch.manual_seed(0)
+    logits, soft = torch.randn(2, 4, 3), torch.randn(2, 3, 3)
+    first = torch.tensor([[1, 2, 3], [1, 2, -1]])
+    labels = torch.full((2, 4), -100)
+    ones = word_distillation_loss(logits, labels, first, soft, 2.0, 1.0, 0.0, torch.ones(2))["soft_ce"]
+    plain = word_distillation_loss(logits, labels, first, soft, 2.0, 1.0, 0.0)["soft_ce"]
+    assert torch.allclose(ones, plain)
+    weighted = word_distillation_loss(logits, labels, first, soft, 2.0, 1.0, 0.0, torch.tensor([1.0, 3.0]))["soft_ce"]
+    row0 = soft_cross_entropy(logits[0, 1:4], soft[0], 2.0)
+    row1 = soft_cross_entropy(logits[1, 1:3], soft[1, :2], 2.0)
+    assert torch.allclose(weighted, (3 * row0 + 3 * 2 * row1) / (3 + 3 * 2))
+
+
+def test_augmentation_is_still_refused_for_a_tagger_in_one_line(trained, tmp_path, capsys):
+    from compress.cli import main
+
+    out = tmp_path / "student"
+    assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
+                 "--init", "teacher-layers", "--out", str(out), "--augment", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--augment 2" in err[0] and "--unlabeled" in err[0] and not out.exists()
