@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from compress.errors import CompressError
 from compress.losses import names as loss_names
+from compress.data import BUILTIN_UNLABELED
 from benchmarks.report import demo_table
 from compress.artifact import read_meta
 from compress.config import (BenchConfig, DATA_KEYS, DataOptions, DistillConfig, ExportConfig, OptimizeConfig,
@@ -48,6 +49,11 @@ def _shown(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(_shown(v) for v in value)
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _builtin_corpora() -> str:
+    """The built-in unlabelled corpora and what each is, for ``--unlabeled``'s help (one list: compress.data)."""
+    return "; ".join(f"{name} ({what})" for name, what in BUILTIN_UNLABELED.items())
 
 
 def _option(g: Any, cls: type, key: str, help: str | None = None, **extra: Any) -> None:
@@ -330,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, DistillConfig, "keep_checkpoints", "keep the Trainer checkpoints after success")
     g = p.add_argument_group("transfer data (rows the teacher labels; no hard label)")
     _option(g, DistillConfig, "unlabeled", "unlabelled in-domain text: a .txt file (one text a line), a "
-            "csv/tsv/jsonl/parquet file, or the built-in movie-reviews-unlabeled (sentences of 1,500 full movie reviews)")
+            "csv/tsv/jsonl/parquet file, or a built-in: " + _builtin_corpora())
     _option(g, DistillConfig, "unlabeled_text_column", "text column of a --unlabeled table")
     _option(g, DistillConfig, "unlabeled_text_pair_column", "second text column of a --unlabeled table (sentence-pair "
             "tasks)")
@@ -351,8 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pretrain", help="continue masked-LM training of an encoder on unlabelled in-domain text")
     p.add_argument("--model", required=True, help="local encoder folder, or a built-in: minilm, mpnet-base")
     p.add_argument("--unlabeled", required=True,
-                   help="unlabelled text: a .txt file (one text a line), a csv/tsv/jsonl/parquet file, or the built-in "
-                        "movie-reviews-unlabeled")
+                   help="unlabelled text: a .txt file (one text a line), a csv/tsv/jsonl/parquet file, or a built-in: "
+                        + _builtin_corpora())
     _option(p, PretrainConfig, "unlabeled_text_column", "text column of a --unlabeled table")
     p.add_argument("--out", required=True, help="artifact folder to write (a masked LM with its head)")
     _option(p, PretrainConfig, "task_text", "add the --data training texts (labels unused) to the corpus")
