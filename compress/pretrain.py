@@ -36,7 +36,8 @@ from compress.training import (checkpoint_dir, guarded_trainer, interrupt_callba
 from compress.device import device_name, resolve_precision, training_device
 from compress.modeling import autocast, load_tokenizer
 from compress.quiet import quiet_transformers
-from compress.transfer import filter_unlabeled, load_unlabeled, mlm_head_keys, split_keys
+from compress.tasks.task_choice import TOKEN, data_task
+from compress.transfer import filter_unlabeled, load_unlabeled, mlm_head_keys, split_keys, text_key
 
 
 class WholeWordMaskCollator:
@@ -100,7 +101,17 @@ def _corpus(cfg: PretrainConfig) -> tuple[list[str], dict[str, Any]]:
     held_out: set[str] = set()
     labelled: set[str] = set()
     task_texts: list[str] = []
-    if cfg.data is not None:
+    if cfg.data is not None and data_task(cfg.data.data) == TOKEN:  # tagging data: its sentences as running text
+        tagged = cfg.data.load_any()
+
+        def sentences(split: str) -> list[str]:
+            return [" ".join(words) for words in tagged.splits[split]["tokens"]] if split in tagged.splits else []
+
+        held_out = {text_key(t) for t in sentences("validation") + sentences("test")}
+        if cfg.task_text:
+            task_texts = sentences("train")
+            labelled = {text_key(t) for t in task_texts}
+    elif cfg.data is not None:
         task = cfg.data.load()
         if task.is_pair:
             raise CompressError("pretrain reads single texts; a sentence-pair task's corpus is not supported yet")

@@ -86,3 +86,22 @@ def test_pretrain_refuses_a_corpus_too_small(tmp_path, capsys):
     assert main(["pretrain", "--model", str(encoder), "--unlabeled", str(corpus), "--out", str(tmp_path / "o")]) == 2
     assert "only 2 text(s) left" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_pretrain_on_tagging_data_drops_its_held_out_sentences_and_adds_its_training_ones(tmp_path):
+    from compress.config import PretrainConfig
+    from compress.pretrain import _corpus
+    from tests.support.toy_ner import toy_sentences, write_conll
+
+    sentences = toy_sentences(60, seed=3)
+    folder = tmp_path / "tagged"
+    folder.mkdir()
+    for name, part in (("train", sentences[:40]), ("validation", sentences[40:50]), ("test", sentences[50:])):
+        write_conll(folder / f"{name}.conll", part)
+    leak, seen = " ".join(sentences[45][0]), " ".join(sentences[0][0])
+    corpus = tmp_path / "raw.txt"
+    corpus.write_text("\n".join(["a fresh line about Paris today", leak, seen]) + "\n", encoding="utf-8")
+    cfg = PretrainConfig.from_dict({"model": "minilm", "unlabeled": str(corpus), "data": {"data": str(folder)}})
+    texts, stats = _corpus(cfg)
+    assert stats["in_validation_or_test"] == 1 and stats["in_training"] == 1 and stats["task_train_texts"] == 40
+    assert texts[0] == "a fresh line about Paris today" and leak not in texts and len(texts) == 41
