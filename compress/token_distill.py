@@ -174,8 +174,10 @@ def word_distillation_loss(logits, labels, first, soft, temperature: float, alph
     """The loss terms of one batch: soft CE at ``temperature`` between the student's first-sub-token rows
     and the teacher's word rows (words both have), hard CE on the gold tags (first sub-tokens).
 
-    ``weight`` (one per row, ``None``: all 1) weighs each row's words in the soft term: its mean over words
-    becomes ``sum(w * ce) / sum(w)``, so transfer rows at ``--unlabeled-weight`` w count w times a labelled word."""
+    ``weight`` (one per row, ``None``: all 1) weighs each row's words in the soft term: its mean over the
+    batch's ``N`` words becomes ``sum(w * ce) / N``, so a word of a transfer row at ``--unlabeled-weight`` w pulls
+    w times as hard as a labelled one, and a labelled word as hard as without transfer rows (the meaning the flag
+    has for sentence classifiers, :func:`compress.distill.trainer._row_weighted`)."""
     import torch
 
     has = (first >= 0) & torch.isfinite(soft).all(-1)
@@ -189,14 +191,13 @@ def word_distillation_loss(logits, labels, first, soft, temperature: float, alph
         if word_weight is None or bool((word_weight == 1).all()):
             terms["soft_ce"] = soft_cross_entropy(student_words, teacher_words, temperature)
         else:  # the registered loss is a mean: take it per distinct weight and recombine (weights are 1 or w)
-            weighted, mass = logits.new_zeros(()), 0.0
+            weighted, n = logits.new_zeros(()), float(word_weight.numel())
             for value in torch.unique(word_weight).tolist():
                 group = word_weight == value
-                n = float(group.sum())
-                weighted = weighted + value * n * soft_cross_entropy(student_words[group], teacher_words[group],
-                                                                     temperature)
-                mass += value * n
-            terms["soft_ce"] = weighted / mass
+                if value != 0:
+                    weighted = weighted + value * (float(group.sum()) / n) * soft_cross_entropy(
+                        student_words[group], teacher_words[group], temperature)
+            terms["soft_ce"] = weighted
         total = total + alpha_kd * terms["soft_ce"]
     gold = labels.view(-1) >= 0
     if alpha_hard > 0 and gold.any():

@@ -83,7 +83,7 @@ def test_the_unlabelled_weight_scales_those_rows_in_the_soft_term():
     weighted = word_distillation_loss(logits, labels, first, soft, 2.0, 1.0, 0.0, torch.tensor([1.0, 3.0]))["soft_ce"]
     row0 = soft_cross_entropy(logits[0, 1:4], soft[0], 2.0)
     row1 = soft_cross_entropy(logits[1, 1:3], soft[1, :2], 2.0)
-    assert torch.allclose(weighted, (3 * row0 + 3 * 2 * row1) / (3 + 3 * 2))
+    assert torch.allclose(weighted, (3 * row0 + 3 * 2 * row1) / (3 + 2))  # mean over the 5 words, row 1's at 3x
 
 
 def test_augmentation_is_still_refused_for_a_tagger_in_one_line(trained, tmp_path, capsys):
