@@ -282,7 +282,8 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
                   f"{'reused from the cache' if extra_reused else 'computed'} in {time.perf_counter() - t0:.1f} s")
             columns = [c for c in s_train.column_names if c in extra.column_names]
             s_train = concatenate_datasets([s_train.select_columns(columns), extra.select_columns(columns)])
-            transfer_info.update(weight=transfer.unlabeled_weight, rows=len(extra), soft_labels_reused=extra_reused)
+            transfer_info.update(weight=transfer.unlabeled_weight, training_rows=len(extra),
+                                 soft_labels_reused=extra_reused)
         else:
             print(f"note: --unlabeled {transfer.unlabeled}: no text left after removing duplicates and texts that are "
                   "in the task's splits", file=sys.stderr)

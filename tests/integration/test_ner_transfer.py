@@ -46,9 +46,9 @@ def test_distill_with_unlabelled_text_labels_it_by_the_teacher_only(trained, tmp
                  "--unlabeled-weight", "0.5"]) == 0
     meta = json.loads((out / "compress.json").read_text())
     transfer = meta["transfer"]
-    assert transfer["kept"] == unseen and transfer["rows"] == unseen and transfer["weight"] == 0.5
+    assert transfer["kept"] == unseen and transfer["training_rows"] == unseen and transfer["weight"] == 0.5
     assert transfer["in_validation_or_test"] >= 1 and transfer["in_training"] >= 1 and transfer["duplicates"] >= 1
-    labelled_rows = meta["training"]["rows"] - transfer["rows"]
+    labelled_rows = meta["training"]["rows"] - transfer["training_rows"]
     assert labelled_rows >= len(toy_sentences(160)) * 0.6  # the training split's windows, each sentence at least once
     assert meta["metrics"]["validation"]["entity_f1"] >= 0.7, meta["metrics"]["validation"]
     assert "soft labels (unlabelled" in capsys.readouterr().out
