@@ -38,6 +38,7 @@ from compress.modeling import autocast, load_tokenizer
 from compress.quiet import quiet_transformers
 from compress.tasks.task_choice import TOKEN, data_task
 from compress.transfer import filter_unlabeled, load_unlabeled, mlm_head_keys, split_keys, text_key
+from compress.transfer.texts import tagged_texts
 
 
 class WholeWordMaskCollator:
@@ -103,13 +104,9 @@ def _corpus(cfg: PretrainConfig) -> tuple[list[str], dict[str, Any]]:
     task_texts: list[str] = []
     if cfg.data is not None and data_task(cfg.data.data) == TOKEN:  # tagging data: its sentences as running text
         tagged = cfg.data.load_any()
-
-        def sentences(split: str) -> list[str]:
-            return [" ".join(words) for words in tagged.splits[split]["tokens"]] if split in tagged.splits else []
-
-        held_out = {text_key(t) for t in sentences("validation") + sentences("test")}
+        held_out = {text_key(t) for t in tagged_texts(tagged, "validation") + tagged_texts(tagged, "test")}
         if cfg.task_text:
-            task_texts = sentences("train")
+            task_texts = tagged_texts(tagged, "train")
             labelled = {text_key(t) for t in task_texts}
     elif cfg.data is not None:
         task = cfg.data.load()

@@ -58,6 +58,7 @@ from compress.config import canonical_sha256
 from compress.device import resolve_precision, training_device
 from compress.losses import hard_cross_entropy, soft_cross_entropy
 from compress.transfer import BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, load_unlabeled, text_key
+from compress.transfer.texts import tagged_texts
 from students.factory import build_student
 
 
@@ -122,7 +123,7 @@ def transfer_sentences(options: TransferOptions, task: TokenTaskData) -> tuple[l
     (validation/test: a leak; train: counted twice), a seeded ``unlabeled_limit`` of them; ``(sentences, stats)``."""
 
     def keys(split: str) -> set[str]:
-        return {text_key(" ".join(words)) for words in task.splits[split]["tokens"]} if split in task.splits else set()
+        return {text_key(text) for text in tagged_texts(task, split)}
 
     corpus = load_unlabeled(options.unlabeled, options.unlabeled_text_column)
     texts, _, stats = filter_unlabeled(corpus, keys("validation") | keys("test"), keys("train"),

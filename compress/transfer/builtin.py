@@ -35,7 +35,7 @@ def review_sentences(path: str | os.PathLike) -> list[str]:
     return sentences
 
 
-def _word_count(sentence: str) -> int:
+def word_count(sentence: str) -> int:
     """Words are whitespace-separated tokens holding a letter or digit (punctuation tokens do not count)."""
     return sum(1 for token in sentence.split() if any(ch.isalnum() for ch in token))
 
@@ -60,7 +60,7 @@ def movie_reviews_unlabeled():
         keep: list[str] = []
         stats = {"reviews": 1500, "sentence_lines": len(raw), "short": 0, "duplicates": 0, "in_movie_reviews": 0}
         for sentence in raw:
-            if _word_count(sentence) < MIN_WORDS:
+            if word_count(sentence) < MIN_WORDS:
                 stats["short"] += 1
                 continue
             key = normalize_text(sentence)
@@ -72,17 +72,25 @@ def movie_reviews_unlabeled():
                 stats["in_movie_reviews"] += 1
                 continue
             keep.append(sentence)
-        stats["sentences"] = len(keep)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".movie-reviews-unlabeled.", dir=final.parent))
-        try:
-            Dataset.from_dict({"text": keep}).save_to_disk(str(tmp / "ds"))
-            (tmp / "ds" / "stats.json").write_text(json.dumps(stats, indent=2), encoding="utf-8")
-            if not final.exists():
-                os.replace(tmp / "ds", final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        save_prepared_corpus(final, keep, stats)
     return Dataset.load_from_disk(str(final))
+
+
+def save_prepared_corpus(final: Path, texts: list[str], stats: dict[str, int]) -> None:
+    """Write a built-in corpus (a ``text`` Dataset, with ``stats.json`` and the kept count) to ``final`` atomically:
+    built beside it and moved into place, so an interrupted preparation never looks finished."""
+    from datasets import Dataset
+
+    stats["sentences"] = len(texts)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        Dataset.from_dict({"text": texts}).save_to_disk(str(tmp / "ds"))
+        (tmp / "ds" / "stats.json").write_text(json.dumps(stats, indent=2), encoding="utf-8")
+        if not final.exists():
+            os.replace(tmp / "ds", final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def movie_reviews_unlabeled_stats() -> dict[str, int]:

@@ -42,6 +42,11 @@ def split_keys(task, splits: Iterable[str]) -> set[str]:
     return keys
 
 
+def tagged_texts(task, split: str) -> list[str]:
+    """A tagging task's sentences of ``split`` as running text (words joined by spaces); none when it has no such split."""
+    return [" ".join(words) for words in task.splits[split]["tokens"]] if split in task.splits else []
+
+
 def digest_keys(keys: Iterable[str]) -> str:
     digest = hashlib.sha256()
     for key in sorted(keys):

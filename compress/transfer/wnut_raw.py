@@ -20,16 +20,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from compress.assets import SHA256, cache_dir
 from compress.data import WNUT17_UNLABELED_VERSION
 from compress.errors import CompressError
 from compress.tasks.token_data import WNUT17_DIR, wnut17
-from compress.transfer.builtin import MIN_WORDS, _word_count
+from compress.transfer.builtin import MIN_WORDS, save_prepared_corpus, word_count
 from compress.transfer.texts import HeldOutRuns, normalize_text
 
 #: The raw files of leondz/emerging_entities_17 ``source/raw_data/`` (commit e52a2d2), gzip-compressed in
@@ -78,7 +75,7 @@ def wnut17_unlabeled():
             stats[f"lines_{name}"] = len(lines)
             stats["lines"] += len(lines)
             for line in lines:
-                if _word_count(line) < MIN_WORDS:
+                if word_count(line) < MIN_WORDS:
                     stats["short"] += 1
                     continue
                 key = normalize_text(line)
@@ -92,16 +89,7 @@ def wnut17_unlabeled():
                     stats["repeats_training"] += 1
                 else:
                     keep.append(line)
-        stats["sentences"] = len(keep)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".wnut17-unlabeled.", dir=final.parent))
-        try:
-            Dataset.from_dict({"text": keep}).save_to_disk(str(tmp / "ds"))
-            (tmp / "ds" / "stats.json").write_text(json.dumps(stats, indent=2), encoding="utf-8")
-            if not final.exists():
-                os.replace(tmp / "ds", final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        save_prepared_corpus(final, keep, stats)
     return Dataset.load_from_disk(str(final))
 
 
