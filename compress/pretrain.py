@@ -30,6 +30,7 @@ import numpy as np
 from compress.artifact import check_model_folder, write_model_artifact
 from compress.assets import resolve_model
 from compress.config import PretrainConfig
+from compress.data import map_fingerprint
 from compress.errors import CompressError
 from compress.training import (checkpoint_dir, guarded_trainer, interrupt_callback, is_main_process, resume_point,
                                run_trainer, training_arguments)
@@ -136,7 +137,8 @@ def _tokenize(texts: list[str], tokenizer, max_length: int):
     if not getattr(tokenizer, "is_fast", False):
         raise CompressError("pretrain needs a fast tokenizer (tokenizer.json) to find word boundaries")
     ds = Dataset.from_dict({"text": texts})
-    return ds.map(encode, batched=True, remove_columns=["text"], desc="tokenizing (corpus)", load_from_cache_file=False)
+    return ds.map(encode, batched=True, remove_columns=["text"], desc="tokenizing (corpus)", load_from_cache_file=False,
+                  new_fingerprint=map_fingerprint(ds, tokenizer, "pretrain corpus", max_length=max_length))
 
 
 def masked_lm_loss(model, dataset, collator: WholeWordMaskCollator, batch_size: int = 64,

@@ -14,7 +14,7 @@ from compress.transfer.augment import MASK, OPS, AugmentOptions, augmented_rows,
 from compress.transfer.candidates import candidate_source
 from compress.transfer.corpus import BUILTIN_CORPUS_STATS, filter_unlabeled, load_unlabeled
 from compress.transfer.texts import split_keys
-from compress.data import tokenize_split
+from compress.data import map_fingerprint, tokenize_split
 from compress.teacher import teacher_logits
 
 @dataclass
@@ -65,7 +65,8 @@ def with_mask_token(ds, tokenizer, is_pair: bool):
             out["text_pair"] = [t.replace(MASK, token) for t in batch["text_pair"]]
         return out
 
-    return ds.map(swap, batched=True, load_from_cache_file=False, desc="mask tokens")
+    return ds.map(swap, batched=True, load_from_cache_file=False, desc="mask tokens",
+                  new_fingerprint=map_fingerprint(ds, None, "mask tokens", token=token, is_pair=is_pair))
 
 
 def tokenize_for_distillation(ds, student_tokenizer, teacher_tokenizer, max_length: int, is_pair: bool):

@@ -172,3 +172,18 @@ def test_truncation_is_counted(tokenizer, sentiment_csv, capsys):
     ds = tokenize_split(task.splits["train"], tokenizer, 8, False)
     assert max(len(x) for x in ds["input_ids"]) == 8
     assert "were truncated" in capsys.readouterr().err
+
+
+def test_a_tokenized_split_is_fingerprinted_by_its_input_settings_and_tokenizer(tokenizer, sentiment_csv):
+    """``tokenize_split`` hands ``datasets`` its own fingerprint (no dill-pickling of the tokenizer per map): equal
+    for the same input, settings and tokenizer, different when any of them changes."""
+    from tests.conftest import make_mpnet_tokenizer
+
+    train = load_task_data(str(sentiment_csv)).splits["train"]
+    fp = tokenize_split(train, tokenizer, 64, False)._fingerprint
+    assert fp == tokenize_split(train, tokenizer, 64, False)._fingerprint
+    others = {tokenize_split(train, tokenizer, 32, False)._fingerprint,
+              tokenize_split(train, tokenizer, 64, False, prefix="s_")._fingerprint,
+              tokenize_split(train, make_mpnet_tokenizer(), 64, False)._fingerprint,
+              tokenize_split(train.select(range(10)), tokenizer, 64, False)._fingerprint}
+    assert fp not in others and len(others) == 4

@@ -43,7 +43,7 @@ def test_pretrain_lowers_the_mlm_loss_and_its_head_fills_masks(tmp_path, capsys)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(r["text"] for r in sentiment_rows(600, seed=5)), encoding="utf-8")
     out = tmp_path / "mlm"
-    rc = main(["pretrain", "--model", str(encoder), "--unlabeled", str(corpus), "--out", str(out), "--epochs", "8",
+    rc = main(["pretrain", "--model", str(encoder), "--unlabeled", str(corpus), "--out", str(out), "--epochs", "4",
                "--lr", "3e-3", "--batch-size", "32", "--eval-share", "0.1", "--save-steps", "100000"])
     assert rc == 0, capsys.readouterr().err
     meta = json.loads((out / "compress.json").read_text())
