@@ -153,6 +153,29 @@ def check_terms(terms: list[LossTerm]) -> list[str]:
     return problems
 
 
+def row_weighted(loss: Callable[..., "torch.Tensor"], sample_weight: "torch.Tensor | None", student: "torch.Tensor",
+                 target: "torch.Tensor", *args: Any) -> "torch.Tensor":
+    """``sum_i w_i * loss_i / n`` for a batch-mean ``loss`` over ``n`` rows, exactly, without per-row loss
+    functions (a row is a text for a classifier, a word for a tagger).
+
+    Rows are grouped by weight (labelled and augmented rows weigh 1, unlabelled rows
+    ``--unlabeled-weight``), and each group's mean is scaled by ``weight * rows / n``: a transfer row at
+    weight w pulls w times as hard as a labelled one, and a labelled one as hard as without transfer rows.
+    Without weights, or with every weight 1, this is the plain batch mean.
+    """
+    import torch
+
+    if sample_weight is None:
+        return loss(student, target, *args)
+    total = student.sum() * 0.0
+    n = len(sample_weight)
+    for value in torch.unique(sample_weight):
+        rows = sample_weight == value
+        if float(value) != 0.0:
+            total = total + value * (rows.sum() / n) * loss(student[rows], target[rows], *args)
+    return total
+
+
 @register("soft_ce", kind="soft")
 def soft_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """-sum p_T * log q_S at temperature T, times T², averaged over the batch."""

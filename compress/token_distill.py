@@ -17,8 +17,13 @@ soft label from the teacher window where it has the most context; a word the tok
 has no soft label (its row is NaN) and only the hard term.
 The soft labels are cached on disk keyed by the teacher's weights and the exact words, so a second
 student reuses them. Training is the stages' Trainer machinery (seeded batch order, NaN guard,
-checkpoints and resume, atomic artifact). Intermediate-layer losses are not applied here (they
-need the token positions of both models to align, which different tokenizers break).
+checkpoints and resume, atomic artifact).
+
+Every loss term of a config applies (:class:`WordObjective`): the head terms above with any registered soft
+or hard loss, and TinyBERT's intermediate terms (:mod:`compress.distill.intermediate`) where the two
+tokenizers read every training sentence into the same word pieces at the same positions (MPNet and
+BERT-uncased do): the student's rows then carry the teacher's ids (``t_input_ids``) and the frozen teacher
+runs on each batch for its states. Where the pieces differ the word logits alone are distilled, with a note.
 
 Transfer data (``--unlabeled``, e.g. the built-in ``wnut17-unlabeled``): unlabelled texts, filtered
 against the tagging splits like any transfer corpus (:func:`compress.transfer.filter_unlabeled`) and
@@ -35,8 +40,9 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -44,7 +50,7 @@ from compress.artifact import read_meta, weights_sha256
 from compress.assets import cache_dir
 from compress.config import TrainSettings
 from compress.errors import CompressError
-from compress.modeling import count_parameters, load_classifier
+from compress.modeling import autocast, count_parameters, load_classifier, model_device
 from compress.tasks import get_task
 from compress.tasks.alignment import IGNORE_INDEX
 from compress.tasks.task_choice import TOKEN, check_model_task, model_head
@@ -56,10 +62,13 @@ from compress.training import (check_finite, checkpoint_dir, epoch_seeded_sample
 from compress.windows import default_stride
 from compress.config import canonical_sha256
 from compress.device import resolve_precision, training_device
-from compress.losses import hard_cross_entropy, soft_cross_entropy
+from compress.distill.intermediate import (active_terms, intermediate_values, make_projections, projection_optimizer,
+                                           tokenizations_align, wanted_outputs)
+from compress.losses import LOSSES, LossTerm, row_weighted
 from compress.transfer import BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, load_unlabeled, text_key
 from compress.transfer.texts import tagged_texts
-from students.factory import build_student
+from students.factory import build_student, teacher_shape
+from students.layer_map import format_layer_map, parse_layer_map
 
 
 def _words_digest(sentences: Sequence[Sequence[str]], max_length: int) -> str:
@@ -147,15 +156,21 @@ def _transfer_rows(t_model, t_tok, s_tok, weights: str, sentences: list[list[str
     return rows.add_column("weight", [float(weight)] * len(rows)), reused
 
 
-def _collator(tokenizer, num_labels: int):
+def _collator(tokenizer, num_labels: int, teacher_pad_id: int = 0):
     """Model columns and labels as :func:`token_collator` pads them; ``first`` padded with -1 and ``soft``
-    with NaN to ``(batch, words, labels)``; ``weight`` (per row) stacked."""
+    with NaN to ``(batch, words, labels)``; ``weight`` (per row) stacked; the teacher's ids of aligned rows
+    (``t_input_ids``, intermediate terms) padded with ``teacher_pad_id`` to the student's width."""
     import torch
 
     inner = token_collator(tokenizer)
 
     def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
         batch = inner(features)
+        if "t_input_ids" in features[0]:
+            t_ids = torch.full(batch["input_ids"].shape, teacher_pad_id, dtype=torch.long)
+            for i, f in enumerate(features):
+                t_ids[i, :len(f["t_input_ids"])] = torch.tensor(f["t_input_ids"], dtype=torch.long)
+            batch["t_input_ids"] = t_ids
         words = max(len(f["first"]) for f in features)
         first = torch.full((len(features), words), -1, dtype=torch.long)
         soft = torch.full((len(features), words, num_labels), float("nan"))
@@ -170,52 +185,120 @@ def _collator(tokenizer, num_labels: int):
     return collate
 
 
-def word_distillation_loss(logits, labels, first, soft, temperature: float, alpha_kd: float,
-                           alpha_hard: float, weight=None) -> dict[str, Any]:
-    """The loss terms of one batch: soft CE at ``temperature`` between the student's first-sub-token rows
-    and the teacher's word rows (words both have), hard CE on the gold tags (first sub-tokens).
+def word_term_values(terms: Sequence[LossTerm], logits, labels, first, soft, temperature: float,
+                     weight=None) -> dict[str, Any]:
+    """The value of each head term of positive weight in ``terms`` (by term name) for one batch: a term on
+    ``logits`` compares the student's first-sub-token rows with the teacher's word rows (words both have) at
+    ``temperature``, a term on ``labels`` the student's rows with the gold tags (first sub-tokens).
 
-    ``weight`` (one per row, ``None``: all 1) weighs each row's words in the soft term: its mean over the
-    batch's ``N`` words becomes ``sum(w * ce) / N``, so a word of a transfer row at ``--unlabeled-weight`` w pulls
-    w times as hard as a labelled one, and a labelled word as hard as without transfer rows (the meaning the flag
-    has for sentence classifiers, :func:`compress.distill.trainer._row_weighted`)."""
+    ``weight`` (one per row, ``None``: all 1) weighs each row's words in the soft terms: their mean over the
+    batch's ``N`` words becomes ``sum(w * loss) / N`` (:func:`compress.losses.row_weighted`), so a word of a
+    transfer row at ``--unlabeled-weight`` w pulls w times as hard as a labelled one, and a labelled word as hard
+    as without transfer rows (the meaning the flag has for sentence classifiers)."""
     import torch
 
     has = (first >= 0) & torch.isfinite(soft).all(-1)
     rows = torch.arange(logits.shape[0], device=logits.device).unsqueeze(1).expand_as(first)
     student_words = logits[rows[has], first[has]]
     teacher_words = soft[has].to(logits.device)
-    terms: dict[str, Any] = {}
-    total = logits.new_zeros(())
-    if alpha_kd > 0 and student_words.shape[0]:
-        word_weight = None if weight is None else weight.to(logits.device)[rows[has]]
-        if word_weight is None or bool((word_weight == 1).all()):
-            terms["soft_ce"] = soft_cross_entropy(student_words, teacher_words, temperature)
-        else:  # the registered loss is a mean: take it per distinct weight and recombine (weights are 1 or w)
-            weighted, n = logits.new_zeros(()), float(word_weight.numel())
-            for value in torch.unique(word_weight).tolist():
-                group = word_weight == value
-                if value != 0:
-                    weighted = weighted + value * (float(group.sum()) / n) * soft_cross_entropy(
-                        student_words[group], teacher_words[group], temperature)
-            terms["soft_ce"] = weighted
-        total = total + alpha_kd * terms["soft_ce"]
+    word_weight = None if weight is None else weight.to(logits.device)[rows[has]]
     gold = labels.view(-1) >= 0
-    if alpha_hard > 0 and gold.any():
-        terms["hard_ce"] = hard_cross_entropy(logits.view(-1, logits.shape[-1])[gold], labels.view(-1)[gold])
-        total = total + alpha_hard * terms["hard_ce"]
-    return {"loss": total, **terms}
+    values: dict[str, Any] = {}
+    for term in terms:
+        if term.weight <= 0 or term.intermediate:
+            continue
+        fn = LOSSES[term.loss]
+        if term.on == "logits" and student_words.shape[0]:
+            values[term.name] = row_weighted(fn, word_weight, student_words, teacher_words, temperature)
+        elif term.on == "labels" and bool(gold.any()):
+            values[term.name] = fn(logits.view(-1, logits.shape[-1])[gold], labels.view(-1)[gold])
+    return values
 
 
-def _load_teacher(teacher: str | os.PathLike, data: str):
+def word_distillation_loss(logits, labels, first, soft, temperature: float, alpha_kd: float,
+                           alpha_hard: float, weight=None) -> dict[str, Any]:
+    """:func:`word_term_values` of soft CE (weight ``alpha_kd``, named ``soft_ce``) and hard CE (``alpha_hard``,
+    ``hard_ce``), with their weighted sum under ``loss``: the default objective, as one call."""
+    terms = [LossTerm("soft_ce", alpha_kd, name="soft_ce"), LossTerm("hard_ce", alpha_hard, name="hard_ce")]
+    values = word_term_values(terms, logits, labels, first, soft, temperature, weight)
+    return {"loss": sum((t.weight * values[t.name] for t in terms if t.name in values), logits.new_zeros(())), **values}
+
+
+@dataclass
+class WordObjective:
+    """What a tagger is distilled on: the loss terms at each epoch (``terms(epoch, intermediate)``, as
+    :func:`compress.distill.intermediate.active_terms` gives them for a config), the temperature, and for the
+    intermediate terms the layer map and the projections' learning rate."""
+
+    terms: Callable[[float, bool], list[LossTerm]]
+    temperature: float = 2.0
+    layer_map: str = "uniform"
+    projection_lr: float | None = None
+
+    @classmethod
+    def logits_only(cls, temperature: float, alpha_kd: float, alpha_hard: float) -> "WordObjective":
+        terms = [LossTerm("soft_ce", alpha_kd), LossTerm("hard_ce", alpha_hard)]
+        return cls(lambda epoch, intermediate: terms, temperature)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "WordObjective":
+        return cls(lambda epoch, intermediate: active_terms(cfg, epoch, intermediate), cfg.temperature,
+                   cfg.layer_map, cfg.projection_lr)
+
+    def wants_intermediate(self, epochs: float) -> bool:
+        """Whether a term of positive weight on an intermediate signal counts at the start or the end."""
+        return any(t.intermediate and t.weight > 0 for e in (0.0, float(epochs)) for t in self.terms(e, True))
+
+    def describe(self, epochs: float, intermediate: bool) -> dict[str, Any]:
+        """The terms as ``compress.json`` records them: one list, or the two stages of a two-stage schedule."""
+        first, last = self.terms(0.0, intermediate), self.terms(float(epochs), intermediate)
+        if [t.to_dict() for t in first] == [t.to_dict() for t in last]:
+            return {"loss_terms": [t.to_dict() for t in first]}
+        return {"loss_terms": {"stage1": [t.to_dict() for t in first], "stage2": [t.to_dict() for t in last]}}
+
+
+def _word_module(student, projections, pairs: dict[int, int]):
+    """The trainable part of a tagger's distillation: the student with the projections that bridge its width
+    to the teacher's (trained and checkpointed together); ``forward`` returns every active term and their
+    weighted sum under ``loss``."""
+    from torch import nn
+
+    class WordDistillation(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.student, self.projections, self.pairs = student, projections, dict(pairs)
+
+        def forward(self, input_ids, attention_mask, labels, first, soft, weight=None, token_type_ids=None,
+                    teacher_hidden=None, teacher_attentions=None, terms=(), temperature=1.0):
+            states, attentions = wanted_outputs(terms)
+            inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+            if token_type_ids is not None:
+                inputs["token_type_ids"] = token_type_ids
+            out = self.student(**inputs, output_hidden_states=states and teacher_hidden is not None,
+                               output_attentions=attentions and teacher_attentions is not None)
+            values = word_term_values(terms, out.logits, labels, first, soft, temperature, weight)
+            values.update(intermediate_values(terms, self.projections, self.pairs, out, teacher_hidden,
+                                              teacher_attentions, attention_mask))
+            weights = {t.name: t.weight for t in terms}
+            total = out.logits.sum() * 0.0
+            for name, value in values.items():
+                total = total + weights[name] * value
+            if len(self.projections):  # every projection in the graph, so DDP never waits on an unused one
+                total = total + sum(p.sum() for p in self.projections.parameters()) * 0.0
+            return {"loss": total, **values}
+
+    return WordDistillation()
+
+
+def _load_teacher(teacher: str | os.PathLike, data: str, eager_attention: bool = False):
     """``(model, tokenizer, weights sha256, tagging data in the teacher's tag order)``; one line when the
-    folder is not a tagger."""
+    folder is not a tagger. ``eager_attention``: attention maps can be read (the attention term needs them)."""
     head, _, names = model_head(teacher)
     if head is None or head.name != TOKEN:
         raise CompressError(f"--teacher {teacher}: not a trained tagger (its config names no ...ForTokenClassification "
                             "head). Train one first: bert-compress teacher --data TAGGED.conll --out TEACHER_DIR")
     task = load_token_data(data, label_names=names)
-    t_model, t_tok, _ = load_classifier(teacher, len(names), names, task=TOKEN)
+    t_model, t_tok, _ = load_classifier(teacher, len(names), names, eager_attention=eager_attention, task=TOKEN)
     t_model.eval()
     for p in t_model.parameters():
         p.requires_grad_(False)
@@ -234,37 +317,56 @@ def distill_tagger(teacher: str | os.PathLike, student: str | os.PathLike, data:
     settings = {"temperature": temperature, "alpha_kd": alpha_kd, "alpha_hard": alpha_hard, "max_length": max_length,
                 "train": (train or TrainSettings()).to_dict(), "student": str(student)}
     return _distill(t_model, t_tok, weights, str(teacher), s_model, s_tok, {"from": str(student)}, task, out,
-                    train or TrainSettings(), temperature, alpha_kd, alpha_hard, max_length, resume, precision, settings)
+                    train or TrainSettings(), WordObjective.logits_only(temperature, alpha_kd, alpha_hard), max_length,
+                    resume, precision, settings)
 
 
 def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     """``bert-compress distill`` on tagging data: the student built by the student factory from
-    ``--student``/``--init`` as a tagger, then distilled per word (:func:`_distill`)."""
+    ``--student``/``--init`` as a tagger, then distilled per word (:func:`_distill`), with every loss term the
+    config names (``--kd-loss``, ``--losses``, ``--intermediate`` where the tokenizations align, ``--schedule``)."""
 
     cfg.validate()
-    cfg.refuse_beyond_logits("a tagger uses soft CE over words plus hard CE, with unlabelled transfer text "
-                             "(--unlabeled), for now; leave it out for tagging data.", allowed=("unlabeled",))
+    cfg.refuse_beyond_logits("a tagger's sentences are not augmented (word edits that keep the tags are not "
+                             "implemented); leave --augment out for tagging data, or use --unlabeled text.",
+                             allowed=("unlabeled", "intermediate", "losses", "kd_loss", "schedule"))
     precision = resolve_precision(cfg.precision, training_device(cfg.device)).precision
-    t_model, t_tok, weights, task = _load_teacher(cfg.teacher, cfg.data.data)
+    eager = cfg.wants_intermediate
+    t_model, t_tok, weights, task = _load_teacher(cfg.teacher, cfg.data.data, eager_attention=eager)
     s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, task.label_names, cfg.layer_map, cfg.train.seed,
-                                         task=TOKEN)
-    return _distill(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info, task, out, cfg.train, cfg.temperature,
-                    cfg.alpha_kd, cfg.alpha_hard, cfg.max_length, cfg.resume, precision, cfg.to_dict(),
+                                         eager_attention=eager, task=TOKEN)
+    return _distill(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info, task, out, cfg.train,
+                    WordObjective.from_config(cfg), cfg.max_length, cfg.resume, precision, cfg.to_dict(),
                     TransferOptions.from_config(cfg, precision))
 
 
+def _teacher_ids(t_tok, s_tok, sentences: Sequence[Sequence[str]], s_ids: list[list[int]], max_length: int,
+                 ) -> tuple[list[list[int]] | None, str]:
+    """The teacher's ids of the student's rows, position for position, when both tokenizers read the sentences
+    into the same word pieces (:func:`compress.distill.intermediate.tokenizations_align`); ``(None, why)``
+    otherwise."""
+    from datasets import Dataset
+
+    ds = Dataset.from_dict({"tokens": [list(w) for w in sentences], "tags": [[0] * len(w) for w in sentences]})
+    t_ids = tokenize_tagged_split(ds, t_tok, max_length, what="teacher")["input_ids"]
+    aligned, reason = tokenizations_align(t_tok, s_tok, t_ids, s_ids)
+    return (t_ids if aligned else None), reason
+
+
 def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
-             task: TokenTaskData, out: str | os.PathLike, train: TrainSettings, temperature: float, alpha_kd: float,
-             alpha_hard: float, max_length: int, resume: bool, precision: str, settings: dict[str, Any],
+             task: TokenTaskData, out: str | os.PathLike, train: TrainSettings, objective: WordObjective,
+             max_length: int, resume: bool, precision: str, settings: dict[str, Any],
              transfer: TransferOptions | None = None) -> Path:
-    """Train ``s_model`` on the per-word loss (:func:`word_distillation_loss`) over the labelled sentences and
-    the transfer sentences of ``transfer`` (if any), score it and the teacher on validation and test (entity F1,
-    word agreement with the teacher), write the student artifact."""
+    """Train ``s_model`` on the per-word terms of ``objective`` (:func:`word_term_values`, and the intermediate
+    ones where the tokenizations align) over the labelled sentences and the transfer sentences of ``transfer``
+    (if any), score it and the teacher on validation and test (entity F1, word agreement with the teacher), write
+    the student artifact."""
     import torch
     from datasets import concatenate_datasets
     from transformers import Trainer
 
     started = time.perf_counter()
+    temperature = objective.temperature
     if temperature <= 0:
         raise CompressError(f"--temperature must be > 0, got {temperature}")
     split = task.splits["train"]
@@ -273,6 +375,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     s_train = _student_rows(tokenize_tagged_split(split, s_tok, max_length, with_length=True, what="student"), soft)
     s_train = s_train.add_column("weight", [1.0] * len(s_train))
     transfer_info: dict[str, Any] | None = None
+    read = [list(words) for words in split["tokens"]]  # the sentences of the rows, in row order
     if transfer is not None and transfer.unlabeled:
         sentences, transfer_info = transfer_sentences(transfer, task)
         if sentences:
@@ -283,13 +386,29 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
                   f"{'reused from the cache' if extra_reused else 'computed'} in {time.perf_counter() - t0:.1f} s")
             columns = [c for c in s_train.column_names if c in extra.column_names]
             s_train = concatenate_datasets([s_train.select_columns(columns), extra.select_columns(columns)])
+            read += sentences
             transfer_info.update(weight=transfer.unlabeled_weight, training_rows=len(extra),
                                  soft_labels_reused=extra_reused)
         else:
             print(f"note: --unlabeled {transfer.unlabeled}: no text left after removing duplicates and texts that are "
                   "in the task's splits", file=sys.stderr)
+    # Intermediate terms compare states position by position: only where both models read the same pieces.
+    want_inter, notes = objective.wants_intermediate(train.epochs), []
+    if want_inter:
+        t_ids, reason = _teacher_ids(t_tok, s_tok, read, s_train["input_ids"], max_length)
+        if t_ids is None:
+            want_inter = False
+            notes.append(f"intermediate losses disabled: teacher and student tokenizations do not line up ({reason})")
+            print(f"note: {notes[-1]}; distilling the word logits only", file=sys.stderr)
+        else:
+            s_train = s_train.add_column("t_input_ids", t_ids)
+    t_shape, s_shape = teacher_shape(t_model.config), teacher_shape(s_model.config)
+    pairs = parse_layer_map(objective.layer_map, t_shape.layers, s_shape.layers) if want_inter else {}
+    projections = make_projections(s_shape.hidden, t_shape.hidden, pairs) if want_inter else torch.nn.ModuleDict()
+    module = _word_module(s_model, projections, pairs)
     s_train = s_train.select_columns([c for c in ("input_ids", "attention_mask", "token_type_ids", "labels", "length",
-                                                  "first", "soft", "weight") if c in s_train.column_names])
+                                                  "first", "soft", "weight", "t_input_ids")
+                                      if c in s_train.column_names])
     args = training_arguments(train, checkpoint_dir(out), len(s_train), precision=precision)
     fingerprint = canonical_sha256({"teacher": weights, "data": task.fingerprint, "settings": settings})
     stop = interrupt_callback()
@@ -299,17 +418,33 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         def _get_train_sampler(self, train_dataset=None):
             return epoch_seeded_sampler(super()._get_train_sampler(train_dataset), seed)
 
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            labels, first, soft_rows = inputs.pop("labels"), inputs.pop("first"), inputs.pop("soft")
-            row_weight = inputs.pop("weight")
-            output = model(**inputs)
-            terms = word_distillation_loss(output.logits, labels, first, soft_rows, temperature, alpha_kd, alpha_hard,
-                                           row_weight)
-            check_finite(terms, self.state.global_step, Path(out))
-            return (terms["loss"], output) if return_outputs else terms["loss"]
+        def create_optimizer(self, model=None):
+            if self.optimizer is None and objective.projection_lr is not None and len(projections):
+                self.optimizer = projection_optimizer(self, self.model if model is None else model,
+                                                      objective.projection_lr)
+                return self.optimizer
+            return super().create_optimizer(model)
 
-    trainer = WordDistillTrainer(model=s_model, args=args, train_dataset=s_train, callbacks=[stop],
-                                 data_collator=_collator(s_tok, task.num_labels))
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            terms = objective.terms(float(self.state.epoch or 0.0), want_inter)
+            t_ids = inputs.pop("t_input_ids", None)
+            t_hidden = t_attn = None
+            states, attentions = wanted_outputs(terms)
+            if t_ids is not None and (states or attentions):  # the frozen teacher's states for this batch
+                if model_device(t_model) != t_ids.device:
+                    t_model.to(t_ids.device)
+                with torch.no_grad(), autocast(precision, t_ids.device):
+                    t_out = t_model(input_ids=t_ids, attention_mask=inputs["attention_mask"],
+                                    output_hidden_states=states, output_attentions=attentions)
+                t_hidden, t_attn = t_out.hidden_states, t_out.attentions
+            values = model(**inputs, teacher_hidden=t_hidden, teacher_attentions=t_attn, terms=terms,
+                           temperature=temperature)
+            check_finite(values, self.state.global_step, Path(out))
+            return (values["loss"], values) if return_outputs else values["loss"]
+
+    t_pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
+    trainer = WordDistillTrainer(model=module, args=args, train_dataset=s_train, callbacks=[stop],
+                                 data_collator=_collator(s_tok, task.num_labels, t_pad))
     result = run_trainer(trainer, resume_point(out, resume, fingerprint), Path(out), stop)
 
     metrics: dict[str, Any] = {}
@@ -332,6 +467,9 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         "parent": {"teacher": teacher, "teacher_weights_sha256": weights},
         "student": student_info,
         "config": {**settings, "max_length": max_length, "soft_labels": "per word (first sub-token)"},
+        "distillation": {**objective.describe(train.epochs, want_inter), "temperature": temperature,
+                         "intermediate": want_inter, "layer_map": format_layer_map(pairs) if want_inter else None},
+        "notes": notes,
         "stride": default_stride(max_length),  # the windows it was trained and scored in; Predictor reads them
         "data": task.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),

@@ -33,7 +33,9 @@ from compress.artifact import write_model_artifact
 from compress.config import DistillConfig
 from compress.data import DynamicPaddingCollator, tokenize_split
 from students.layer_map import format_layer_map, parse_layer_map
-from compress.losses import LOSSES, LossTerm
+from compress.losses import LOSSES, LossTerm, row_weighted
+from compress.distill.intermediate import (active_terms, intermediate_values, make_projections,
+                                           projection_optimizer, tokenizations_align, wanted_outputs)
 from compress.distill.soft_labels import Part, SoftLabelStore
 from compress.head_check import HeadCheck, check_head, refuse_untrained_teacher
 from compress.modeling import (accepts_token_types, autocast, classification_metrics, count_parameters, model_device,
@@ -65,15 +67,9 @@ class DistillationModule(nn.Module):
         self.student = student
         self.pairs = dict(pairs)
         self.intermediate = intermediate
-        self.projections = nn.ModuleDict()
-        if intermediate and student_hidden != teacher_hidden:
-            self.projections["emb"] = nn.Linear(student_hidden, teacher_hidden)
-            for s in self.pairs:
-                self.projections[f"h{s}"] = nn.Linear(student_hidden, teacher_hidden)
+        self.projections = make_projections(student_hidden, teacher_hidden, self.pairs) if intermediate \
+            else nn.ModuleDict()
         self._types = accepts_token_types(student)
-
-    def _project(self, name: str, hidden: torch.Tensor) -> torch.Tensor:
-        return self.projections[name](hidden) if name in self.projections else hidden
 
     def forward(self, s_input_ids, s_attention_mask, s_token_type_ids=None, labels=None, soft_labels=None,
                 teacher_hidden=None, teacher_attentions=None, terms: list[LossTerm] | tuple = (), temperature=1.0,
@@ -89,8 +85,7 @@ class DistillationModule(nn.Module):
             return self.intermediate and signal is not None
 
         active = [t for t in terms if t.weight > 0 and present(t)]
-        want_states = any(t.on in ("embeddings", "hidden") for t in active)
-        want_attn = any(t.on == "attention" for t in active)
+        want_states, want_attn = wanted_outputs(active)
         inputs = {"input_ids": s_input_ids, "attention_mask": s_attention_mask}
         if self._types and s_token_type_ids is not None:
             inputs["token_type_ids"] = s_token_type_ids
@@ -103,7 +98,7 @@ class DistillationModule(nn.Module):
             if term.on == "logits":
                 if soft_labels is None:
                     continue
-                values[term.name] = _row_weighted(fn, sample_weight, out.logits, soft_labels, temperature)
+                values[term.name] = row_weighted(fn, sample_weight, out.logits, soft_labels, temperature)
             elif term.on == "labels":
                 if labels is None:
                     continue
@@ -115,15 +110,8 @@ class DistillationModule(nn.Module):
                     gold = labels != -100
                     values[term.name] = (fn(out.logits[gold], labels[gold]) * (gold.sum() / len(labels))
                                          if bool(gold.any()) else zero)
-            elif term.on == "embeddings":
-                values[term.name] = fn(self._project("emb", out.hidden_states[0]), teacher_hidden[0], mask)
-            elif term.on == "hidden":
-                values[term.name] = sum(
-                    fn(self._project(f"h{s}", out.hidden_states[s + 1]), teacher_hidden[t + 1], mask)
-                    for s, t in self.pairs.items()) / len(self.pairs)
-            elif term.on == "attention":
-                values[term.name] = sum(fn(out.attentions[s], teacher_attentions[t], mask)
-                                        for s, t in self.pairs.items()) / len(self.pairs)
+        values.update(intermediate_values(active, self.projections, self.pairs, out, teacher_hidden,
+                                          teacher_attentions, mask))
         weight = {t.name: t.weight for t in active}
         total = zero
         for name, value in values.items():
@@ -133,55 +121,6 @@ class DistillationModule(nn.Module):
         if len(self.projections):
             values["loss"] = values["loss"] + sum(p.sum() for p in self.projections.parameters()) * 0.0
         return values
-
-
-def _row_weighted(loss, sample_weight: torch.Tensor | None, student_logits: torch.Tensor, target: torch.Tensor,
-                  *args: Any) -> torch.Tensor:
-    """``sum_i w_i * loss_i / batch`` for a batch-mean ``loss``, exactly, without per-row loss functions.
-
-    Rows are grouped by weight (labelled and augmented rows weigh 1, unlabelled rows
-    ``--unlabeled-weight``), and each group's mean is scaled by ``weight * rows / batch``. Without
-    weights, or with every weight 1, this is the plain batch mean.
-    """
-    if sample_weight is None:
-        return loss(student_logits, target, *args)
-    total = student_logits.sum() * 0.0
-    n = len(sample_weight)
-    for value in torch.unique(sample_weight):
-        rows = sample_weight == value
-        if float(value) != 0.0:
-            total = total + value * (rows.sum() / n) * loss(student_logits[rows], target[rows], *args)
-    return total
-
-
-def tokenizations_align(teacher_tok, student_tok, t_ids: list[list[int]], s_ids: list[list[int]]) -> tuple[bool, str]:
-    """Whether teacher and student token sequences match position by position.
-
-    Special tokens may differ (``<s>`` against ``[CLS]``); every other token must be the same
-    word piece. Returns ``(aligned, reason)`` with the first mismatch when not aligned.
-    """
-    if teacher_tok is student_tok:
-        return True, "same tokenizer"
-    t_special, s_special = set(teacher_tok.all_special_ids), set(student_tok.all_special_ids)
-    for row, (t, s) in enumerate(zip(t_ids, s_ids)):
-        if len(t) != len(s):
-            return False, f"example {row}: teacher has {len(t)} tokens, student {len(s)}"
-        t_tokens = teacher_tok.convert_ids_to_tokens(list(t))
-        s_tokens = student_tok.convert_ids_to_tokens(list(s))
-        for pos, (ti, si, tt, st) in enumerate(zip(t, s, t_tokens, s_tokens)):
-            if (ti in t_special) != (si in s_special) or (ti not in t_special and tt != st):
-                return False, f"example {row}, position {pos}: teacher {tt!r} against student {st!r}"
-    return True, f"{len(t_ids)} examples checked"
-
-
-def _active_terms(cfg: DistillConfig, epoch: float, intermediate: bool) -> list[LossTerm]:
-    """The terms that count at ``epoch``: intermediate ones only when the tokenizations align, and
-    under the two-stage schedule the intermediate terms first, then the prediction-layer terms."""
-    terms = [t for t in cfg.loss_terms() if intermediate or not t.intermediate]
-    if intermediate and cfg.schedule == "two-stage":
-        first = epoch < cfg.stage1_epochs
-        terms = [t for t in terms if t.intermediate == first]
-    return terms
 
 
 def _weights(terms: list[LossTerm]) -> dict[str, float]:
@@ -273,8 +212,8 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
 
     store = None
     label_runtime = None
-    needs_soft = any(t.on == "logits" and t.weight > 0 for t in _active_terms(cfg, cfg.train.epochs, want_inter)
-                     + _active_terms(cfg, 0.0, want_inter))
+    needs_soft = any(t.on == "logits" and t.weight > 0 for t in active_terms(cfg, cfg.train.epochs, want_inter)
+                     + active_terms(cfg, 0.0, want_inter))
     if during_training and needs_soft:
         store = _soft_label_store(teacher, tokenized["train"], transfer, precision.precision, task.num_labels)
         # The rows still unlabelled may go to the teacher's INT8 copy, where it agrees with the teacher.
@@ -321,10 +260,10 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     timings["total_s"] = round(time.perf_counter() - started, 1)
 
     if cfg.schedule == "joint" or not want_inter:
-        weights: dict[str, Any] = _weights(_active_terms(cfg, 0.0, want_inter))
-        terms: Any = [t.to_dict() for t in _active_terms(cfg, 0.0, want_inter)]
+        weights: dict[str, Any] = _weights(active_terms(cfg, 0.0, want_inter))
+        terms: Any = [t.to_dict() for t in active_terms(cfg, 0.0, want_inter)]
     else:
-        stage1, stage2 = _active_terms(cfg, 0.0, want_inter), _active_terms(cfg, cfg.stage1_epochs, want_inter)
+        stage1, stage2 = active_terms(cfg, 0.0, want_inter), active_terms(cfg, cfg.stage1_epochs, want_inter)
         weights = {"stage1": _weights(stage1), "stage2": _weights(stage2)}
         terms = {"stage1": [t.to_dict() for t in stage1], "stage2": [t.to_dict() for t in stage2]}
     meta = {
@@ -404,21 +343,10 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
 
         def create_optimizer(self, model=None):
             """The Trainer's AdamW, with the projections in param groups of their own learning rate."""
-            if self.optimizer is not None or cfg.projection_lr is None or not len(module.projections):
-                return super().create_optimizer(model)
-            opt_model = self.model if model is None else model
-            decay = set(self.get_decay_parameter_names(opt_model))
-            groups = []
-            for is_projection, lr in ((False, self.args.learning_rate), (True, cfg.projection_lr)):
-                for decayed in (True, False):
-                    params = [p for n, p in opt_model.named_parameters()
-                              if p.requires_grad and ("projections." in n) == is_projection and (n in decay) == decayed]
-                    if params:
-                        groups.append({"params": params, "lr": lr,
-                                       "weight_decay": self.args.weight_decay if decayed else 0.0})
-            optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
-            self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
-            return self.optimizer
+            if self.optimizer is None and cfg.projection_lr is not None and len(module.projections):
+                self.optimizer = projection_optimizer(self, self.model if model is None else model, cfg.projection_lr)
+                return self.optimizer
+            return super().create_optimizer(model)
 
         def _teacher(self, inputs, states: bool, attentions: bool):
             t_inputs = {"input_ids": inputs["t_input_ids"], "attention_mask": inputs["t_attention_mask"]}
@@ -432,16 +360,15 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             epoch = float(self.state.epoch or 0.0)
-            terms = _active_terms(cfg, epoch, want_inter)
+            terms = active_terms(cfg, epoch, want_inter)
             inter_now = want_inter and any(t.intermediate and t.weight > 0 for t in terms)
             soft_now = any(t.on == "logits" and t.weight > 0 for t in terms)
             rows = inputs.pop("row", None)
             t_hidden = t_attn = None
             soft = inputs.pop("soft_labels", None)
             if inter_now:
-                live = [t.on for t in terms if t.intermediate and t.weight > 0]
-                t_out = self._teacher(inputs, states=any(on != "attention" for on in live),
-                                      attentions="attention" in live)
+                states, attentions = wanted_outputs(terms)
+                t_out = self._teacher(inputs, states=states, attentions=attentions)
                 t_hidden, t_attn = t_out.hidden_states, t_out.attentions
                 if store is not None:
                     soft = t_out.logits.float()

@@ -7,7 +7,8 @@ import torch
 
 from compress.cli import main
 from compress.config import DataOptions
-from compress.distill.trainer import DistillConfig, distill, tokenizations_align
+from compress.distill.intermediate import tokenizations_align
+from compress.distill.trainer import DistillConfig, distill
 from compress.teacher import TeacherConfig, train_teacher
 from compress.training import TrainSettings
 from students.factory import StudentSpec

@@ -293,15 +293,90 @@ def test_distilling_a_tagger_into_a_student_with_another_tokenizer(trained, tmp_
     assert [(e["type"], e["text"]) for e in got] == [("LOC", "New York"), ("PER", "Alice")]
 
 
+def _hidden_gap(student: Path, teacher: Path, data: Path) -> float:
+    """Mean squared distance between each student layer's states and its teacher layer's (uniform map, equal
+    widths) over the validation sentences: what the hidden-state term minimises."""
+    import torch
+
+    from compress.modeling import load_classifier
+    from compress.tasks.token_data import load_token_data
+    from students.layer_map import parse_layer_map
+
+    t_model, tok, _ = load_classifier(teacher, task="token-classification")
+    s_model, _, _ = load_classifier(student, task="token-classification")
+    words = load_token_data(str(data)).splits["validation"]["tokens"]
+    enc = tok([list(w) for w in words], is_split_into_words=True, padding=True, return_tensors="pt")
+    pairs = parse_layer_map("uniform", t_model.config.num_hidden_layers, s_model.config.num_hidden_layers)
+    with torch.no_grad():
+        t_states = t_model(**enc, output_hidden_states=True).hidden_states
+        s_states = s_model(**enc, output_hidden_states=True).hidden_states
+    mask = enc["attention_mask"].unsqueeze(-1).float()
+    gaps = [(((s_states[s + 1] - t_states[t + 1]) ** 2) * mask).sum() / (mask.sum() * s_states[0].shape[-1])
+            for s, t in pairs.items()]
+    return float(sum(gaps) / len(gaps))
+
+
+def test_intermediate_terms_pull_a_tagger_students_states_towards_the_teachers(trained, tmp_path):
+    """The same random student distilled twice, with and without the hidden-state term: only the run with it gets
+    layers close to the teacher's, and compress.json records the terms, the layer map and the alignment."""
+    from compress.cli import main
+
+    common = ["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "2x32",
+              "--init", "random", "--max-length", "48", "--epochs", "2", "--lr", "3e-3", "--batch-size", "8",
+              "--sampling", "sequential", "--seed", "3"]
+    logits_only, with_hidden = tmp_path / "logits", tmp_path / "hidden"
+    assert main(common + ["--out", str(logits_only)]) == 0
+    assert main(common + ["--out", str(with_hidden), "--intermediate", "--alpha-embedding", "0",
+                          "--alpha-attention", "0", "--alpha-hidden", "5"]) == 0
+    meta = json.loads((with_hidden / "compress.json").read_text())
+    record = meta["distillation"]
+    assert record["intermediate"] is True and record["layer_map"] and meta["notes"] == []
+    assert {(t["on"], t["weight"]) for t in record["loss_terms"]} >= {("hidden", 5.0), ("logits", 1.0), ("labels", 0.5)}
+    assert json.loads((logits_only / "compress.json").read_text())["distillation"]["intermediate"] is False
+    gap, gap_without = _hidden_gap(with_hidden, trained.path, trained.data), _hidden_gap(logits_only, trained.path,
+                                                                                          trained.data)
+    assert gap < 0.5 * gap_without, (gap, gap_without)
+    assert meta["metrics"]["validation"]["entity_f1"] >= 0.5, meta["metrics"]["validation"]
+    # TinyBERT's two-stage schedule: the intermediate terms alone first, then the word logits and tags alone
+    staged = tmp_path / "staged"
+    assert main(common + ["--out", str(staged), "--intermediate", "--schedule", "two-stage", "--stage1-epochs", "1"]) == 0
+    terms = json.loads((staged / "compress.json").read_text())["distillation"]["loss_terms"]
+    assert {t["on"] for t in terms["stage1"]} == {"embeddings", "hidden", "attention"}
+    assert {t["on"] for t in terms["stage2"]} == {"logits", "labels"}
+
+
+def test_a_student_that_reads_other_word_pieces_distils_the_word_logits_only(trained, tmp_path, capsys):
+    """A cased student under an uncased teacher: its pieces differ, so the intermediate terms are dropped with a
+    note (in the output and in compress.json) and the word logits are still distilled."""
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import BertTokenizerFast
+
+    from compress.cli import main
+    from tests.conftest import FIXTURES
+
+    cased_dir = make_bert(tmp_path / "cased", layers=1, hidden=32, heads=4, ffn=64)
+    backend = BertWordPieceTokenizer(str(FIXTURES / "vocab.txt"), lowercase=False)._tokenizer
+    BertTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+                      mask_token="[MASK]", model_max_length=128, do_lower_case=False).save_pretrained(cased_dir)
+    out = tmp_path / "student"
+    assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
+                 "--init", f"pretrained:{cased_dir}", "--out", str(out), "--max-length", "48", "--epochs", "1",
+                 "--lr", "3e-3", "--batch-size", "8", "--sampling", "sequential", "--intermediate"]) == 0
+    assert "intermediate losses disabled: teacher and student tokenizations do not line up" in capsys.readouterr().err
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["distillation"]["intermediate"] is False and "do not line up" in meta["notes"][0]
+    assert {t["on"] for t in meta["distillation"]["loss_terms"]} == {"logits", "labels"}
+
+
 def test_distill_command_on_tagging_data_builds_a_tagger_student(trained, tmp_path, capsys):
     from compress.cli import main
 
     out = tmp_path / "student"
     common = ["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
               "--init", "teacher-layers", "--out", str(out), "--max-length", "48"]
-    assert main(common + ["--intermediate"]) == 2
+    assert main(common + ["--augment", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--intermediate True" in err[0] and not out.exists()
+    assert len(err) == 1 and "--augment 2" in err[0] and not out.exists()
     assert main(common + ["--epochs", "1", "--lr", "3e-3", "--batch-size", "8", "--sampling", "sequential"]) == 0
     meta = json.loads((out / "compress.json").read_text())
     config = json.loads((out / "config.json").read_text())

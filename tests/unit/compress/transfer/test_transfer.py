@@ -15,7 +15,8 @@ from compress.cli import main
 from compress.config import DataOptions
 from compress.data import load_task_data
 from compress.losses import LOSSES, LossTerm
-from compress.distill.trainer import DistillationModule, _row_weighted
+from compress.distill.trainer import DistillationModule
+from compress.losses import row_weighted
 from compress.errors import CompressError
 from compress.teacher import TeacherConfig, load_teacher, train_teacher
 from compress.training import TrainSettings
@@ -225,11 +226,11 @@ def test_sample_weights_and_ignored_labels_keep_labelled_math_unchanged():
     soft = torch.randn(6, 3)
     labels = torch.tensor([0, 2, 1, -100, -100, -100])
     plain = LOSSES["soft_ce"](logits, soft, 2.0)
-    assert torch.equal(_row_weighted(LOSSES["soft_ce"], None, logits, soft, 2.0), plain)
-    assert torch.allclose(_row_weighted(LOSSES["soft_ce"], torch.ones(6), logits, soft, 2.0), plain)
+    assert torch.equal(row_weighted(LOSSES["soft_ce"], None, logits, soft, 2.0), plain)
+    assert torch.allclose(row_weighted(LOSSES["soft_ce"], torch.ones(6), logits, soft, 2.0), plain)
     weights = torch.tensor([1.0, 1.0, 1.0, 0.5, 0.5, 0.0])
     per_row = torch.stack([LOSSES["soft_ce"](logits[i:i + 1], soft[i:i + 1], 2.0) for i in range(6)])
-    assert torch.allclose(_row_weighted(LOSSES["soft_ce"], weights, logits, soft, 2.0), (weights * per_row).mean())
+    assert torch.allclose(row_weighted(LOSSES["soft_ce"], weights, logits, soft, 2.0), (weights * per_row).mean())
 
     from transformers import BertConfig, BertForSequenceClassification
 
