@@ -26,7 +26,10 @@ The loss over each window, both for the start and the end scores (averaged):
 
 Padding positions are masked out of both. Training is the stages' Trainer machinery (seeded batch
 order, NaN guard, fingerprinted checkpoints and ``--resume``, Ctrl-C, an atomic artifact);
-intermediate-layer losses, transfer data and augmentation are not applied to readers yet.
+every loss term of a config applies (``--kd-loss``, ``--losses``, ``--schedule``), TinyBERT's intermediate terms
+included: the teacher runs on its spelling of each window and its states and attention maps are read back at
+the student's positions (:func:`compress.distill.intermediate.at_student_positions`). Transfer data and
+augmentation are not applied to readers yet.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import numpy as np
 from compress.artifact import read_meta, weights_sha256
 from compress.assets import cache_dir
 from compress.errors import CompressError
-from compress.modeling import count_parameters, load_classifier
+from compress.modeling import autocast, count_parameters, load_classifier, model_device
 from compress.qa_teacher import MODEL_COLUMNS, qa_stride, read_answers, span_logits
 from compress.tasks import get_task
 from compress.tasks.qa_data import QATaskData, load_qa_data
@@ -54,8 +57,12 @@ from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerpr
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
                                write_trained_artifact)
 from compress.device import resolve_precision, training_device
-from compress.losses import hard_cross_entropy, soft_cross_entropy
-from students.factory import build_student
+from compress.distill.intermediate import (active_terms, at_student_positions, make_projections,
+                                           projection_optimizer, terms_record, wanted_outputs,
+                                           with_projections)
+from compress.losses import LOSSES, LossTerm
+from students.factory import build_student, teacher_shape
+from students.layer_map import format_layer_map, parse_layer_map
 
 #: Stands in for -inf where a position is padding: finite, so ``0 * log q`` stays 0 in the soft CE.
 MASKED = -1.0e4
@@ -210,56 +217,89 @@ def window_soft_labels(t_model, t_tok: Any, s_tok: Any, windows, weights: str, m
     return starts, ends, False
 
 
+def span_term_values(terms: Sequence[LossTerm], start_logits, end_logits, attention_mask, soft_start, soft_end,
+                     start_positions, end_positions, temperature: float) -> dict[str, Any]:
+    """The value of each head term of positive weight in ``terms`` (by term name) for one batch of windows
+    (module docstring): a term on ``logits`` compares the student's start and end rows with the teacher's at
+    ``temperature``, a term on ``labels`` them with the gold positions; each the mean of its start and end
+    values. Padding positions are masked out of both."""
+    real = attention_mask.bool()
+    student = [x.float().masked_fill(~real, MASKED) for x in (start_logits, end_logits)]
+    teacher = None
+    values: dict[str, Any] = {}
+    for term in terms:
+        if term.weight <= 0 or term.intermediate:
+            continue
+        fn = LOSSES[term.loss]
+        if term.on == "logits":
+            if teacher is None:
+                teacher = [t.to(start_logits.device).nan_to_num(MASKED).masked_fill(~real, MASKED)
+                           for t in (soft_start, soft_end)]
+            values[term.name] = (fn(student[0], teacher[0], temperature) + fn(student[1], teacher[1], temperature)) / 2
+        elif term.on == "labels":
+            values[term.name] = (fn(student[0], start_positions) + fn(student[1], end_positions)) / 2
+    return values
+
+
 def span_distillation_loss(start_logits, end_logits, attention_mask, soft_start, soft_end, start_positions,
                            end_positions, temperature: float, alpha_kd: float, alpha_hard: float) -> dict[str, Any]:
-    """The loss terms of one batch of windows (module docstring): soft CE at ``temperature`` against the
-    teacher's start and end rows, hard CE on the gold positions, each the mean of its start and end terms."""
-
-    real = attention_mask.bool()
-    terms: dict[str, Any] = {}
-    total = start_logits.new_zeros(())
-    student = [x.float().masked_fill(~real, MASKED) for x in (start_logits, end_logits)]
-    if alpha_kd > 0:
-        teacher = [t.to(start_logits.device).nan_to_num(MASKED).masked_fill(~real, MASKED)
-                   for t in (soft_start, soft_end)]
-        terms["soft_ce"] = (soft_cross_entropy(student[0], teacher[0], temperature)
-                            + soft_cross_entropy(student[1], teacher[1], temperature)) / 2
-        total = total + alpha_kd * terms["soft_ce"]
-    if alpha_hard > 0:
-        terms["hard_ce"] = (hard_cross_entropy(student[0], start_positions)
-                            + hard_cross_entropy(student[1], end_positions)) / 2
-        total = total + alpha_hard * terms["hard_ce"]
-    return {"loss": total, **terms}
+    """:func:`span_term_values` of soft CE (weight ``alpha_kd``, named ``soft_ce``) and hard CE (``alpha_hard``,
+    ``hard_ce``), with their weighted sum under ``loss``: the default objective, as one call."""
+    terms = [LossTerm("soft_ce", alpha_kd, name="soft_ce"), LossTerm("hard_ce", alpha_hard, name="hard_ce")]
+    values = span_term_values(terms, start_logits, end_logits, attention_mask, soft_start, soft_end, start_positions,
+                              end_positions, temperature)
+    total = sum((t.weight * values[t.name] for t in terms if t.name in values), start_logits.new_zeros(()))
+    return {"loss": total, **values}
 
 
-def _collator(tokenizer: Any):
-    """The model columns padded by the tokenizer, the gold positions, and the soft rows padded with NaN."""
+def _span_head_values(terms, output, attention_mask, temperature, start_positions, end_positions, soft_start,
+                      soft_end):
+    """:func:`span_term_values` as :func:`compress.distill.intermediate.with_projections` asks for it."""
+    return span_term_values(terms, output.start_logits, output.end_logits, attention_mask, soft_start, soft_end,
+                            start_positions, end_positions, temperature)
+
+
+def _collator(tokenizer: Any, teacher_pad_id: int = 0):
+    """The model columns padded by the tokenizer, the gold positions, and the soft rows padded with NaN; with the
+    intermediate terms, the teacher's windows (``t_input_ids`` padded with ``teacher_pad_id``, their attention
+    mask, token types) and ``t_index`` (the teacher position of each student position) padded to the batch."""
     import torch
     from transformers import DataCollatorWithPadding
 
     inner = DataCollatorWithPadding(tokenizer, return_tensors="pt")
     keep = (*MODEL_COLUMNS, "start_positions", "end_positions")
 
+    def padded(features, name: str, width: int, fill, dtype):
+        rows = torch.full((len(features), width), fill, dtype=dtype)
+        for i, f in enumerate(features):
+            rows[i, :len(f[name])] = torch.tensor(f[name], dtype=dtype)
+        return rows
+
     def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
         batch = inner([{k: v for k, v in f.items() if k in keep} for f in features])
         width = batch["input_ids"].shape[1]
         for name in ("soft_start", "soft_end"):
-            rows = torch.full((len(features), width), float("nan"))
-            for i, f in enumerate(features):
-                rows[i, :len(f[name])] = torch.tensor(f[name], dtype=torch.float32)
-            batch[name] = rows
+            batch[name] = padded(features, name, width, float("nan"), torch.float32)
+        if "t_input_ids" in features[0]:
+            t_width = max(len(f["t_input_ids"]) for f in features)
+            batch["t_input_ids"] = padded(features, "t_input_ids", t_width, teacher_pad_id, torch.long)
+            batch["t_attention_mask"] = padded([{"m": [1] * len(f["t_input_ids"])} for f in features], "m", t_width, 0,
+                                               torch.long)
+            if "t_token_type_ids" in features[0]:
+                batch["t_token_type_ids"] = padded(features, "t_token_type_ids", t_width, 0, torch.long)
+            batch["t_index"] = padded(features, "t_index", width, 0, torch.long)
         return batch
 
     return collate
 
 
-def _load_teacher(teacher: str | os.PathLike):
+def _load_teacher(teacher: str | os.PathLike, eager_attention: bool = False):
     head, _, names = model_head(teacher)
     if head is None or head.name != QA:
         raise CompressError(f"--teacher {teacher}: not a trained span reader (its config names no "
                             "...ForQuestionAnswering head). Train one first: bert-compress teacher --data SQUAD.json "
                             "--out TEACHER_DIR")
-    t_model, t_tok, _ = load_classifier(teacher, task=QA)
+    t_model, t_tok, _ = load_classifier(teacher, eager_attention=eager_attention, task=QA)
     t_model.eval()
     for p in t_model.parameters():
         p.requires_grad_(False)
@@ -272,14 +312,16 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     from ``--student``/``--init`` as a reader, then distilled on the teacher's window logits."""
 
     cfg.validate()
-    cfg.refuse_beyond_logits("a span reader uses soft CE over window positions plus hard CE only, for now; leave "
-                             "it out for QA data.")
+    cfg.refuse_beyond_logits("a span reader is distilled on its labelled questions only, for now (no transfer "
+                             "text or augmentation); leave it out for QA data.",
+                             allowed=("intermediate", "losses", "kd_loss", "schedule"))
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device).precision
     data = load_qa_data(cfg.data.data, seed=cfg.data.split_seed).subset(cfg.data.limit, seed=cfg.data.split_seed)
-    t_model, t_tok, weights, t_meta, names = _load_teacher(cfg.teacher)
+    eager = cfg.wants_intermediate
+    t_model, t_tok, weights, t_meta, names = _load_teacher(cfg.teacher, eager_attention=eager)
     s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, names or ["start", "end"], cfg.layer_map,
-                                         cfg.train.seed, task=QA)
+                                         cfg.train.seed, eager_attention=eager, task=QA)
     t_model.to(device)
     allow_null = bool(t_meta.get("allow_null", data.with_impossible))
     return distill_reader(t_model, t_tok, weights, str(cfg.teacher), s_model, s_tok, info, data, out, cfg, precision,
@@ -290,6 +332,7 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
                    data: QATaskData, out: str | os.PathLike, cfg: Any, precision: str, allow_null: bool) -> Path:
     """Train ``s_model`` on :func:`span_distillation_loss`, score it and the teacher on validation and test
     (EM, F1, and both against the teacher's answers), write the student artifact."""
+    import torch
     from datasets import Dataset
     from transformers import Trainer
 
@@ -311,28 +354,56 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
     columns.update(start_positions=feats.start_positions.tolist(), end_positions=feats.end_positions.tolist(),
                    soft_start=[x.tolist() for x in soft_start], soft_end=[x.tolist() for x in soft_end],
                    length=[len(x) for x in w.input_ids])
+    # The intermediate terms read the teacher's states on its spelling of each window, mapped back to the
+    # student's positions (check_same_pieces above makes the two windows hold the same pieces).
+    want_inter = cfg.wants_intermediate
+    if want_inter:
+        t_ids, t_types, maps = teacher_windows(w, s_tok, t_tok)
+        columns.update(t_input_ids=t_ids, t_index=[m.tolist() for m in maps])
+        if "token_type_ids" in getattr(t_tok, "model_input_names", MODEL_COLUMNS):
+            columns["t_token_type_ids"] = t_types
+    t_shape, s_shape = teacher_shape(t_model.config), teacher_shape(s_model.config)
+    pairs = parse_layer_map(cfg.layer_map, t_shape.layers, s_shape.layers) if want_inter else {}
+    projections = make_projections(s_shape.hidden, t_shape.hidden, pairs) if want_inter else torch.nn.ModuleDict()
+    module = with_projections(s_model, projections, pairs, _span_head_values)
     train_ds = Dataset.from_dict(columns)
     train = cfg.train
     args = training_arguments(train, checkpoint_dir(out), len(train_ds), precision=precision)
     fingerprint = checkpoint_fingerprint(cfg)
     stop = interrupt_callback()
-    seed, temperature, alpha_kd, alpha_hard = train.seed, cfg.temperature, cfg.alpha_kd, cfg.alpha_hard
+    seed, temperature = train.seed, cfg.temperature
 
     class SpanDistillTrainer(Trainer):
         def _get_train_sampler(self, train_dataset=None):
             return epoch_seeded_sampler(super()._get_train_sampler(train_dataset), seed)
 
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            start_positions, end_positions = inputs.pop("start_positions"), inputs.pop("end_positions")
-            soft_s, soft_e = inputs.pop("soft_start"), inputs.pop("soft_end")
-            output = model(**inputs)
-            terms = span_distillation_loss(output.start_logits, output.end_logits, inputs["attention_mask"], soft_s,
-                                           soft_e, start_positions, end_positions, temperature, alpha_kd, alpha_hard)
-            check_finite(terms, self.state.global_step, Path(out))
-            return (terms["loss"], output) if return_outputs else terms["loss"]
+        def create_optimizer(self, model=None):
+            if self.optimizer is None and cfg.projection_lr is not None and len(projections):
+                self.optimizer = projection_optimizer(self, self.model if model is None else model, cfg.projection_lr)
+                return self.optimizer
+            return super().create_optimizer(model)
 
-    trainer = SpanDistillTrainer(model=s_model, args=args, train_dataset=train_ds, callbacks=[stop],
-                                 data_collator=_collator(s_tok))
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            terms = active_terms(cfg, float(self.state.epoch or 0.0), want_inter)
+            teacher_inputs = {k[2:]: inputs.pop(k) for k in ("t_input_ids", "t_attention_mask", "t_token_type_ids")
+                              if k in inputs}
+            index = inputs.pop("t_index", None)
+            t_hidden = t_attn = None
+            states, attentions = wanted_outputs(terms)
+            if index is not None and (states or attentions):  # the frozen teacher's states for this batch
+                if model_device(t_model) != index.device:
+                    t_model.to(index.device)
+                with torch.no_grad(), autocast(precision, index.device):
+                    t_out = t_model(**teacher_inputs, output_hidden_states=states, output_attentions=attentions)
+                t_hidden, t_attn = at_student_positions(t_out.hidden_states, t_out.attentions, index)
+            values = model(**inputs, teacher_hidden=t_hidden, teacher_attentions=t_attn, terms=terms,
+                           temperature=temperature)
+            check_finite(values, self.state.global_step, Path(out))
+            return (values["loss"], values) if return_outputs else values["loss"]
+
+    t_pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
+    trainer = SpanDistillTrainer(model=module, args=args, train_dataset=train_ds, callbacks=[stop],
+                                 data_collator=_collator(s_tok, t_pad))
     result = run_trainer(trainer, resume_point(out, cfg.resume, fingerprint), Path(out), stop)
 
     metrics: dict[str, Any] = {}
@@ -358,6 +429,9 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
         "parent": {"teacher": teacher, "teacher_weights_sha256": weights},
         "student": student_info,
         "config": {**cfg.to_dict(), "soft_labels": "teacher start/end logits on the student's windows"},
+        "distillation": {"loss_terms": terms_record(lambda epoch: active_terms(cfg, epoch, want_inter),
+                                                   train.epochs), "temperature": temperature,
+                         "intermediate": want_inter, "layer_map": format_layer_map(pairs) if want_inter else None},
         "stride": stride, "allow_null": allow_null,  # the windows it was trained and scored in; Predictor reads them
         "data": data.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),

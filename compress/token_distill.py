@@ -62,8 +62,8 @@ from compress.training import (check_finite, checkpoint_dir, epoch_seeded_sample
 from compress.windows import default_stride
 from compress.config import canonical_sha256
 from compress.device import resolve_precision, training_device
-from compress.distill.intermediate import (active_terms, intermediate_values, make_projections, projection_optimizer,
-                                           tokenizations_align, wanted_outputs)
+from compress.distill.intermediate import (active_terms, make_projections, projection_optimizer, terms_record,
+                                           tokenizations_align, wanted_outputs, with_projections)
 from compress.losses import LOSSES, LossTerm, row_weighted
 from compress.transfer import BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, load_unlabeled, text_key
 from compress.transfer.texts import tagged_texts
@@ -250,44 +250,13 @@ class WordObjective:
         return any(t.intermediate and t.weight > 0 for e in (0.0, float(epochs)) for t in self.terms(e, True))
 
     def describe(self, epochs: float, intermediate: bool) -> dict[str, Any]:
-        """The terms as ``compress.json`` records them: one list, or the two stages of a two-stage schedule."""
-        first, last = self.terms(0.0, intermediate), self.terms(float(epochs), intermediate)
-        if [t.to_dict() for t in first] == [t.to_dict() for t in last]:
-            return {"loss_terms": [t.to_dict() for t in first]}
-        return {"loss_terms": {"stage1": [t.to_dict() for t in first], "stage2": [t.to_dict() for t in last]}}
+        """The terms as ``compress.json`` records them (:func:`compress.distill.intermediate.terms_record`)."""
+        return {"loss_terms": terms_record(lambda epoch: self.terms(epoch, intermediate), epochs)}
 
 
-def _word_module(student, projections, pairs: dict[int, int]):
-    """The trainable part of a tagger's distillation: the student with the projections that bridge its width
-    to the teacher's (trained and checkpointed together); ``forward`` returns every active term and their
-    weighted sum under ``loss``."""
-    from torch import nn
-
-    class WordDistillation(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.student, self.projections, self.pairs = student, projections, dict(pairs)
-
-        def forward(self, input_ids, attention_mask, labels, first, soft, weight=None, token_type_ids=None,
-                    teacher_hidden=None, teacher_attentions=None, terms=(), temperature=1.0):
-            states, attentions = wanted_outputs(terms)
-            inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-            if token_type_ids is not None:
-                inputs["token_type_ids"] = token_type_ids
-            out = self.student(**inputs, output_hidden_states=states and teacher_hidden is not None,
-                               output_attentions=attentions and teacher_attentions is not None)
-            values = word_term_values(terms, out.logits, labels, first, soft, temperature, weight)
-            values.update(intermediate_values(terms, self.projections, self.pairs, out, teacher_hidden,
-                                              teacher_attentions, attention_mask))
-            weights = {t.name: t.weight for t in terms}
-            total = out.logits.sum() * 0.0
-            for name, value in values.items():
-                total = total + weights[name] * value
-            if len(self.projections):  # every projection in the graph, so DDP never waits on an unused one
-                total = total + sum(p.sum() for p in self.projections.parameters()) * 0.0
-            return {"loss": total, **values}
-
-    return WordDistillation()
+def _word_head_values(terms, output, attention_mask, temperature, labels, first, soft, weight=None):
+    """:func:`word_term_values` as :func:`compress.distill.intermediate.with_projections` asks for it."""
+    return word_term_values(terms, output.logits, labels, first, soft, temperature, weight)
 
 
 def _load_teacher(teacher: str | os.PathLike, data: str, eager_attention: bool = False):
@@ -405,7 +374,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     t_shape, s_shape = teacher_shape(t_model.config), teacher_shape(s_model.config)
     pairs = parse_layer_map(objective.layer_map, t_shape.layers, s_shape.layers) if want_inter else {}
     projections = make_projections(s_shape.hidden, t_shape.hidden, pairs) if want_inter else torch.nn.ModuleDict()
-    module = _word_module(s_model, projections, pairs)
+    module = with_projections(s_model, projections, pairs, _word_head_values)
     s_train = s_train.select_columns([c for c in ("input_ids", "attention_mask", "token_type_ids", "labels", "length",
                                                   "first", "soft", "weight", "t_input_ids")
                                       if c in s_train.column_names])

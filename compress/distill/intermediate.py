@@ -12,7 +12,7 @@ beside the student, so a term on ``hidden`` means the same thing for every task.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from compress.losses import LOSSES, LossTerm
 
@@ -53,6 +53,15 @@ def active_terms(cfg: Any, epoch: float, intermediate: bool) -> list[LossTerm]:
         first = epoch < cfg.stage1_epochs
         terms = [t for t in terms if t.intermediate == first]
     return terms
+
+
+def terms_record(terms_at: Callable[[float], list[LossTerm]], epochs: float) -> Any:
+    """The loss terms as ``compress.json`` records them (``terms_at(epoch)``: the terms that count then): one
+    list, or ``{"stage1": [...], "stage2": [...]}`` when the last epoch's terms are not the first's (two-stage)."""
+    first, last = terms_at(0.0), terms_at(float(epochs))
+    if [t.to_dict() for t in first] == [t.to_dict() for t in last]:
+        return [t.to_dict() for t in first]
+    return {"stage1": [t.to_dict() for t in first], "stage2": [t.to_dict() for t in last]}
 
 
 def make_projections(student_hidden: int, teacher_hidden: int, pairs: Mapping[int, int]) -> "nn.ModuleDict":
@@ -118,3 +127,70 @@ def projection_optimizer(trainer: Any, model: "nn.Module", projection_lr: float)
                 groups.append({"params": params, "lr": lr, "weight_decay": trainer.args.weight_decay if decayed else 0.0})
     optimizer_cls, optimizer_kwargs = trainer.get_optimizer_cls_and_kwargs(trainer.args, model)
     return optimizer_cls(groups, **optimizer_kwargs)
+
+
+#: The columns a student model takes; every other batch column goes to the task's head terms.
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_MODULE_CLASS: list[type] = []
+
+
+def with_projections(student: "nn.Module", projections: "nn.ModuleDict", pairs: Mapping[int, int],
+                     head_values: Callable[..., dict[str, "torch.Tensor"]]) -> "nn.Module":
+    """The trainable part of a task's distillation: ``student`` with the projections that bridge its width to
+    the teacher's (trained and checkpointed together, so ``--resume`` restores both).
+
+    Its ``forward(teacher_hidden=None, teacher_attentions=None, terms=(), temperature=1.0, **batch)`` runs the
+    student on the batch's model columns, asks ``head_values(terms, output, attention_mask, temperature,
+    **other columns)`` for the task's head terms (logits against soft labels, gold labels), adds
+    :func:`intermediate_values`, and returns every value by term name with their weighted sum under ``loss``.
+    """
+    if not _MODULE_CLASS:
+        from torch import nn
+
+        class StudentWithProjections(nn.Module):
+            def __init__(self, student, projections, pairs, head_values):
+                super().__init__()
+                self.student, self.projections, self.pairs = student, projections, dict(pairs)
+                self.head_values = head_values
+
+            def forward(self, teacher_hidden=None, teacher_attentions=None, terms=(), temperature=1.0, **batch):
+                inputs = {k: batch.pop(k) for k in MODEL_INPUTS if batch.get(k) is not None}
+                states, attentions = wanted_outputs(terms)
+                out = self.student(**inputs, output_hidden_states=states and teacher_hidden is not None,
+                                   output_attentions=attentions and teacher_attentions is not None)
+                mask = inputs["attention_mask"]
+                values = self.head_values(terms, out, mask, temperature, **batch)
+                values.update(intermediate_values(terms, self.projections, self.pairs, out, teacher_hidden,
+                                                  teacher_attentions, mask))
+                weights = {t.name: t.weight for t in terms}
+                total = out[0].sum() * 0.0
+                for name, value in values.items():
+                    total = total + weights[name] * value
+                if len(self.projections):  # every projection in the graph, so DDP never waits on an unused one
+                    total = total + sum(p.sum() for p in self.projections.parameters()) * 0.0
+                return {"loss": total, **values}
+
+        _MODULE_CLASS.append(StudentWithProjections)
+    return _MODULE_CLASS[0](student, projections, pairs, head_values)
+
+
+def at_student_positions(hidden_states: Any, attentions: Any, index: "torch.Tensor") -> tuple[Any, Any]:
+    """The teacher's states and attention maps read at the student's positions: ``index[b, p]`` is the
+    teacher position that student position ``p`` of row ``b`` stands for (a reader's windows put the same
+    pieces at positions shifted by the two templates' special tokens). Hidden states ``[b, t, h]`` become
+    ``[b, p, h]``; attention maps ``[b, heads, t, t]`` become ``[b, heads, p, p]`` (queries and keys both
+    mapped; the weight a teacher query puts on a special token the student has no counterpart of is left out)."""
+    mapped_states = None
+    if hidden_states is not None:
+        idx = index.unsqueeze(-1)
+        mapped_states = tuple(h.gather(1, idx.expand(-1, -1, h.shape[-1])) for h in hidden_states)
+    mapped_attentions = None
+    if attentions is not None:
+        batch, positions = index.shape
+        mapped_attentions = []
+        for a in attentions:
+            heads, keys = a.shape[1], a.shape[-1]
+            rows = a.gather(2, index[:, None, :, None].expand(batch, heads, positions, keys))
+            mapped_attentions.append(rows.gather(3, index[:, None, None, :].expand(batch, heads, positions, positions)))
+        mapped_attentions = tuple(mapped_attentions)
+    return mapped_states, mapped_attentions

@@ -133,17 +133,28 @@ def test_soft_ce_counts_only_the_windows_real_positions():
     assert math.isfinite(terms["loss"].item())
 
 
-def test_an_mpnet_reader_distils_into_a_bert_student_on_soft_labels_alone(mpnet_reader, squad, tmp_path):
+def _bert_student_config(mpnet_reader: Path, squad: Path, encoder: Path, **extra) -> DistillConfig:
+    """A BERT student of an MPNet reader on the soft labels alone (``alpha_hard`` 0)."""
+    return DistillConfig(teacher=str(mpnet_reader), data=DataOptions(str(squad)), max_length=MAX_LENGTH,
+                         student=StudentSpec("2x32", init=f"pretrained:{encoder}"), alpha_kd=1.0, alpha_hard=0.0,
+                         train=TrainSettings(epochs=3, lr=3e-3, batch_size=16, logging_steps=1000), **extra)
+
+
+@pytest.fixture(scope="module")
+def bert_student(mpnet_reader, squad, tmp_path_factory) -> Path:
     from compress.distill.trainer import distill
+
+    root = tmp_path_factory.mktemp("bert-student")
+    encoder = make_bert(root / "bert-encoder", layers=2)
+    return distill(_bert_student_config(mpnet_reader, squad, encoder), root / "student")
+
+
+def test_an_mpnet_reader_distils_into_a_bert_student_on_soft_labels_alone(mpnet_reader, bert_student, tmp_path):
     from compress.runtime import Predictor
 
     teacher_meta = json.loads((mpnet_reader / "compress.json").read_text())
     assert teacher_meta["metrics"]["test"]["exact_match"] > 0.9
-    encoder = make_bert(tmp_path / "bert-encoder", layers=2)
-    cfg = DistillConfig(teacher=str(mpnet_reader), data=DataOptions(str(squad)), max_length=MAX_LENGTH,
-                        student=StudentSpec("2x32", init=f"pretrained:{encoder}"), alpha_kd=1.0, alpha_hard=0.0,
-                        train=TrainSettings(epochs=3, lr=3e-3, batch_size=16, logging_steps=1000))
-    out = distill(cfg, tmp_path / "student")
+    out = bert_student
     meta = json.loads((out / "compress.json").read_text())
     assert meta["task"] == "question-answering" and meta["stride"] == 16 and meta["model_type"] == "bert"
     test = meta["metrics"]["test"]
@@ -152,7 +163,76 @@ def test_an_mpnet_reader_distils_into_a_bert_student_on_soft_labels_alone(mpnet_
     assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForQuestionAnswering"]
     answers = Predictor.load(out).predict([("what is the key ?", "the film was long . the key is green . the end")])
     assert answers[0]["answer"] == "green"
-    assert not (tmp_path / "student.checkpoints").exists()
+    assert not (out.parent / "student.checkpoints").exists()
+    assert meta["distillation"]["intermediate"] is False
+
+
+def test_teacher_states_are_read_at_the_students_positions():
+    """``at_student_positions``: state ``[b, p]`` is the teacher's at ``index[b, p]``, attention ``[b, h, p, q]``
+    the teacher's at ``(index[b, p], index[b, q])``."""
+    import torch
+
+    from compress.distill.intermediate import at_student_positions
+
+    torch.manual_seed(0)
+    states = (torch.randn(2, 7, 3), torch.randn(2, 7, 3))
+    attention = (torch.rand(2, 4, 7, 7),)
+    index = torch.tensor([[0, 1, 3, 4, 6], [0, 2, 2, 5, 6]])
+    mapped_states, mapped_attention = at_student_positions(states, attention, index)
+    assert mapped_states[1].shape == (2, 5, 3) and mapped_attention[0].shape == (2, 4, 5, 5)
+    for b in range(2):
+        for p in range(5):
+            assert torch.equal(mapped_states[1][b, p], states[1][b, index[b, p]])
+            for q in range(5):
+                assert torch.equal(mapped_attention[0][b, :, p, q], attention[0][b, :, index[b, p], index[b, q]])
+    assert at_student_positions(None, None, index) == (None, None)
+
+
+def _hidden_gap(student: Path, teacher: Path, squad: Path) -> float:
+    """Mean squared distance between the student's layer states and the teacher's at the same pieces (the
+    teacher run on its own spelling of each validation window), over the windows' real positions."""
+    import torch
+
+    from compress.distill.intermediate import at_student_positions
+    from compress.modeling import load_classifier
+    from compress.qa_distill import teacher_windows
+    from compress.tasks.qa_data import load_qa_data
+    from compress.tasks.qa_features import qa_features
+
+    t_model, t_tok, _ = load_classifier(teacher, task="question-answering")
+    s_model, s_tok, _ = load_classifier(student, task="question-answering")
+    split = load_qa_data(str(squad)).splits["validation"]
+    windows = qa_features(s_tok, split["question"], split["context"], split["answers"], max_length=MAX_LENGTH,
+                          doc_stride=16).windows
+    t_ids, _, maps = teacher_windows(windows, s_tok, t_tok)
+    gaps = []
+    with torch.no_grad():
+        for w in range(len(windows)):
+            t_out = t_model(input_ids=torch.tensor([t_ids[w]]), output_hidden_states=True)
+            mapped, _ = at_student_positions(t_out.hidden_states, None, torch.as_tensor(maps[w]).unsqueeze(0))
+            s_out = s_model(input_ids=torch.tensor([windows.input_ids[w]]), output_hidden_states=True)
+            gaps += [float(((s - t) ** 2).mean()) for s, t in zip(s_out.hidden_states[1:], mapped[1:])]
+    return float(np.mean(gaps))
+
+
+def test_intermediate_terms_pull_a_readers_states_towards_the_teachers_at_the_same_pieces(mpnet_reader, squad,
+                                                                                           bert_student, tmp_path):
+    """The BERT student of the MPNet reader again, now with the hidden-state and attention terms: its layers end
+    much closer to the teacher's at the same word pieces (positions shifted by MPNet's ``</s></s>``), it still
+    points at the answer, and compress.json records the terms."""
+    from compress.distill.trainer import distill
+
+    encoder = make_bert(tmp_path / "bert-encoder", layers=2)
+    cfg = _bert_student_config(mpnet_reader, squad, encoder, intermediate=True, alpha_embedding=0.0, alpha_hidden=5.0,
+                               alpha_attention=1.0)
+    out = distill(cfg, tmp_path / "student")
+    meta = json.loads((out / "compress.json").read_text())
+    record = meta["distillation"]
+    assert record["intermediate"] is True and record["layer_map"]
+    assert {(t["on"], t["weight"]) for t in record["loss_terms"]} >= {("hidden", 5.0), ("attention", 1.0)}
+    gap, gap_without = _hidden_gap(out, mpnet_reader, squad), _hidden_gap(bert_student, mpnet_reader, squad)
+    assert gap < 0.5 * gap_without, (gap, gap_without)
+    assert meta["metrics"]["test"]["exact_match"] > 0.8, meta["metrics"]["test"]
 
 
 def test_tokenizers_that_split_text_apart_are_refused_in_one_line():
