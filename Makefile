@@ -28,12 +28,9 @@ demo: install
 # are built once), at most 4 workers, one intra-op thread each: on 2 cores 528 s against 1,049 s serial.
 # --max-worker-restart=0: a worker that dies fails the run at once, naming the test it was running
 # (xdist 3.8.0 with --dist loadfile can hang for good when it replaces a crashed worker).
-# --no-loadscope-reorder: files go out in collection order, tests/integration (the long end-to-end files) first,
-# instead of by test count, which sent the two longest files (the real-MiniLM and QA-recipe ones, few tests
-# each) last and left one core idle for the final minutes.
 test: install
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile \
-		--no-loadscope-reorder --max-worker-restart=0
+		--max-worker-restart=0
 
 # Mutation testing (mutmut, pinned in the `mutation` extra) of the modules where a silent bug costs
 # users most: the gate's statistics and verdicts, the checkpoint fingerprint, the soft-label cache keys,
