@@ -536,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
             "settings)")
     for key in ("temperature", "alpha_kd", "alpha_hard"):
         _option(g, PruneConfig, key)
-    _option(g, PruneConfig, "intermediate", "hidden-state and attention losses during recovery (a classifier's)")
+    _option(g, PruneConfig, "intermediate", "hidden-state and attention losses during recovery")
     _option(g, PruneConfig, "allow_pickle")
     _add_data_flags(p)
     _add_device_flag(p, "scoring, evaluation and recovery")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,14 +21,13 @@ from compress.prune.removal import prune_model
 from compress.tasks.task_choice import QA, TOKEN
 from compress.training import checkpoint_dir, is_main_process
 from compress.assets import resolve_model
-from compress.device import device_name, resolve_precision, training_device
+from compress.device import device_name, training_device
 from compress.export import check_out_is_not_input
 from compress.modeling import classification_metrics, count_parameters, load_classifier, model_device, predict_logits
 from compress.qa_teacher import evaluate_reader, qa_collator, qa_stride, qa_training_rows
 from compress.runtime import artifact_kind
 from compress.tasks.task_choice import check_model_task
 from compress.tasks.token_training import score_token_logits, token_collator, token_logits, tokenize_tagged_split
-from compress.token_distill import distill_tagger
 
 
 def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
@@ -37,8 +35,8 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
 
     ``compress.json`` records the heads and FFN neurons per layer before and after, parameters and
     file size before and after, and the task's primary metric (accuracy; a tagger's entity F1) before
-    pruning, right after, and after recovery. A tagger's recovery (:func:`_recover_tagger`) distils
-    over the whole tagging data: ``--limit`` cuts the scoring and the importance batches only.
+    pruning, right after, and after recovery. Recovery is the distill stage for every task (:func:`_recover`);
+    a tagger's distils over the whole tagging data: ``--limit`` cuts the scoring and the importance batches only.
     """
 
     cfg.validate()
@@ -140,8 +138,7 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     try:
         if cfg.recover_epochs > 0:
             t0 = time.perf_counter()
-            model, recovery = (_recover_tagger if tagging else _recover)(cfg, source, model, tokenizer, work,
-                                                                          task_name)
+            model, recovery = _recover(cfg, source, model, tokenizer, work, task_name)
             timings["recover_s"] = round(time.perf_counter() - t0, 2)
             if loader_of(model) != loader or structure(model) != plan.after:
                 raise CompressError("internal: recovery changed the pruned shapes; nothing was written.")
@@ -266,7 +263,8 @@ def _batches(train_ds, pad_id: int, batch_size: int, count: int, seed: int, tagg
 
 
 def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path, task_name: str = "sequence-classification"):
-    """Distil from the unpruned model (or ``--teacher``) into the pruned one with the distill stage.
+    """Distil from the unpruned model (or ``--teacher``) into the pruned one with the distill stage (a tagger's
+    per word, a reader's on its windows; ``--intermediate`` for every task: pruned and unpruned share a tokenizer).
 
     The pruned model is saved into ``work`` (the stage's checkpoint folder) and handed to the
     distillation trainer as ``--init pretrained:FOLDER``; the trainer loads it through the same
@@ -287,10 +285,6 @@ def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path, task_
         train=replace(cfg.train, epochs=float(cfg.recover_epochs)), intermediate=cfg.intermediate,
         allow_untrained_teacher=True,  # recovery follows the model being pruned, whatever its accuracy
         **cfg.kd_values())
-    if task_name == QA and dcfg.intermediate:  # a reader's distillation has no intermediate losses yet
-        print("prune: recovering a reader distils its start/end scores (soft CE at T + hard CE); the intermediate "
-              "losses of --intermediate apply to sentence classifiers only, for now", file=sys.stderr)
-        dcfg = replace(dcfg, intermediate=False)
     recovered_dir = distill(dcfg, work / "recovered")
 
     recovered, _, _ = load_classifier(recovered_dir, task=task_name)
@@ -346,25 +340,6 @@ def _tagger_evaluation(task, tokenized: dict[str, Any], splits: list[str], pad_i
         return metrics, logits
 
     return evaluate
-
-
-def _recover_tagger(cfg: PruneConfig, source: Path, model, tokenizer, work: Path, task_name: str = TOKEN):
-    """A pruned tagger recovered by word-level distillation from the unpruned one (or ``--teacher``):
-    :func:`compress.token_distill.distill_tagger` with the pruned model as the student."""
-
-    if cfg.intermediate:  # on by default for classifiers; a tagger's recovery has no intermediate losses yet
-        print("prune: recovering a tagger distils its words' logits (soft CE at T + hard CE); the intermediate "
-              "losses of --intermediate apply to sentence classifiers only, for now", file=sys.stderr)
-    pruned_dir = _save_pruned_init(model, tokenizer, work)
-    teacher = cfg.teacher or str(source)
-    recovered_dir = distill_tagger(teacher, pruned_dir, cfg.data.data, work / "recovered",
-                                   train=replace(cfg.train, epochs=float(cfg.recover_epochs)),
-                                   temperature=cfg.temperature, alpha_kd=cfg.alpha_kd, alpha_hard=cfg.alpha_hard,
-                                   max_length=cfg.max_length, resume=cfg.resume,
-                                   precision=resolve_precision(cfg.precision, training_device(cfg.device)).precision)
-    recovered, _, _ = load_classifier(recovered_dir, task=TOKEN)
-    recovered.to(model_device(model))
-    return recovered, _recovery_record(cfg, teacher, recovered_dir)
 
 
 def _print_summary(path: Path, pruning: dict[str, Any]) -> None:

@@ -765,6 +765,8 @@ def test_pruning_a_tagger_removes_heads_and_neurons_and_recovers_entity_f1(train
     assert f1["before"]["validation"] > 0.8 and f1["after_recovery"]["validation"] > 0.8
     assert meta["metrics"]["validation"]["unpruned_entity_f1"] == f1["before"]["validation"]
     assert meta["metrics"]["validation"]["kl_to_unpruned"] >= 0 and "per_type_f1" in meta["metrics"]["validation"]
+    # recovery is the distill stage with --intermediate (prune's default): same tokenizer, so the terms apply
+    assert p["recovery"]["distillation"]["intermediate"] is True, p["recovery"]["distillation"]
     tagger = Predictor.load(out)
     assert tagger.task == "token-classification"
     assert [(e["type"], e["text"]) for e in tagger.predict(TEXT)[0]["entities"]] == [("LOC", "New York"), ("PER", "Alice")]

@@ -222,5 +222,6 @@ def test_pruning_a_reader_removes_heads_and_recovers_by_distillation(reader, squ
     assert p["heads"]["total_after"] == p["heads"]["total_before"] // 2 and p["parameters"]["after"] < p["parameters"]["before"]
     assert p["f1"]["before"]["test"] > 0.9 and p["f1"]["after_recovery"]["test"] > 0.8, p["f1"]
     assert meta["metrics"]["test"]["unpruned_f1"] == p["f1"]["before"]["test"]
+    assert p["recovery"]["distillation"]["intermediate"] is True, p["recovery"]["distillation"]
     served = Predictor.load(out)
     assert served.predict([("what is the key ?", "a film . the key is brown . the end")])[0]["answer"] == "brown"
