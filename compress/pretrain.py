@@ -38,7 +38,8 @@ from compress.device import device_name, resolve_precision, training_device
 from compress.modeling import autocast, load_tokenizer
 from compress.quiet import quiet_transformers
 from compress.tasks.task_choice import TOKEN, data_task
-from compress.transfer import filter_unlabeled, load_unlabeled, mlm_head_keys, split_keys, text_key
+from compress.transfer import (filter_unlabeled, held_out_overlap, load_unlabeled, mlm_head_keys, split_keys,
+                               split_texts, text_key)
 from compress.transfer.texts import tagged_texts
 
 
@@ -103,21 +104,24 @@ def _corpus(cfg: PretrainConfig) -> tuple[list[str], dict[str, Any]]:
     held_out: set[str] = set()
     labelled: set[str] = set()
     task_texts: list[str] = []
+    held_out_task = None
     if cfg.data is not None and data_task(cfg.data.data) == TOKEN:  # tagging data: its sentences as running text
-        tagged = cfg.data.load_any()
+        tagged = held_out_task = cfg.data.load_any()
         held_out = {text_key(t) for t in tagged_texts(tagged, "validation") + tagged_texts(tagged, "test")}
         if cfg.task_text:
             task_texts = tagged_texts(tagged, "train")
             labelled = {text_key(t) for t in task_texts}
     elif cfg.data is not None:
-        task = cfg.data.load()
+        task = held_out_task = cfg.data.load()
         if task.is_pair:
             raise CompressError("pretrain reads single texts; a sentence-pair task's corpus is not supported yet")
         held_out = split_keys(task, ("validation", "test"))
         if cfg.task_text:
             labelled = split_keys(task, ("train",))
             task_texts = list(task.splits["train"]["text"][:])
-    texts, _, stats = filter_unlabeled(corpus, held_out, labelled, cfg.corpus_limit, cfg.train.seed)
+    overlap = held_out_overlap(cfg.unlabeled, split_texts(held_out_task, ("validation", "test"))) \
+        if held_out_task is not None else None
+    texts, _, stats = filter_unlabeled(corpus, held_out, labelled, cfg.corpus_limit, cfg.train.seed, overlap)
     texts = texts + task_texts
     stats = {"source": cfg.unlabeled, **stats, "task_train_texts": len(task_texts), "total": len(texts)}
     if len(texts) < 10:

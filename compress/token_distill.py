@@ -65,8 +65,9 @@ from compress.device import resolve_precision, training_device
 from compress.distill.intermediate import (active_terms, make_projections, projection_optimizer, terms_record,
                                            tokenizations_align, wanted_outputs, with_projections)
 from compress.losses import LOSSES, LossTerm, row_weighted
-from compress.transfer import BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, load_unlabeled, text_key
-from compress.transfer.texts import tagged_texts
+from compress.transfer import (BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, held_out_overlap,
+                               load_unlabeled, text_key)
+from compress.transfer.texts import split_texts, tagged_texts
 from students.factory import build_student, teacher_shape
 from students.layer_map import format_layer_map, parse_layer_map
 
@@ -136,7 +137,8 @@ def transfer_sentences(options: TransferOptions, task: TokenTaskData) -> tuple[l
 
     corpus = load_unlabeled(options.unlabeled, options.unlabeled_text_column)
     texts, _, stats = filter_unlabeled(corpus, keys("validation") | keys("test"), keys("train"),
-                                       options.unlabeled_limit, options.seed)
+                                       options.unlabeled_limit, options.seed,
+                                       held_out_overlap(options.unlabeled, split_texts(task, ("validation", "test"))))
     if options.unlabeled in BUILTIN_CORPUS_STATS:
         stats["built_in"] = BUILTIN_CORPUS_STATS[options.unlabeled]()
     return [text.split() for text in texts], {"source": options.unlabeled, **stats}

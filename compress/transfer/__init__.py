@@ -32,16 +32,17 @@ from compress.transfer.augment import (AUGMENT_VERSION, MASK, OPS, AugmentOption
                                        parse_ops)
 from compress.transfer.builtin import MIN_WORDS, movie_reviews_unlabeled, movie_reviews_unlabeled_stats, review_sentences
 from compress.transfer.candidates import EmbeddingNeighbours, MaskedLMCandidates, candidate_source, mlm_head_keys
-from compress.transfer.corpus import BUILTIN_CORPUS_STATS, UNLABELED_SUFFIXES, UnlabeledCorpus, filter_unlabeled, load_unlabeled, read_unlabeled
+from compress.transfer.corpus import (BUILTIN_CORPUS_STATS, UNLABELED_SUFFIXES, UnlabeledCorpus, filter_unlabeled,
+                                      held_out_overlap, load_unlabeled, read_unlabeled)
 from compress.transfer.segment import Segmented, segment, whole_words
-from compress.transfer.texts import HeldOutRuns, normalize_text, split_keys, text_key
+from compress.transfer.texts import HeldOutRuns, normalize_text, split_keys, split_texts, text_key
 from compress.transfer.wnut_raw import wnut17_unlabeled, wnut17_unlabeled_stats
 
 __all__ = [
     "AUGMENT_VERSION", "BUILTIN_CORPUS_STATS", "BUILTIN_UNLABELED", "HeldOutRuns", "MASK", "MIN_WORDS", "MOVIE_REVIEWS_UNLABELED_VERSION", "OPS",
     "UNLABELED_SUFFIXES", "AugmentOptions", "EmbeddingNeighbours", "MaskedLMCandidates", "Segmented", "TransferOptions",
     "TransferSet", "UnlabeledCorpus", "augment_examples", "augmented_rows", "build_transfer", "candidate_source",
-    "filter_unlabeled", "load_unlabeled", "mlm_head_keys", "movie_reviews_unlabeled", "movie_reviews_unlabeled_stats",
-    "normalize_text", "parse_ops", "read_unlabeled", "review_sentences", "segment", "split_keys", "text_key",
+    "filter_unlabeled", "held_out_overlap", "load_unlabeled", "mlm_head_keys", "movie_reviews_unlabeled", "movie_reviews_unlabeled_stats",
+    "normalize_text", "parse_ops", "read_unlabeled", "review_sentences", "segment", "split_keys", "split_texts", "text_key",
     "tokenize_for_distillation", "whole_words", "wnut17_unlabeled", "wnut17_unlabeled_stats",
 ]

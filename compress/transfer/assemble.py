@@ -12,8 +12,8 @@ from compress.data import BUILTIN_UNLABELED
 from compress.errors import CompressError
 from compress.transfer.augment import MASK, OPS, AugmentOptions, augmented_rows, parse_ops
 from compress.transfer.candidates import candidate_source
-from compress.transfer.corpus import BUILTIN_CORPUS_STATS, filter_unlabeled, load_unlabeled
-from compress.transfer.texts import split_keys
+from compress.transfer.corpus import BUILTIN_CORPUS_STATS, filter_unlabeled, held_out_overlap, load_unlabeled
+from compress.transfer.texts import split_keys, split_texts
 from compress.data import map_fingerprint, tokenize_split
 from compress.teacher import teacher_logits
 
@@ -160,7 +160,9 @@ def build_transfer(options: TransferOptions, task, teacher, student_tokenizer, l
     if options.unlabeled:
         corpus = load_unlabeled(options.unlabeled, options.unlabeled_text_column, options.unlabeled_text_pair_column,
                                 task.is_pair)
-        texts, pairs, stats = filter_unlabeled(corpus, held_out, labelled, options.unlabeled_limit, options.seed)
+        texts, pairs, stats = filter_unlabeled(corpus, held_out, labelled, options.unlabeled_limit, options.seed,
+                                               held_out_overlap(options.unlabeled,
+                                                                split_texts(task, ("validation", "test"))))
         if options.unlabeled in BUILTIN_UNLABELED:
             stats["built_in"] = BUILTIN_CORPUS_STATS[options.unlabeled]()
         info["unlabeled_corpus"] = {"source": options.unlabeled, **stats}

@@ -15,7 +15,7 @@ from typing import Any
 from compress.data import BUILTIN_UNLABELED
 from compress.errors import CompressError
 from compress.transfer.builtin import movie_reviews_unlabeled, movie_reviews_unlabeled_stats
-from compress.transfer.texts import text_key
+from compress.transfer.texts import HeldOutRuns, text_key
 from compress.transfer.wnut_raw import wnut17_unlabeled, wnut17_unlabeled_stats
 from compress.data import read_table, require_column
 
@@ -110,15 +110,26 @@ def load_unlabeled(spec: str, text_column: str = "text", text_pair_column: str |
     return read_unlabeled(spec, text_column, text_pair_column)
 
 
-def filter_unlabeled(corpus: UnlabeledCorpus, held_out: set[str], labelled: set[str], limit: int | None = None,
-                     seed: int = 0) -> tuple[list[str], list[str] | None, dict[str, int]]:
-    """Drop duplicates, texts equal to a validation/test text (``held_out``) or to a labelled one.
+def held_out_overlap(source: str, held_out_texts: list[str]) -> HeldOutRuns | None:
+    """The run-based leak check (:class:`HeldOutRuns`) of a user's corpus against the task's validation and
+    test texts; ``None`` for a built-in corpus, which was filtered that way against its own built-in task when
+    it was prepared (``compress/builtin_data/*/README.md``), so its kept lines and the demo's numbers stay."""
+    return None if source in BUILTIN_UNLABELED else HeldOutRuns.of(held_out_texts)
 
-    A corpus row equal to a held-out text would leak it into training; one equal to a training
-    text would count that example twice. ``limit`` then keeps a seeded sample of the rest.
+
+def filter_unlabeled(corpus: UnlabeledCorpus, held_out: set[str], labelled: set[str], limit: int | None = None,
+                     seed: int = 0, overlap: HeldOutRuns | None = None) -> tuple[list[str], list[str] | None, dict[str, int]]:
+    """Drop duplicates, texts equal to a validation/test text (``held_out``) or to a labelled one, and with
+    ``overlap`` (:func:`held_out_overlap`) texts that repeat a validation/test text inside a longer line.
+
+    A corpus row equal to a held-out text would leak it into training, and so would a user's line that
+    quotes one (a test sentence cut from a longer comment whose whole text is in the corpus); one equal to a
+    training text would count that example twice. ``limit`` then keeps a seeded sample of the rest.
     """
     stats = dict(corpus.stats)
     stats.update(duplicates=0, in_validation_or_test=0, in_training=0)
+    if overlap is not None:
+        stats["overlaps_validation_or_test"] = 0
     seen: set[str] = set()
     texts: list[str] = []
     pairs: list[str] | None = [] if corpus.pairs is not None else None
@@ -131,6 +142,9 @@ def filter_unlabeled(corpus: UnlabeledCorpus, held_out: set[str], labelled: set[
         seen.add(key)
         if key in held_out:
             stats["in_validation_or_test"] += 1
+            continue
+        if overlap is not None and (overlap.repeats(text) or (pair is not None and overlap.repeats(pair))):
+            stats["overlaps_validation_or_test"] += 1
             continue
         if key in labelled:
             stats["in_training"] += 1

@@ -47,6 +47,23 @@ def tagged_texts(task, split: str) -> list[str]:
     return [" ".join(words) for words in task.splits[split]["tokens"]] if split in task.splits else []
 
 
+def split_texts(task, splits: Iterable[str]) -> list[str]:
+    """Every text of the given splits as running text: a classifier's texts (and pair texts), a tagger's
+    sentences (:func:`tagged_texts`); what :class:`HeldOutRuns` is built from."""
+    out: list[str] = []
+    for name in splits:
+        if name not in task.splits:
+            continue
+        columns = task.splits[name].column_names
+        if "tokens" in columns:
+            out += tagged_texts(task, name)
+            continue
+        out += list(task.splits[name]["text"][:])
+        if "text_pair" in columns:
+            out += list(task.splits[name]["text_pair"][:])
+    return out
+
+
 def digest_keys(keys: Iterable[str]) -> str:
     digest = hashlib.sha256()
     for key in sorted(keys):

@@ -31,7 +31,8 @@ def _corpus(trained, tmp_path):
     twice = " ".join(task.splits["train"]["tokens"][0])
     fresh = [" ".join(words) for words, _ in toy_sentences(40, seed=7)]
     path = tmp_path / "raw.txt"
-    path.write_text("\n".join(fresh + [leak, twice, fresh[0], ""]) + "\n", encoding="utf-8")
+    quoted = f"so {leak} , she said"  # a validation sentence inside a longer line: the run-based check drops it
+    path.write_text("\n".join(fresh + [leak, twice, fresh[0], quoted, ""]) + "\n", encoding="utf-8")
     return path, len(set(fresh) - {leak, twice})
 
 
@@ -48,6 +49,7 @@ def test_distill_with_unlabelled_text_labels_it_by_the_teacher_only(trained, tmp
     transfer = meta["transfer"]
     assert transfer["kept"] == unseen and transfer["training_rows"] == unseen and transfer["weight"] == 0.5
     assert transfer["in_validation_or_test"] >= 1 and transfer["in_training"] >= 1 and transfer["duplicates"] >= 1
+    assert transfer["overlaps_validation_or_test"] >= 1
     labelled_rows = meta["training"]["rows"] - transfer["training_rows"]
     assert labelled_rows >= len(toy_sentences(160)) * 0.6  # the training split's windows, each sentence at least once
     assert meta["metrics"]["validation"]["entity_f1"] >= 0.7, meta["metrics"]["validation"]

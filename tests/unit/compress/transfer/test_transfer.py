@@ -195,6 +195,27 @@ def test_unlabeled_rows_never_equal_a_validation_or_test_text(world):
     assert len(picked) == 10 and picked == filter_unlabeled(many, set(), set(), limit=10, seed=1)[0]
 
 
+def test_a_users_corpus_line_that_quotes_a_held_out_text_is_dropped_and_a_built_in_one_is_left_as_prepared():
+    """A user's file gets the run-based check too (a test sentence inside a longer line is a leak that exact
+    matching misses); the built-in corpora were filtered that way when prepared, so they get none here."""
+    from compress.transfer import HeldOutRuns, UnlabeledCorpus, held_out_overlap
+
+    held_texts = ["the acting was wooden and the plot made no sense at all", "a quiet gem"]
+    held = {text_key(t) for t in held_texts}
+    lines = ["I said the acting was wooden and the plot made no sense, twice", "What a quiet gem of a film",
+             "the acting was superb", "a quiet gem", "nothing in common with anything"]
+    corpus = UnlabeledCorpus(lines, None, "x", {"rows": 5, "empty": 0})
+    overlap = held_out_overlap("reviews.txt", held_texts)
+    assert isinstance(overlap, HeldOutRuns)
+    texts, _, stats = filter_unlabeled(corpus, held, set(), overlap=overlap)
+    # a six-word run of the long held-out text, and the whole of the short one (3 words or more) inside a line
+    assert texts == ["the acting was superb", "nothing in common with anything"]
+    assert stats["in_validation_or_test"] == 1 and stats["overlaps_validation_or_test"] == 2
+    assert "overlaps_validation_or_test" not in filter_unlabeled(corpus, held, set())[2]  # exact matching alone
+    assert held_out_overlap("movie-reviews-unlabeled", held_texts) is None
+    assert held_out_overlap("wnut17-unlabeled", held_texts) is None
+
+
 # ----------------------------------------------------------------------------- soft labels and losses
 
 
@@ -261,7 +282,8 @@ def test_sample_weights_and_ignored_labels_keep_labelled_math_unchanged():
 def test_distill_with_augmentation_and_an_unlabeled_file(world, tmp_path, capsys):
     task = load_task_data(str(world["data"]))
     corpus = tmp_path / "corpus.txt"
-    lines = _texts(60, seed=21) + [task.splits["test"]["text"][0], task.splits["validation"]["text"][1]]
+    lines = _texts(60, seed=21) + [task.splits["test"]["text"][0], task.splits["validation"]["text"][1],
+                                   f"as I said: {task.splits['validation']['text'][2]}, and more"]
     corpus.write_text("\n".join(lines + lines[:5]), encoding="utf-8")
     out = tmp_path / "student"
     rc = main(["distill", "--teacher", str(world["teacher"]), "--data", str(world["data"]), "--student", "2x32",
@@ -275,6 +297,7 @@ def test_distill_with_augmentation_and_an_unlabeled_file(world, tmp_path, capsys
     assert 0.9 * 192 <= transfer["augmented"] <= 192
     corpus_info = transfer["unlabeled_corpus"]
     assert corpus_info["in_validation_or_test"] == 2 and corpus_info["duplicates"] >= 5
+    assert corpus_info["overlaps_validation_or_test"] >= 1  # the line quoting a validation text
     assert transfer["unlabeled"] == corpus_info["kept"] > 40
     assert transfer["total"] == 96 + transfer["augmented"] + transfer["unlabeled"]
     assert transfer["sources"]["unlabeled"] == str(corpus)
