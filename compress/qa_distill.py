@@ -47,7 +47,7 @@ import numpy as np
 from compress.artifact import read_meta, weights_sha256
 from compress.assets import cache_dir
 from compress.errors import CompressError
-from compress.modeling import autocast, count_parameters, load_classifier, model_device
+from compress.modeling import count_parameters, load_classifier
 from compress.qa_teacher import MODEL_COLUMNS, qa_stride, read_answers, span_logits
 from compress.tasks import get_task
 from compress.tasks.qa_data import QATaskData, load_qa_data
@@ -58,8 +58,7 @@ from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerpr
                                write_trained_artifact)
 from compress.device import resolve_precision, training_device
 from compress.distill.intermediate import (active_terms, at_student_positions, make_projections,
-                                           projection_optimizer, terms_record, wanted_outputs,
-                                           with_projections)
+                                           projection_optimizer, teacher_states, terms_record, with_projections)
 from compress.losses import LOSSES, LossTerm
 from students.factory import build_student, teacher_shape
 from students.layer_map import format_layer_map, parse_layer_map
@@ -389,13 +388,9 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
                               if k in inputs}
             index = inputs.pop("t_index", None)
             t_hidden = t_attn = None
-            states, attentions = wanted_outputs(terms)
-            if index is not None and (states or attentions):  # the frozen teacher's states for this batch
-                if model_device(t_model) != index.device:
-                    t_model.to(index.device)
-                with torch.no_grad(), autocast(precision, index.device):
-                    t_out = t_model(**teacher_inputs, output_hidden_states=states, output_attentions=attentions)
-                t_hidden, t_attn = at_student_positions(t_out.hidden_states, t_out.attentions, index)
+            if index is not None:  # the teacher on its spelling of the windows, read at the student's positions
+                t_hidden, t_attn = at_student_positions(*teacher_states(t_model, teacher_inputs, terms, precision),
+                                                        index)
             values = model(**inputs, teacher_hidden=t_hidden, teacher_attentions=t_attn, terms=terms,
                            temperature=temperature)
             check_finite(values, self.state.global_step, Path(out))

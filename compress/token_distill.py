@@ -50,7 +50,7 @@ from compress.artifact import read_meta, weights_sha256
 from compress.assets import cache_dir
 from compress.config import TrainSettings
 from compress.errors import CompressError
-from compress.modeling import autocast, count_parameters, load_classifier, model_device
+from compress.modeling import count_parameters, load_classifier
 from compress.tasks import get_task
 from compress.tasks.alignment import IGNORE_INDEX
 from compress.tasks.task_choice import TOKEN, check_model_task, model_head
@@ -62,8 +62,8 @@ from compress.training import (check_finite, checkpoint_dir, epoch_seeded_sample
 from compress.windows import default_stride
 from compress.config import canonical_sha256
 from compress.device import resolve_precision, training_device
-from compress.distill.intermediate import (active_terms, make_projections, projection_optimizer, terms_record,
-                                           tokenizations_align, wanted_outputs, with_projections)
+from compress.distill.intermediate import (active_terms, make_projections, projection_optimizer, teacher_states,
+                                           terms_record, tokenizations_align, with_projections)
 from compress.losses import LOSSES, LossTerm, row_weighted
 from compress.transfer import (BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, held_out_overlap,
                                load_unlabeled, text_key)
@@ -400,14 +400,10 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
             terms = objective.terms(float(self.state.epoch or 0.0), want_inter)
             t_ids = inputs.pop("t_input_ids", None)
             t_hidden = t_attn = None
-            states, attentions = wanted_outputs(terms)
-            if t_ids is not None and (states or attentions):  # the frozen teacher's states for this batch
-                if model_device(t_model) != t_ids.device:
-                    t_model.to(t_ids.device)
-                with torch.no_grad(), autocast(precision, t_ids.device):
-                    t_out = t_model(input_ids=t_ids, attention_mask=inputs["attention_mask"],
-                                    output_hidden_states=states, output_attentions=attentions)
-                t_hidden, t_attn = t_out.hidden_states, t_out.attentions
+            if t_ids is not None:  # aligned rows: the teacher's states at the student's very positions
+                t_hidden, t_attn = teacher_states(t_model, {"input_ids": t_ids,
+                                                            "attention_mask": inputs["attention_mask"]},
+                                                  terms, precision)
             values = model(**inputs, teacher_hidden=t_hidden, teacher_attentions=t_attn, terms=terms,
                            temperature=temperature)
             check_finite(values, self.state.global_step, Path(out))

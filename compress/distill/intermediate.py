@@ -194,3 +194,22 @@ def at_student_positions(hidden_states: Any, attentions: Any, index: "torch.Tens
             mapped_attentions.append(rows.gather(3, index[:, None, None, :].expand(batch, heads, positions, positions)))
         mapped_attentions = tuple(mapped_attentions)
     return mapped_states, mapped_attentions
+
+
+def teacher_states(teacher_model: Any, inputs: Mapping[str, Any], terms: Sequence[LossTerm],
+                   precision: str) -> tuple[Any, Any]:
+    """``(hidden states, attention maps)`` of the frozen teacher on ``inputs`` (its own ids and masks), each
+    ``None`` unless a term of positive weight in ``terms`` reads it; the teacher follows the batch's device."""
+    import torch
+
+    from compress.modeling import autocast, model_device
+
+    states, attentions = wanted_outputs(terms)
+    if not (states or attentions):
+        return None, None
+    device = inputs["input_ids"].device
+    if model_device(teacher_model) != device:
+        teacher_model.to(device)
+    with torch.no_grad(), autocast(precision, device):
+        out = teacher_model(**inputs, output_hidden_states=states, output_attentions=attentions)
+    return out.hidden_states, out.attentions
