@@ -53,12 +53,11 @@ from compress.tasks import get_task
 from compress.tasks.qa_data import QATaskData, load_qa_data
 from compress.tasks.qa_features import qa_features
 from compress.tasks.task_choice import QA, model_head
-from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler,
-                               interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
-                               write_trained_artifact)
+from compress.training import (checkpoint_dir, checkpoint_fingerprint, interrupt_callback, is_main_process,
+                               resume_point, run_trainer, training_arguments, write_trained_artifact)
 from compress.device import resolve_precision, training_device
-from compress.distill.intermediate import (active_terms, at_student_positions, make_projections,
-                                           projection_optimizer, teacher_states, terms_record, with_projections)
+from compress.distill.intermediate import (active_terms, at_student_positions, head_distillation_trainer,
+                                           make_projections, teacher_states, terms_record, with_projections)
 from compress.losses import LOSSES, LossTerm
 from students.factory import build_student, teacher_shape
 from students.layer_map import format_layer_map, parse_layer_map
@@ -333,7 +332,6 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
     (EM, F1, and both against the teacher's answers), write the student artifact."""
     import torch
     from datasets import Dataset
-    from transformers import Trainer
 
     started = time.perf_counter()
     if cfg.temperature <= 0:
@@ -370,35 +368,22 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
     args = training_arguments(train, checkpoint_dir(out), len(train_ds), precision=precision)
     fingerprint = checkpoint_fingerprint(cfg)
     stop = interrupt_callback()
-    seed, temperature = train.seed, cfg.temperature
+    temperature = cfg.temperature
 
-    class SpanDistillTrainer(Trainer):
-        def _get_train_sampler(self, train_dataset=None):
-            return epoch_seeded_sampler(super()._get_train_sampler(train_dataset), seed)
+    def read_teacher(inputs: dict[str, Any], terms: list[LossTerm]):
+        """The teacher on its spelling of the windows, its states read back at the student's positions."""
+        teacher_inputs = {k[2:]: inputs.pop(k) for k in ("t_input_ids", "t_attention_mask", "t_token_type_ids")
+                          if k in inputs}
+        index = inputs.pop("t_index", None)
+        if index is None:
+            return None, None
+        return at_student_positions(*teacher_states(t_model, teacher_inputs, terms, precision), index)
 
-        def create_optimizer(self, model=None):
-            if self.optimizer is None and cfg.projection_lr is not None and len(projections):
-                self.optimizer = projection_optimizer(self, self.model if model is None else model, cfg.projection_lr)
-                return self.optimizer
-            return super().create_optimizer(model)
-
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            terms = active_terms(cfg, float(self.state.epoch or 0.0), want_inter)
-            teacher_inputs = {k[2:]: inputs.pop(k) for k in ("t_input_ids", "t_attention_mask", "t_token_type_ids")
-                              if k in inputs}
-            index = inputs.pop("t_index", None)
-            t_hidden = t_attn = None
-            if index is not None:  # the teacher on its spelling of the windows, read at the student's positions
-                t_hidden, t_attn = at_student_positions(*teacher_states(t_model, teacher_inputs, terms, precision),
-                                                        index)
-            values = model(**inputs, teacher_hidden=t_hidden, teacher_attentions=t_attn, terms=terms,
-                           temperature=temperature)
-            check_finite(values, self.state.global_step, Path(out))
-            return (values["loss"], values) if return_outputs else values["loss"]
-
+    trainer_class = head_distillation_trainer(lambda epoch: active_terms(cfg, epoch, want_inter), read_teacher,
+                                              temperature, train.seed, projections, cfg.projection_lr, out)
     t_pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
-    trainer = SpanDistillTrainer(model=module, args=args, train_dataset=train_ds, callbacks=[stop],
-                                 data_collator=_collator(s_tok, t_pad))
+    trainer = trainer_class(model=module, args=args, train_dataset=train_ds, callbacks=[stop],
+                            data_collator=_collator(s_tok, t_pad))
     result = run_trainer(trainer, resume_point(out, cfg.resume, fingerprint), Path(out), stop)
 
     metrics: dict[str, Any] = {}

@@ -57,12 +57,12 @@ from compress.tasks.task_choice import TOKEN, check_model_task, model_head
 from compress.tasks.token_data import TokenTaskData, load_token_data
 from compress.tasks.token_training import (sentence_word_logits, token_collator, token_logits, tokenize_tagged_split,
                                            word_tags)
-from compress.training import (check_finite, checkpoint_dir, epoch_seeded_sampler, interrupt_callback,
-                               is_main_process, resume_point, run_trainer, training_arguments, write_trained_artifact)
+from compress.training import (checkpoint_dir, interrupt_callback, is_main_process, resume_point, run_trainer,
+                               training_arguments, write_trained_artifact)
 from compress.windows import default_stride
 from compress.config import canonical_sha256
 from compress.device import resolve_precision, training_device
-from compress.distill.intermediate import (active_terms, make_projections, projection_optimizer, teacher_states,
+from compress.distill.intermediate import (active_terms, head_distillation_trainer, make_projections, teacher_states,
                                            terms_record, tokenizations_align, with_projections)
 from compress.losses import LOSSES, LossTerm, row_weighted
 from compress.transfer import (BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, held_out_overlap,
@@ -334,7 +334,6 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     the student artifact."""
     import torch
     from datasets import concatenate_datasets
-    from transformers import Trainer
 
     started = time.perf_counter()
     temperature = objective.temperature
@@ -383,35 +382,20 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     args = training_arguments(train, checkpoint_dir(out), len(s_train), precision=precision)
     fingerprint = canonical_sha256({"teacher": weights, "data": task.fingerprint, "settings": settings})
     stop = interrupt_callback()
-    seed = train.seed
 
-    class WordDistillTrainer(Trainer):
-        def _get_train_sampler(self, train_dataset=None):
-            return epoch_seeded_sampler(super()._get_train_sampler(train_dataset), seed)
+    def read_teacher(inputs: dict[str, Any], terms: list[LossTerm]):
+        """Aligned rows carry the teacher's ids: its states at the student's very positions."""
+        t_ids = inputs.pop("t_input_ids", None)
+        if t_ids is None:
+            return None, None
+        return teacher_states(t_model, {"input_ids": t_ids, "attention_mask": inputs["attention_mask"]}, terms,
+                              precision)
 
-        def create_optimizer(self, model=None):
-            if self.optimizer is None and objective.projection_lr is not None and len(projections):
-                self.optimizer = projection_optimizer(self, self.model if model is None else model,
-                                                      objective.projection_lr)
-                return self.optimizer
-            return super().create_optimizer(model)
-
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            terms = objective.terms(float(self.state.epoch or 0.0), want_inter)
-            t_ids = inputs.pop("t_input_ids", None)
-            t_hidden = t_attn = None
-            if t_ids is not None:  # aligned rows: the teacher's states at the student's very positions
-                t_hidden, t_attn = teacher_states(t_model, {"input_ids": t_ids,
-                                                            "attention_mask": inputs["attention_mask"]},
-                                                  terms, precision)
-            values = model(**inputs, teacher_hidden=t_hidden, teacher_attentions=t_attn, terms=terms,
-                           temperature=temperature)
-            check_finite(values, self.state.global_step, Path(out))
-            return (values["loss"], values) if return_outputs else values["loss"]
-
+    trainer_class = head_distillation_trainer(lambda epoch: objective.terms(epoch, want_inter), read_teacher,
+                                              temperature, train.seed, projections, objective.projection_lr, out)
     t_pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
-    trainer = WordDistillTrainer(model=module, args=args, train_dataset=s_train, callbacks=[stop],
-                                 data_collator=_collator(s_tok, task.num_labels, t_pad))
+    trainer = trainer_class(model=module, args=args, train_dataset=s_train, callbacks=[stop],
+                            data_collator=_collator(s_tok, task.num_labels, t_pad))
     result = run_trainer(trainer, resume_point(out, resume, fingerprint), Path(out), stop)
 
     metrics: dict[str, Any] = {}

@@ -213,3 +213,41 @@ def teacher_states(teacher_model: Any, inputs: Mapping[str, Any], terms: Sequenc
     with torch.no_grad(), autocast(precision, device):
         out = teacher_model(**inputs, output_hidden_states=states, output_attentions=attentions)
     return out.hidden_states, out.attentions
+
+
+def head_distillation_trainer(terms_at: Callable[[float], list[LossTerm]],
+                              read_teacher: Callable[[dict[str, Any], list[LossTerm]], tuple[Any, Any]],
+                              temperature: float, seed: int, projections: "nn.ModuleDict", projection_lr: float | None,
+                              out: Any) -> type:
+    """The Trainer class of a tagger's and a reader's distillation (the model: :func:`with_projections`).
+
+    Each step takes the terms that count at its epoch (``terms_at``, the soft ones at ``temperature``), lets ``read_teacher(inputs, terms)`` pop
+    the teacher's columns from the batch and return its states and attention maps at the student's positions
+    (``(None, None)`` when no intermediate term is on), and runs the module on the rest; the NaN guard, the
+    seeded batch order and the projections' own learning rate (``--projection-lr``) are the stages' own.
+    """
+    from pathlib import Path
+
+    from transformers import Trainer
+
+    from compress.training import check_finite, epoch_seeded_sampler
+
+    class HeadDistillationTrainer(Trainer):
+        def _get_train_sampler(self, train_dataset=None):
+            return epoch_seeded_sampler(super()._get_train_sampler(train_dataset), seed)
+
+        def create_optimizer(self, model=None):
+            if self.optimizer is None and projection_lr is not None and len(projections):
+                self.optimizer = projection_optimizer(self, self.model if model is None else model, projection_lr)
+                return self.optimizer
+            return super().create_optimizer(model)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            terms = terms_at(float(self.state.epoch or 0.0))
+            t_hidden, t_attn = read_teacher(inputs, terms)
+            values = model(**inputs, teacher_hidden=t_hidden, teacher_attentions=t_attn, terms=terms,
+                           temperature=temperature)
+            check_finite(values, self.state.global_step, Path(out))
+            return (values["loss"], values) if return_outputs else values["loss"]
+
+    return HeadDistillationTrainer
