@@ -38,9 +38,7 @@ from compress.device import device_name, resolve_precision, training_device
 from compress.modeling import autocast, load_tokenizer
 from compress.quiet import quiet_transformers
 from compress.tasks.task_choice import TOKEN, data_task
-from compress.transfer import (filter_unlabeled, held_out_overlap, load_unlabeled, mlm_head_keys, split_keys,
-                               split_texts, text_key)
-from compress.transfer.texts import tagged_texts
+from compress.transfer import filter_unlabeled, held_out_overlap, load_unlabeled, mlm_head_keys, split_texts, text_key
 
 
 class WholeWordMaskCollator:
@@ -101,27 +99,19 @@ def _corpus(cfg: PretrainConfig) -> tuple[list[str], dict[str, Any]]:
     """The corpus texts (task validation/test texts removed, task training texts added) and their stats."""
 
     corpus = load_unlabeled(cfg.unlabeled, cfg.unlabeled_text_column)
-    held_out: set[str] = set()
-    labelled: set[str] = set()
+    held_out: list[str] = []  # the task's validation and test texts, kept out of the corpus
     task_texts: list[str] = []
-    held_out_task = None
-    if cfg.data is not None and data_task(cfg.data.data) == TOKEN:  # tagging data: its sentences as running text
-        tagged = held_out_task = cfg.data.load_any()
-        held_out = {text_key(t) for t in tagged_texts(tagged, "validation") + tagged_texts(tagged, "test")}
-        if cfg.task_text:
-            task_texts = tagged_texts(tagged, "train")
-            labelled = {text_key(t) for t in task_texts}
-    elif cfg.data is not None:
-        task = held_out_task = cfg.data.load()
-        if task.is_pair:
+    if cfg.data is not None:
+        tagging = data_task(cfg.data.data) == TOKEN  # tagging data: its sentences as running text
+        task = cfg.data.load_any() if tagging else cfg.data.load()
+        if not tagging and task.is_pair:
             raise CompressError("pretrain reads single texts; a sentence-pair task's corpus is not supported yet")
-        held_out = split_keys(task, ("validation", "test"))
+        held_out = split_texts(task, ("validation", "test"))
         if cfg.task_text:
-            labelled = split_keys(task, ("train",))
-            task_texts = list(task.splits["train"]["text"][:])
-    overlap = held_out_overlap(cfg.unlabeled, split_texts(held_out_task, ("validation", "test"))) \
-        if held_out_task is not None else None
-    texts, _, stats = filter_unlabeled(corpus, held_out, labelled, cfg.corpus_limit, cfg.train.seed, overlap)
+            task_texts = split_texts(task, ("train",))
+    overlap = held_out_overlap(cfg.unlabeled, held_out) if cfg.data is not None else None
+    texts, _, stats = filter_unlabeled(corpus, {text_key(t) for t in held_out}, {text_key(t) for t in task_texts},
+                                       cfg.corpus_limit, cfg.train.seed, overlap)
     texts = texts + task_texts
     stats = {"source": cfg.unlabeled, **stats, "task_train_texts": len(task_texts), "total": len(texts)}
     if len(texts) < 10:

@@ -328,7 +328,9 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
 
 def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
                    data: QATaskData, out: str | os.PathLike, cfg: Any, precision: str, allow_null: bool) -> Path:
-    """Train ``s_model`` on :func:`span_distillation_loss`, score it and the teacher on validation and test
+    """Train ``s_model`` on the loss terms of ``cfg`` (:func:`span_term_values` for the start/end scores, the
+    intermediate ones on the teacher's windows read at the student's positions), score it and the teacher on
+    validation and test
     (EM, F1, and both against the teacher's answers), write the student artifact."""
     import torch
     from datasets import Dataset

@@ -67,7 +67,7 @@ from compress.distill.intermediate import (active_terms, head_distillation_train
 from compress.losses import LOSSES, LossTerm, row_weighted
 from compress.transfer import (BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, held_out_overlap,
                                load_unlabeled, text_key)
-from compress.transfer.texts import split_texts, tagged_texts
+from compress.transfer.texts import split_texts
 from students.factory import build_student, teacher_shape
 from students.layer_map import format_layer_map, parse_layer_map
 
@@ -132,13 +132,11 @@ def transfer_sentences(options: TransferOptions, task: TokenTaskData) -> tuple[l
     """The unlabelled corpus of ``options`` as whitespace-split sentences, without any text of the task's splits
     (validation/test: a leak; train: counted twice), a seeded ``unlabeled_limit`` of them; ``(sentences, stats)``."""
 
-    def keys(split: str) -> set[str]:
-        return {text_key(text) for text in tagged_texts(task, split)}
-
+    held_out = split_texts(task, ("validation", "test"))
     corpus = load_unlabeled(options.unlabeled, options.unlabeled_text_column)
-    texts, _, stats = filter_unlabeled(corpus, keys("validation") | keys("test"), keys("train"),
-                                       options.unlabeled_limit, options.seed,
-                                       held_out_overlap(options.unlabeled, split_texts(task, ("validation", "test"))))
+    texts, _, stats = filter_unlabeled(corpus, {text_key(t) for t in held_out},
+                                       {text_key(t) for t in split_texts(task, ("train",))}, options.unlabeled_limit,
+                                       options.seed, held_out_overlap(options.unlabeled, held_out))
     if options.unlabeled in BUILTIN_CORPUS_STATS:
         stats["built_in"] = BUILTIN_CORPUS_STATS[options.unlabeled]()
     return [text.split() for text in texts], {"source": options.unlabeled, **stats}
