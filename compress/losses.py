@@ -14,6 +14,9 @@ The kinds, and the signature a loss of each kind has:
 
 - ``soft``: ``fn(student_logits, teacher_logits, temperature)``, a batch mean (the teacher's soft labels).
 - ``hard``: ``fn(student_logits, labels)``, a batch mean over the gold labels.
+- A ``soft`` loss also applies to ``on: gold``, the data's own label probabilities (``distill --gold-labels``,
+  :mod:`compress.gold_labels`): called with their logarithms as the teacher's logits at temperature 1, so
+  ``soft_ce`` is the cross-entropy with those probabilities, over the rows that have them.
 - ``states``: ``fn(student_hidden, teacher_hidden, attention_mask)``, over real tokens; the student's
   states arrive already projected to the teacher's width. Applied to the embedding output
   (``on: embeddings``) or to every mapped layer pair (``on: hidden``, averaged over pairs).
@@ -60,12 +63,13 @@ LOSSES: dict[str, Callable[..., torch.Tensor]] = {}
 KINDS: dict[str, str] = {}
 
 #: The signals a term can compare, and the loss kind each one takes.
-SIGNALS = {"logits": "soft", "labels": "hard", "embeddings": "states", "hidden": "states", "attention": "attention"}
+SIGNALS = {"logits": "soft", "labels": "hard", "gold": "soft", "embeddings": "states", "hidden": "states",
+           "attention": "attention"}
 #: Signals that need the teacher's intermediate outputs (and position-aligned tokenizations).
 INTERMEDIATE_SIGNALS = ("embeddings", "hidden", "attention")
 _DEFAULT_SIGNAL = {"soft": "logits", "hard": "labels", "states": "hidden", "attention": "attention"}
 #: The log name of a term on each signal (``loss_kd`` etc. in the training log).
-_DEFAULT_NAME = {"logits": "kd", "labels": "hard", "embeddings": "embedding", "hidden": "hidden",
+_DEFAULT_NAME = {"logits": "kd", "labels": "hard", "gold": "gold", "embeddings": "embedding", "hidden": "hidden",
                  "attention": "attention"}
 
 

@@ -31,11 +31,12 @@ class DataOptions(ConfigBase):
     limit: int | None = _helped(None, "use at most this many rows per split (quick runs)")
     split_seed: int = _helped(0, "seed of the 80/10/10 split of a single file")
 
-    def load(self, num_labels: int | None = None):
-        """The task (a :class:`compress.data.TaskData`), loaded and validated, cut to ``limit`` rows."""
+    def load(self, num_labels: int | None = None, keep_columns: tuple[str, ...] = ()):
+        """The task (a :class:`compress.data.TaskData`), loaded and validated, cut to ``limit`` rows;
+        ``keep_columns`` are carried along from a file or hub dataset (``distill --gold-labels``)."""
 
         task = load_task_data(self.data, self.text_column, self.text_pair_column, self.label_column,
-                              self.split_seed, num_labels)
+                              self.split_seed, num_labels, keep_columns)
         return task.subset(self.limit, seed=self.split_seed)
 
     def load_any(self, num_labels: int | None = None):

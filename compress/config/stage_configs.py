@@ -126,6 +126,18 @@ class DistillConfig(ConfigBase, KDSettings):
     unlabeled_limit: int | None = None
     augment: int = 0
     augment_ops: str = ",".join(AUGMENT_OPS)
+    #: Soft gold labels (compress.gold_labels): a data column of label probabilities, or of a score that a
+    #: two-label task turns into them, trained toward by soft CE at T=1 with weight ``alpha_gold``.
+    gold_labels: str | None = field(default=None, metadata={
+        "help": "data column of label probabilities (a list per row) or of a score (two labels: sigmoid(score / "
+                "--gold-scale) is the second label's probability), trained toward beside the teacher; movie-reviews "
+                "has 'rating', the mean of its raters' -4..+4 scores"})
+    alpha_gold: float = field(default=1.0, metadata={"help": "weight of the gold-probability loss (with --gold-labels)"})
+    #: A score of ``gold_scale`` means a probability of sigmoid(1) = 0.73. At 1, a movie-review sentence's mean rating
+    #: of +1, +2, +3 gives 0.73, 0.88, 0.95: about the share of raters who would lean positive if each rater's score
+    #: spread by ~1.7 around the mean (the logistic curve at scale 1 is close to the normal's at 1.7).
+    gold_scale: float = field(default=1.0, metadata={"help": "scale of a score column: its probability is "
+                                                             "sigmoid(score / scale)"})
     #: Branch, tag or commit of ``teacher`` when it is a Hugging Face Hub id (compress.hub).
     revision: str | None = None
     #: Distil even from a teacher no better than chance on validation (compress.head_check).
@@ -141,7 +153,7 @@ class DistillConfig(ConfigBase, KDSettings):
     #: The settings beyond logit distillation, each with the value that means "off": what the tagger's and the
     #: reader's distillation (soft CE over words or window positions, plus hard CE) do not apply yet.
     BEYOND_LOGITS: ClassVar[dict[str, Any]] = {"intermediate": False, "unlabeled": None, "augment": 0, "losses": None,
-                                               "kd_loss": "soft_ce", "schedule": "joint"}
+                                               "kd_loss": "soft_ce", "schedule": "joint", "gold_labels": None}
 
     def refuse_beyond_logits(self, what: str, allowed: tuple[str, ...] = ()) -> None:
         """One line naming the first setting of :attr:`BEYOND_LOGITS` that is on, for a distillation that does not
@@ -156,7 +168,8 @@ class DistillConfig(ConfigBase, KDSettings):
         for name in ("alpha_embedding", "alpha_hidden", "alpha_attention"):
             if getattr(self, name) < 0:
                 problems.append(_problem(name, f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"))
-        if self.losses is None and self.alpha_kd == 0 and self.alpha_hard == 0 and not self.intermediate:
+        if self.losses is None and self.alpha_kd == 0 and self.alpha_hard == 0 and not self.intermediate \
+                and not (self.gold_labels is not None and self.alpha_gold > 0):
             problems.append(_problem("alpha_kd", "every loss weight is 0: set --alpha-kd or --alpha-hard above 0"))
         if self.kd_loss not in loss_names("soft"):
             problems.append(_problem("kd_loss", f"--kd-loss must be one of {', '.join(loss_names('soft'))}, "
@@ -164,6 +177,13 @@ class DistillConfig(ConfigBase, KDSettings):
         if self.hidden_loss not in loss_names("states"):
             problems.append(_problem("hidden_loss", f"--hidden-loss must be one of {', '.join(loss_names('states'))}, "
                                                     f"got {self.hidden_loss!r}"))
+        if self.alpha_gold < 0:
+            problems.append(_problem("alpha_gold", f"--alpha-gold must be >= 0, got {self.alpha_gold}"))
+        if not self.gold_scale > 0:
+            problems.append(_problem("gold_scale", f"--gold-scale must be > 0, got {self.gold_scale}"))
+        if self.gold_labels is None and any(t.on == "gold" for t in self.loss_terms()):
+            problems.append(_problem("losses", "--losses has a term on gold: name the column of label probabilities "
+                                               "with --gold-labels"))
         if self.projection_lr is not None and self.projection_lr <= 0:
             problems.append(_problem("projection_lr", f"--projection-lr must be > 0, got {self.projection_lr}"))
         if self.losses is not None:
@@ -187,13 +207,16 @@ class DistillConfig(ConfigBase, KDSettings):
 
     def loss_terms(self) -> list[Any]:
         """The objective as a list of :class:`compress.losses.LossTerm`: ``losses`` when given,
-        else the terms the flags describe (soft labels, gold labels, and with ``intermediate`` the
+        else the terms the flags describe (soft labels, hard labels, with ``gold_labels`` the data's own label
+        probabilities, and with ``intermediate`` the
         embedding, hidden-state and attention terms). Terms of weight 0 are kept, so ``compress.json``
         shows what was off."""
 
         if self.losses is not None:
             return [LossTerm.from_dict(t) for t in self.losses]
         terms = [LossTerm(self.kd_loss, self.alpha_kd), LossTerm("hard_ce", self.alpha_hard)]
+        if self.gold_labels is not None:
+            terms.append(LossTerm("soft_ce", self.alpha_gold, on="gold"))
         if self.intermediate:
             terms += [LossTerm(self.hidden_loss, self.alpha_embedding, on="embeddings"),
                       LossTerm(self.hidden_loss, self.alpha_hidden, on="hidden"),

@@ -37,6 +37,7 @@ from compress.losses import LOSSES, LossTerm, row_weighted
 from compress.distill.intermediate import (active_terms, intermediate_values, make_projections,
                                            projection_optimizer, tokenizations_align, wanted_outputs)
 from compress.distill.soft_labels import Part, SoftLabelStore
+from compress.gold_labels import ABSENT, COLUMN as GOLD_COLUMN, with_gold
 from compress.head_check import HeadCheck, check_head, refuse_untrained_teacher
 from compress.modeling import (accepts_token_types, autocast, classification_metrics, count_parameters, model_device,
                                predict_logits)
@@ -73,10 +74,11 @@ class DistillationModule(nn.Module):
 
     def forward(self, s_input_ids, s_attention_mask, s_token_type_ids=None, labels=None, soft_labels=None,
                 teacher_hidden=None, teacher_attentions=None, terms: list[LossTerm] | tuple = (), temperature=1.0,
-                sample_weight=None, **_: Any) -> dict[str, torch.Tensor]:
+                sample_weight=None, gold=None, **_: Any) -> dict[str, torch.Tensor]:
         """Every active term's value (by term name) and their weighted sum under ``"loss"``.
 
-        Terms on intermediate signals are skipped when the teacher's states were not passed in.
+        Terms on intermediate signals are skipped when the teacher's states were not passed in. ``gold``: the
+        data's label probabilities per row (``compress.gold_labels``; rows without them hold ``ABSENT``).
         """
         def present(term: LossTerm) -> bool:
             if not term.intermediate:
@@ -107,9 +109,17 @@ class DistillationModule(nn.Module):
                 else:
                     # Transfer rows carry label -100: the hard loss sums over the labelled rows and divides by
                     # the whole batch, so a labelled example pulls as hard as in a labelled-only run.
-                    gold = labels != -100
-                    values[term.name] = (fn(out.logits[gold], labels[gold]) * (gold.sum() / len(labels))
-                                         if bool(gold.any()) else zero)
+                    known = labels != -100
+                    values[term.name] = (fn(out.logits[known], labels[known]) * (known.sum() / len(labels))
+                                         if bool(known.any()) else zero)
+            elif term.on == "gold":
+                if gold is None:
+                    continue
+                # Rows with gold probabilities only (transfer rows have none), divided by the whole batch as the hard
+                # term is; the probabilities enter as logits at T=1, so soft_ce is the cross-entropy with them.
+                has = gold[:, 0] >= 0
+                values[term.name] = (fn(out.logits[has], torch.log(gold[has].clamp_min(1e-8)), 1.0)
+                                     * (has.sum() / len(gold)) if bool(has.any()) else zero)
         values.update(intermediate_values(active, self.projections, self.pairs, out, teacher_hidden,
                                           teacher_attentions, mask))
         weight = {t.name: t.weight for t in active}
@@ -141,7 +151,9 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
     timings: dict[str, float] = {}
-    task = cfg.data.load()
+    task = cfg.data.load(keep_columns=(cfg.gold_labels,) if cfg.gold_labels else ())
+    if cfg.gold_labels:
+        task = with_gold(task, cfg.gold_labels, cfg.gold_scale)
     want_inter = cfg.wants_intermediate
     teacher = load_teacher(cfg.teacher, task, cfg.allow_pickle, eager_attention=want_inter, revision=cfg.revision)
     recorded = HeadCheck.from_dict(teacher.meta.get("chance_check"))
@@ -205,10 +217,11 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     train_ds = tokenized["train"]
     if not during_training:
         train_ds = train_ds.add_column("soft_labels", [row.tolist() for row in soft["train"]])
-    keep = [c for c in train_ds.column_names if c.startswith(("s_", "t_")) or c in ("label", "length", "soft_labels")]
+    keep = [c for c in train_ds.column_names if c.startswith(("s_", "t_"))
+            or c in ("label", "length", "soft_labels", GOLD_COLUMN)]
     train_ds = train_ds.select_columns(keep)
     if transfer is not None:
-        train_ds = transfer.extend(train_ds)
+        train_ds = transfer.extend(train_ds, {GOLD_COLUMN: [ABSENT] * task.num_labels} if cfg.gold_labels else None)
 
     store = None
     label_runtime = None
@@ -279,6 +292,8 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
             "intermediate": want_inter, "layer_map": format_layer_map(pairs) if want_inter else None,
             "projection_lr": cfg.projection_lr if want_inter and len(module.projections) else None,
             "schedule": cfg.schedule, "soft_labels_reused": reused,
+            # the data's own label probabilities, when a term trains toward them (compress.gold_labels)
+            "gold_labels": _gold_record(cfg, tokenized["train"]) if cfg.gold_labels else None,
             # who labelled the training rows (PyTorch or the INT8 copy) and the agreement check behind it
             "soft_labels": label_runtime.to_dict() if label_runtime is not None else None,
         },
@@ -303,6 +318,13 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
 
     print_metrics("student", metrics, timings)
     return path
+
+
+def _gold_record(cfg: DistillConfig, train) -> dict[str, Any]:
+    """What ``compress.json`` says about the gold-probability target: its column, scale, weight and coverage."""
+    has = sum(1 for row in train[GOLD_COLUMN][:] if row[0] >= 0)
+    return {"column": cfg.gold_labels, "scale": cfg.gold_scale, "weight": cfg.alpha_gold,
+            "training_rows_with_gold": has, "training_rows": len(train)}
 
 
 def _label_parts(teacher, train, transfer, precision: str) -> list[tuple[str, Any, Path]]:

@@ -96,18 +96,29 @@ class TransferSet:
         """One column over every part (e.g. ``t_input_ids`` for the alignment check)."""
         return [value for part in self.parts.values() for value in part[column][:]]
 
-    def extend(self, train_ds):
-        """The labelled training rows (weight 1) followed by every transfer row, same columns."""
+    def extend(self, train_ds, fill: dict[str, Any] | None = None):
+        """The labelled training rows (weight 1) followed by every transfer row, same columns; ``fill`` gives the
+        value transfer rows take in a labelled-only column (``{"gold": [-1.0, -1.0]}``: no gold probabilities)."""
         from datasets import concatenate_datasets
 
         base = train_ds.add_column("sample_weight", [1.0] * len(train_ds))
         cols = base.column_names
-        parts = [base] + [p.select_columns(cols).cast(base.features) for p in self.parts.values() if len(p)]
+        extra = dict(fill or {})
+        parts = [base] + [_filled(p, extra).select_columns(cols).cast(base.features) for p in self.parts.values()
+                          if len(p)]
         return concatenate_datasets(parts)
 
     def describe(self) -> dict[str, Any]:
         """What ``compress.json`` records under ``"transfer"``."""
         return self.info
+
+
+def _filled(part, fill: dict[str, Any]):
+    """``part`` with each column of ``fill`` it lacks, every row holding the given value."""
+    for name, value in fill.items():
+        if name not in part.column_names:
+            part = part.add_column(name, [value] * len(part))
+    return part
 
 
 def build_transfer(options: TransferOptions, task, teacher, student_tokenizer, label: bool = True) -> TransferSet | None:

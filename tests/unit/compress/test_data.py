@@ -152,9 +152,11 @@ def test_movie_review_parser(tmp_path):
            "4\t1.0\tA fine film.\r\n5\t-3\tAwful.\r\n")
     path = tmp_path / "snippets.txt"
     path.write_bytes(raw.encode())
-    texts, labels = parse_movie_review_snippets(path)
+    ratings: list[float] = []
+    texts, labels = parse_movie_review_snippets(path, ratings)
     assert texts == ["A fine film.", "A dull one.", "Awful."]  # zero rating dropped, duplicate kept once
     assert labels == [1, 0, 0]
+    assert ratings == [2.5, -1.2, -3.0]  # the first occurrence's rating, beside its sentence
 
 
 def test_tokenize_and_dynamic_padding(tokenizer, sentiment_csv):
