@@ -138,6 +138,10 @@ class DistillConfig(ConfigBase, KDSettings):
     #: spread by ~1.7 around the mean (the logistic curve at scale 1 is close to the normal's at 1.7).
     gold_scale: float = field(default=1.0, metadata={"help": "scale of a score column: its probability is "
                                                              "sigmoid(score / scale)"})
+    #: Teacher ensembles (compress.distill.ensemble): more teachers whose logits are averaged with ``teacher``'s.
+    ensemble: str | None = field(default=None, metadata={
+        "help": "comma list of more teacher folders (other seeds, pooling or schedules): the soft labels are the mean "
+                "of their and --teacher's logits; the student is scored against both the ensemble and --teacher"})
     #: Branch, tag or commit of ``teacher`` when it is a Hugging Face Hub id (compress.hub).
     revision: str | None = None
     #: Distil even from a teacher no better than chance on validation (compress.head_check).
@@ -153,12 +157,19 @@ class DistillConfig(ConfigBase, KDSettings):
     #: The settings beyond logit distillation, each with the value that means "off": what the tagger's and the
     #: reader's distillation (soft CE over words or window positions, plus hard CE) do not apply yet.
     BEYOND_LOGITS: ClassVar[dict[str, Any]] = {"intermediate": False, "unlabeled": None, "augment": 0, "losses": None,
-                                               "kd_loss": "soft_ce", "schedule": "joint", "gold_labels": None}
+                                               "kd_loss": "soft_ce", "schedule": "joint"}
+    #: Settings only a sentence classifier's distillation applies, and what each is.
+    CLASSIFIER_ONLY: ClassVar[dict[str, str]] = {"gold_labels": "soft gold labels", "ensemble": "teacher ensembles"}
 
     def refuse_beyond_logits(self, what: str, allowed: tuple[str, ...] = ()) -> None:
         """One line naming the first setting of :attr:`BEYOND_LOGITS` that is on, for a distillation that does not
         apply it (``what``: ``"a tagger uses soft CE over words plus hard CE only, for now; ... tagging data"``);
-        the settings in ``allowed`` are the ones that distillation does apply."""
+        the settings in ``allowed`` are the ones that distillation does apply. The :attr:`CLASSIFIER_ONLY` settings
+        are refused first, each with its own line."""
+        for name, kind in self.CLASSIFIER_ONLY.items():
+            if getattr(self, name) is not None:
+                raise CompressError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: {kind} apply to sentence "
+                                    "classification only, for now; leave it out for tagging or QA data")
         for name, off in self.BEYOND_LOGITS.items():
             if name not in allowed and getattr(self, name) != off:
                 raise CompressError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: distilling {what}")

@@ -36,6 +36,7 @@ from students.layer_map import format_layer_map, parse_layer_map
 from compress.losses import LOSSES, LossTerm, row_weighted
 from compress.distill.intermediate import (active_terms, intermediate_values, make_projections,
                                            projection_optimizer, tokenizations_align, wanted_outputs)
+from compress.distill.ensemble import averaged, describe as describe_ensemble, load_members
 from compress.distill.soft_labels import Part, SoftLabelStore
 from compress.gold_labels import ABSENT, COLUMN as GOLD_COLUMN, with_gold
 from compress.head_check import HeadCheck, check_head, refuse_untrained_teacher
@@ -168,6 +169,8 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     # The soft labels (and, in training, the intermediate states) come from the teacher on the
     # training device; the Trainer puts the student there too (``_train`` checks the teacher follows).
     teacher.model.to(device)
+    # Teachers averaged with --teacher for the soft labels (compress.distill.ensemble); labelled up front.
+    members = load_members(cfg.ensemble, teacher, task, cfg.allow_pickle, cfg.revision) if cfg.ensemble else []
 
     # Each model tokenizes the text its own way; the teacher's ids feed its cached logits.
     tokenized = {}
@@ -183,12 +186,18 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     # One process fills the training rows' soft labels while it trains; a distributed run labels them
     # up front, sharded over the ranks, since each rank sees only its own rows.
     _, world_size = world()
-    during_training = world_size == 1
+    during_training = world_size == 1 and not members
     # Augmented variants and unlabelled text, tokenized (and soft-labelled up front when distributed).
     transfer = build_transfer(TransferOptions.from_config(cfg, precision.precision), task, teacher, s_tok,
                               label=not during_training)
     if transfer is not None:
         timings["transfer_s"] = transfer.info["seconds"]
+    if members and transfer is not None:
+        for name, part in list(transfer.parts.items()):
+            if len(part):
+                mean = averaged(np.asarray(part["soft_labels"][:]), members, part, cfg.max_length, task.is_pair,
+                                precision.precision, name)
+                transfer.parts[name] = part.remove_columns("soft_labels").add_column("soft_labels", mean.tolist())
 
     notes = []
     if want_inter:
@@ -204,11 +213,16 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     t0 = time.perf_counter()
     soft = {}
     reused = {}
+    single = {}  # --teacher's own logits, when an ensemble's mean is the target
     for name in sorted(tokenized, key=lambda n: n != "validation"):  # validation first: it decides the check below
         if name == "train" and during_training:
             continue
         soft[name], reused[name] = teacher_logits(teacher, tokenized[name], prefix="t_",
                                                       precision=precision.precision, what=name)
+        if members:
+            single[name] = soft[name]
+            soft[name] = averaged(soft[name], members, task.splits[name], cfg.max_length, task.is_pair,
+                                  precision.precision, name)
         if name == "validation":
             check = check_head(soft[name], np.asarray(task.splits[name]["label"]), task.num_labels)
             refuse_untrained_teacher(check, cfg.teacher, cfg.allow_untrained_teacher)
@@ -269,6 +283,10 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
             labels = np.asarray(task.splits[name]["label"])
             metrics[name] = classification_metrics(logits, labels, soft[name])
             metrics[name]["teacher_accuracy"] = classification_metrics(soft[name], labels)["accuracy"]
+            if members:  # soft[name] is the ensemble's mean; the single teacher a user would deploy, beside it
+                metrics[name]["single_teacher_accuracy"] = classification_metrics(single[name], labels)["accuracy"]
+                metrics[name]["agreement_with_single_teacher"] = classification_metrics(logits, labels,
+                                                                                        single[name])["agreement"]
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     timings["total_s"] = round(time.perf_counter() - started, 1)
 
@@ -294,6 +312,8 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
             "schedule": cfg.schedule, "soft_labels_reused": reused,
             # the data's own label probabilities, when a term trains toward them (compress.gold_labels)
             "gold_labels": _gold_record(cfg, tokenized["train"]) if cfg.gold_labels else None,
+            # the teachers whose mean logits were the soft labels (compress.distill.ensemble)
+            "ensemble": describe_ensemble(teacher, members) if members else None,
             # who labelled the training rows (PyTorch or the INT8 copy) and the agreement check behind it
             "soft_labels": label_runtime.to_dict() if label_runtime is not None else None,
         },

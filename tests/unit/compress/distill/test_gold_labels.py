@@ -107,7 +107,7 @@ def test_gold_settings_are_checked_and_refused_where_they_do_not_apply():
     assert any("--gold-scale must be > 0" in m for m in messages) and any("--alpha-gold" in m for m in messages)
     # gold alone is something to learn from
     assert not DistillConfig(gold_labels="r", alpha_kd=0, alpha_hard=0).problems()
-    with pytest.raises(CompressError, match="--gold-labels 'rating'"):
+    with pytest.raises(CompressError, match="--gold-labels 'rating': soft gold labels apply to sentence classif"):
         DistillConfig(gold_labels="rating").refuse_beyond_logits("a tagger")
 
 
