@@ -34,7 +34,10 @@ import gc; gc.collect()
 area.close()  # munmap: the alternate stack now points at unmapped memory
 """
 
+# Python's own SIGINT handler first: a process started with SIGINT ignored (a background job of a
+# non-interactive shell, some CI runners) inherits SIG_IGN, and the signal would then never be delivered.
 RAISE_SIGINT = """
+signal.signal(signal.SIGINT, signal.default_int_handler)
 try:
     signal.raise_signal(signal.SIGINT)
 except KeyboardInterrupt:
