@@ -219,6 +219,11 @@ def require_column(frame, name: str, option: str, path: str):
     return frame[name]
 
 
+def is_missing(value: Any) -> bool:
+    """Whether a cell pandas read is empty: ``None``, NaN, or the nullable backends' ``<NA>``."""
+    return value is None or (isinstance(value, float) and math.isnan(value)) or str(value) == "<NA>"
+
+
 def _rows(mask: Sequence[bool]) -> str:
     idx = [i for i, bad in enumerate(mask) if bad]
     shown = ", ".join(str(i) for i in idx[:5])
@@ -240,7 +245,7 @@ def _raw_labels(series, column: str, path: str) -> list[Any]:
     out = []
     missing = []
     for v in series.tolist():
-        if v is None or (isinstance(v, float) and math.isnan(v)) or str(v) == "<NA>":
+        if is_missing(v):
             missing.append(True)
             out.append(None)
             continue
@@ -274,7 +279,7 @@ def _cells_as_text(series) -> list[str | None]:
     and lists, strings as they are, ``None`` for a missing cell."""
     out: list[str | None] = []
     for v in series.tolist():
-        if v is None or (isinstance(v, float) and math.isnan(v)) or str(v) == "<NA>":
+        if is_missing(v):
             out.append(None)
         elif isinstance(v, str):
             out.append(v)

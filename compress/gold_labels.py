@@ -24,6 +24,7 @@ import json
 import math
 from typing import Any, Sequence
 
+from compress.data import TaskData, is_missing
 from compress.errors import CompressError
 
 #: The value of every entry of a row without gold probabilities.
@@ -35,7 +36,8 @@ _SUM_TOLERANCE = 1e-3
 
 
 def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or str(value) in ("", "<NA>", "nan")
+    """An empty cell as the loaders see one, or blank text."""
+    return is_missing(value) or (isinstance(value, str) and not value.strip())
 
 
 def _parse(value: Any) -> Any:
@@ -99,8 +101,6 @@ def gold_probabilities(values: Sequence[Any], num_labels: int, scale: float, whe
 def with_gold(task: Any, column: str, scale: float) -> Any:
     """``task`` (a :class:`compress.data.TaskData`) with a :data:`COLUMN` of probabilities made from ``column`` in
     every split that has it; the training split must. Prints how many training rows have none."""
-    from compress.data import TaskData
-
     if column not in task.splits["train"].column_names:
         extra = [c for c in task.splits["train"].column_names if c not in ("text", "text_pair", "label")]
         raise CompressError(f"{task.source}: no column {column!r} in the training data for --gold-labels (other "

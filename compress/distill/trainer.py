@@ -110,17 +110,14 @@ class DistillationModule(nn.Module):
                 else:
                     # Transfer rows carry label -100: the hard loss sums over the labelled rows and divides by
                     # the whole batch, so a labelled example pulls as hard as in a labelled-only run.
-                    known = labels != -100
-                    values[term.name] = (fn(out.logits[known], labels[known]) * (known.sum() / len(labels))
-                                         if bool(known.any()) else zero)
+                    values[term.name] = _on_rows(fn, labels != -100, out.logits, labels, zero=zero)
             elif term.on == "gold":
                 if gold is None:
                     continue
-                # Rows with gold probabilities only (transfer rows have none), divided by the whole batch as the hard
-                # term is; the probabilities enter as logits at T=1, so soft_ce is the cross-entropy with them.
-                has = gold[:, 0] >= 0
-                values[term.name] = (fn(out.logits[has], torch.log(gold[has].clamp_min(1e-8)), 1.0)
-                                     * (has.sum() / len(gold)) if bool(has.any()) else zero)
+                # Rows with gold probabilities only (transfer rows have none), as for the hard term; the
+                # probabilities enter as logits at T=1, so soft_ce is the cross-entropy with them.
+                values[term.name] = _on_rows(fn, gold[:, 0] >= 0, out.logits, torch.log(gold.clamp_min(1e-8)), 1.0,
+                                             zero=zero)
         values.update(intermediate_values(active, self.projections, self.pairs, out, teacher_hidden,
                                           teacher_attentions, mask))
         weight = {t.name: t.weight for t in active}
@@ -132,6 +129,13 @@ class DistillationModule(nn.Module):
         if len(self.projections):
             values["loss"] = values["loss"] + sum(p.sum() for p in self.projections.parameters()) * 0.0
         return values
+
+
+def _on_rows(fn, rows: torch.Tensor, student: torch.Tensor, target: torch.Tensor, *args: Any,
+             zero: torch.Tensor) -> torch.Tensor:
+    """A batch-mean loss over the selected ``rows`` only, scaled by their share of the batch (the sum over those rows
+    divided by the whole batch), so a labelled row pulls as hard as in a labelled-only run; ``zero`` when none."""
+    return fn(student[rows], target[rows], *args) * (rows.sum() / len(rows)) if bool(rows.any()) else zero
 
 
 def _weights(terms: list[LossTerm]) -> dict[str, float]:
