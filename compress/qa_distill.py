@@ -28,8 +28,15 @@ Padding positions are masked out of both. Training is the stages' Trainer machin
 order, NaN guard, fingerprinted checkpoints and ``--resume``, Ctrl-C, an atomic artifact);
 every loss term of a config applies (``--kd-loss``, ``--losses``, ``--schedule``), TinyBERT's intermediate terms
 included: the teacher runs on its spelling of each window and its states and attention maps are read back at
-the student's positions (:func:`compress.distill.intermediate.at_student_positions`). Transfer data and
-augmentation are not applied to readers yet.
+the student's positions (:func:`compress.distill.intermediate.at_student_positions`).
+
+Transfer questions (``--unlabeled``: questions about passages, without answers;
+:mod:`compress.transfer.questions`) are windowed like the labelled ones and soft-labelled by the teacher
+the same way; their windows carry no gold position (-100), so only the soft terms see them, weighted by
+``--unlabeled-weight`` against a labelled window (:func:`compress.losses.row_weighted`), and the hard term
+is the labelled windows' mean scaled by their share of the batch, so a labelled window pulls as hard as
+without transfer windows. Augmentation (word edits) is not applied to readers: an edit can move or break
+the answer span.
 """
 
 from __future__ import annotations
@@ -58,12 +65,26 @@ from compress.training import (checkpoint_dir, checkpoint_fingerprint, interrupt
 from compress.device import resolve_precision, training_device
 from compress.distill.intermediate import (active_terms, at_student_positions, head_distillation_trainer,
                                            make_projections, teacher_states, terms_record, with_projections)
-from compress.losses import LOSSES, LossTerm
+from compress.losses import LOSSES, LossTerm, row_weighted
+from compress.transfer.questions import transfer_questions
 from students.factory import build_student, teacher_shape
 from students.layer_map import format_layer_map, parse_layer_map
 
 #: Stands in for -inf where a position is padding: finite, so ``0 * log q`` stays 0 in the soft CE.
 MASKED = -1.0e4
+#: The gold position of a transfer window (no answer known): the hard term skips it.
+NO_GOLD = -100
+
+
+@dataclass(frozen=True)
+class ReaderTransfer:
+    """Transfer questions for a reader (:func:`compress.transfer.questions.transfer_questions`) and the weight of
+    their windows' soft terms against a labelled window's."""
+
+    questions: list[str]
+    passages: list[str]
+    info: dict[str, Any]
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -216,11 +237,12 @@ def window_soft_labels(t_model, t_tok: Any, s_tok: Any, windows, weights: str, m
 
 
 def span_term_values(terms: Sequence[LossTerm], start_logits, end_logits, attention_mask, soft_start, soft_end,
-                     start_positions, end_positions, temperature: float) -> dict[str, Any]:
+                     start_positions, end_positions, temperature: float, weight=None) -> dict[str, Any]:
     """The value of each head term of positive weight in ``terms`` (by term name) for one batch of windows
     (module docstring): a term on ``logits`` compares the student's start and end rows with the teacher's at
-    ``temperature``, a term on ``labels`` them with the gold positions; each the mean of its start and end
-    values. Padding positions are masked out of both."""
+    ``temperature`` (each window weighted by ``weight``, ``None``: all 1), a term on ``labels`` them with the
+    gold positions of the windows that have one (``NO_GOLD``: a transfer window), scaled by their share of the
+    batch; each the mean of its start and end values. Padding positions are masked out of both."""
     real = attention_mask.bool()
     student = [x.float().masked_fill(~real, MASKED) for x in (start_logits, end_logits)]
     teacher = None
@@ -233,9 +255,15 @@ def span_term_values(terms: Sequence[LossTerm], start_logits, end_logits, attent
             if teacher is None:
                 teacher = [t.to(start_logits.device).nan_to_num(MASKED).masked_fill(~real, MASKED)
                            for t in (soft_start, soft_end)]
-            values[term.name] = (fn(student[0], teacher[0], temperature) + fn(student[1], teacher[1], temperature)) / 2
+            values[term.name] = (row_weighted(fn, weight, student[0], teacher[0], temperature)
+                                 + row_weighted(fn, weight, student[1], teacher[1], temperature)) / 2
         elif term.on == "labels":
-            values[term.name] = (fn(student[0], start_positions) + fn(student[1], end_positions)) / 2
+            gold = start_positions != NO_GOLD
+            if not bool(gold.any()):
+                continue
+            share = gold.sum() / len(gold)
+            values[term.name] = (fn(student[0][gold], start_positions[gold])
+                                 + fn(student[1][gold], end_positions[gold])) / 2 * share
     return values
 
 
@@ -251,10 +279,10 @@ def span_distillation_loss(start_logits, end_logits, attention_mask, soft_start,
 
 
 def _span_head_values(terms, output, attention_mask, temperature, start_positions, end_positions, soft_start,
-                      soft_end):
+                      soft_end, weight=None):
     """:func:`span_term_values` as :func:`compress.distill.intermediate.with_projections` asks for it."""
     return span_term_values(terms, output.start_logits, output.end_logits, attention_mask, soft_start, soft_end,
-                            start_positions, end_positions, temperature)
+                            start_positions, end_positions, temperature, weight)
 
 
 def _collator(tokenizer: Any, teacher_pad_id: int = 0):
@@ -278,6 +306,7 @@ def _collator(tokenizer: Any, teacher_pad_id: int = 0):
         width = batch["input_ids"].shape[1]
         for name in ("soft_start", "soft_end"):
             batch[name] = padded(features, name, width, float("nan"), torch.float32)
+        batch["weight"] = torch.tensor([float(f.get("weight", 1.0)) for f in features])
         if "t_input_ids" in features[0]:
             t_width = max(len(f["t_input_ids"]) for f in features)
             batch["t_input_ids"] = padded(features, "t_input_ids", t_width, teacher_pad_id, torch.long)
@@ -310,12 +339,23 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     from ``--student``/``--init`` as a reader, then distilled on the teacher's window logits."""
 
     cfg.validate()
-    cfg.refuse_beyond_logits("a span reader is distilled on its labelled questions only, for now (no transfer "
-                             "text or augmentation); leave it out for QA data.",
-                             allowed=("intermediate", "losses", "kd_loss", "schedule"))
+    cfg.refuse_beyond_logits("a span reader is not augmented (a word edit can move or break the answer span); "
+                             "leave --augment out for QA data, or give transfer questions with --unlabeled.",
+                             allowed=("unlabeled", "intermediate", "losses", "kd_loss", "schedule"))
+    if cfg.unlabeled_text_pair_column or cfg.unlabeled_text_column != "text":
+        raise CompressError("--unlabeled-text-column/--unlabeled-text-pair-column: transfer questions for a reader are "
+                            "read from a QA source or a table with question and context columns; leave them out.")
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device).precision
-    data = load_qa_data(cfg.data.data, seed=cfg.data.split_seed).subset(cfg.data.limit, seed=cfg.data.split_seed)
+    full = load_qa_data(cfg.data.data, seed=cfg.data.split_seed)
+    data = full.subset(cfg.data.limit, seed=cfg.data.split_seed)
+    transfer = None
+    if cfg.unlabeled:
+        questions, passages, info = transfer_questions(cfg.unlabeled, full, data, cfg.unlabeled_limit, cfg.train.seed)
+        transfer = ReaderTransfer(questions, passages, info, cfg.unlabeled_weight)
+        print(f"transfer questions ({cfg.unlabeled}): {len(questions)} kept of {info.get('rows', 0)} "
+              f"({info['about_validation_or_test_passages']} about validation/test passages, "
+              f"{info.get('in_training', 0)} labelled, {info.get('duplicates', 0)} duplicates dropped)")
     eager = cfg.wants_intermediate
     t_model, t_tok, weights, t_meta, names = _load_teacher(cfg.teacher, eager_attention=eager)
     s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, names or ["start", "end"], cfg.layer_map,
@@ -323,15 +363,16 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     t_model.to(device)
     allow_null = bool(t_meta.get("allow_null", data.with_impossible))
     return distill_reader(t_model, t_tok, weights, str(cfg.teacher), s_model, s_tok, info, data, out, cfg, precision,
-                          allow_null)
+                          allow_null, transfer)
 
 
 def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
-                   data: QATaskData, out: str | os.PathLike, cfg: Any, precision: str, allow_null: bool) -> Path:
+                   data: QATaskData, out: str | os.PathLike, cfg: Any, precision: str, allow_null: bool,
+                   transfer: ReaderTransfer | None = None) -> Path:
     """Train ``s_model`` on the loss terms of ``cfg`` (:func:`span_term_values` for the start/end scores, the
-    intermediate ones on the teacher's windows read at the student's positions), score it and the teacher on
-    validation and test
-    (EM, F1, and both against the teacher's answers), write the student artifact."""
+    intermediate ones on the teacher's windows read at the student's positions) over the labelled questions and
+    ``transfer``'s, score it and the teacher on validation and test (EM, F1, and both against the teacher's
+    answers), write the student artifact."""
     import torch
     from datasets import Dataset
 
@@ -340,27 +381,44 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
         raise CompressError(f"--temperature must be > 0, got {cfg.temperature}")
     max_length, stride = cfg.max_length, qa_stride(cfg.max_length)
     split = data.splits["train"]
-    check_same_pieces(t_tok, s_tok, [*split["question"], *split["context"]], f"--data {data.source}")
-    feats = qa_features(s_tok, split["question"], split["context"], split["answers"], max_length=max_length,
-                        doc_stride=stride)
-    w = feats.windows
-    soft_start, soft_end, reused = window_soft_labels(t_model, t_tok, s_tok, w, weights, max_length, stride, precision)
-    print(f"soft labels (train, {len(w)} windows of {len(split)} questions, start and end per position): "
-          f"{'reused from the cache' if reused else 'computed'}")
-    columns: dict[str, list] = {"input_ids": w.input_ids, "attention_mask": w.attention_mask}
-    if "token_type_ids" in getattr(s_tok, "model_input_names", MODEL_COLUMNS):
-        columns["token_type_ids"] = w.token_type_ids
-    columns.update(start_positions=feats.start_positions.tolist(), end_positions=feats.end_positions.tolist(),
-                   soft_start=[x.tolist() for x in soft_start], soft_end=[x.tolist() for x in soft_end],
-                   length=[len(x) for x in w.input_ids])
-    # The intermediate terms read the teacher's states on its spelling of each window, mapped back to the
-    # student's positions (check_same_pieces above makes the two windows hold the same pieces).
+    parts = [("train", split["question"][:], split["context"][:], split["answers"][:], 1.0)]
+    if transfer is not None and transfer.questions:
+        parts.append(("transfer", transfer.questions, transfer.passages,
+                      [{"text": [], "answer_start": []}] * len(transfer.questions), transfer.weight))
+    check_same_pieces(t_tok, s_tok, [text for part in parts for text in (*part[1], *part[2])], f"--data {data.source}")
     want_inter = cfg.wants_intermediate
-    if want_inter:
-        t_ids, t_types, maps = teacher_windows(w, s_tok, t_tok)
-        columns.update(t_input_ids=t_ids, t_index=[m.tolist() for m in maps])
-        if "token_type_ids" in getattr(t_tok, "model_input_names", MODEL_COLUMNS):
-            columns["t_token_type_ids"] = t_types
+    use_types = "token_type_ids" in getattr(s_tok, "model_input_names", MODEL_COLUMNS)
+    t_types_wanted = "token_type_ids" in getattr(t_tok, "model_input_names", MODEL_COLUMNS)
+    columns: dict[str, list] = {}
+    reused_by: dict[str, bool] = {}
+    for name, questions, passages, answers, row_weight in parts:
+        feats = qa_features(s_tok, questions, passages, answers, max_length=max_length, doc_stride=stride)
+        w = feats.windows
+        soft_start, soft_end, reused_by[name] = window_soft_labels(t_model, t_tok, s_tok, w, weights, max_length,
+                                                                   stride, precision)
+        print(f"soft labels ({name}, {len(w)} windows of {len(questions)} questions, start and end per position): "
+              f"{'reused from the cache' if reused_by[name] else 'computed'}")
+        gold = name == "train"
+        part: dict[str, list] = {
+            "input_ids": w.input_ids, "attention_mask": w.attention_mask,
+            "start_positions": feats.start_positions.tolist() if gold else [NO_GOLD] * len(w),
+            "end_positions": feats.end_positions.tolist() if gold else [NO_GOLD] * len(w),
+            "soft_start": [x.tolist() for x in soft_start], "soft_end": [x.tolist() for x in soft_end],
+            "length": [len(x) for x in w.input_ids], "weight": [float(row_weight)] * len(w)}
+        if use_types:
+            part["token_type_ids"] = w.token_type_ids
+        # The intermediate terms read the teacher's states on its spelling of each window, mapped back to the
+        # student's positions (check_same_pieces above makes the two windows hold the same pieces).
+        if want_inter:
+            t_ids, t_types, maps = teacher_windows(w, s_tok, t_tok)
+            part.update(t_input_ids=t_ids, t_index=[m.tolist() for m in maps])
+            if t_types_wanted:
+                part["t_token_type_ids"] = t_types
+        if name == "transfer" and transfer is not None:
+            transfer.info.update(windows=len(w), weight=transfer.weight, soft_labels_reused=reused_by[name])
+        for key, values in part.items():
+            columns.setdefault(key, []).extend(values)
+    reused = all(reused_by.values())
     t_shape, s_shape = teacher_shape(t_model.config), teacher_shape(s_model.config)
     pairs = parse_layer_map(cfg.layer_map, t_shape.layers, s_shape.layers) if want_inter else {}
     projections = make_projections(s_shape.hidden, t_shape.hidden, pairs) if want_inter else torch.nn.ModuleDict()
@@ -418,6 +476,7 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
         "data": data.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
                      "training_windows": len(train_ds), "soft_labels_reused": reused},
+        "transfer": transfer.info if transfer is not None else None,
         "timings": {"total_s": round(time.perf_counter() - started, 1)},
     }
     if not is_main_process():

@@ -284,3 +284,106 @@ def test_the_teacher_stage_caches_its_answers_for_distill_to_reuse(mpnet_reader,
     with pytest.raises(AttributeError):  # other windows (another length): no cached answers, so the model is needed
         read_answers(None, tok, data.splits["test"], MAX_LENGTH - 8, 16, weights=meta["weights_sha256"],
                      precision=precision)
+
+
+def _question_table(path: Path, squad_json: Path, extra: list[dict] = ()) -> Path:
+    """The questions and passages of a SQuAD file as a JSONL table without answers (a user's question log)."""
+    doc = json.loads(squad_json.read_text())
+    rows = [{"question": q["question"], "context": p["context"]}
+            for a in doc["data"] for p in a["paragraphs"] for q in p["qas"]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*rows, *extra]))
+    return path
+
+
+def test_transfer_questions_leave_out_held_out_passages_labelled_questions_and_duplicates(squad, tmp_path):
+    from compress.tasks.qa_data import load_qa_data
+    from compress.transfer.questions import transfer_questions
+    from tests.support.squad import squad_file
+
+    full = load_qa_data(str(squad))
+    labelled = full.subset(20)
+    validation = json.loads((squad / "validation.json").read_text())["data"][0]["paragraphs"][0]["context"]
+    own = labelled.splits["train"][0]
+    table = _question_table(tmp_path / "log.jsonl", squad_file(tmp_path / "new.json", 30, seed=7), [
+        {"question": "what is the key ?", "context": validation},        # a validation passage: a leak
+        {"question": own["question"], "context": own["context"]},        # a labelled question: counted twice
+        {"question": "  ", "context": "the key is red ."},                # empty
+    ])
+    questions, passages, stats = transfer_questions(str(table), full, labelled)
+    assert len(questions) == len(passages) == stats["kept"]
+    assert stats["about_validation_or_test_passages"] == 1 and stats["in_training"] == 1 and stats["empty"] == 1
+    assert validation not in passages and own["context"] not in passages
+
+    # The task's own source: its other training questions are transfer questions, its held-out ones never;
+    # with limit the held-out passages are those of the whole split, not of the cut.
+    questions, passages, stats = transfer_questions(str(squad), full, labelled, limit=50, seed=1)
+    held = {c for s in ("validation", "test") for c in full.splits[s]["context"]}
+    assert stats["about_validation_or_test_passages"] == 80 and stats["in_training"] == 20
+    assert len(questions) == 50 and not held & set(passages)
+    again, _, _ = transfer_questions(str(squad), full, labelled, limit=50, seed=1)
+    assert again == questions  # seeded
+
+
+def test_a_question_table_without_a_passage_column_is_one_line(squad, tmp_path):
+    from compress.tasks.qa_data import load_qa_data
+    from compress.transfer.questions import transfer_questions
+
+    table = tmp_path / "log.jsonl"
+    table.write_text(json.dumps({"question": "what is the key ?", "text": "the key is red ."}) + "\n")
+    full = load_qa_data(str(squad))
+    with pytest.raises(CompressError, match=r"log.jsonl: no passage column 'context' or 'passage'") as info:
+        transfer_questions(str(table), full, full)
+    assert "\n" not in str(info.value)
+    with pytest.raises(CompressError, match="no such file"):
+        transfer_questions(str(tmp_path / "missing.jsonl"), full, full)
+
+
+def test_transfer_windows_carry_the_soft_terms_at_their_weight_and_no_hard_term():
+    """One labelled window and one transfer window (``NO_GOLD``) at weight 3: the soft term is the weighted
+    mean of the two windows' values, the hard term the labelled window's value times its share (1/2); a batch
+    of transfer windows alone has no hard term at all."""
+    import torch
+
+    from compress.losses import LossTerm
+    from compress.qa_distill import NO_GOLD, span_term_values
+
+    teacher = torch.tensor([[1.0, 3.0, 0.5], [2.0, 0.0, 1.0]])
+    student = torch.tensor([[0.0, 2.0, 1.0], [1.0, 1.0, -1.0]])
+    mask = torch.ones(2, 3, dtype=torch.long)
+    gold = torch.tensor([1, NO_GOLD])
+    terms = [LossTerm("soft_ce", 1.0, name="soft_ce"), LossTerm("hard_ce", 1.0, name="hard_ce")]
+    values = span_term_values(terms, student, student, mask, teacher, teacher, gold, gold, 2.0,
+                              torch.tensor([1.0, 3.0]))
+
+    def soft(i):
+        return -(torch.softmax(teacher[i] / 2, -1) * torch.log_softmax(student[i] / 2, -1)).sum().item() * 4
+
+    assert values["soft_ce"].item() == pytest.approx((soft(0) + 3 * soft(1)) / 2, rel=1e-5)
+    assert values["hard_ce"].item() == pytest.approx(-torch.log_softmax(student[0], -1)[1].item() / 2, rel=1e-5)
+    only_transfer = span_term_values(terms, student[1:], student[1:], mask[1:], teacher[1:], teacher[1:], gold[1:],
+                                     gold[1:], 2.0, torch.tensor([3.0]))
+    assert "hard_ce" not in only_transfer and only_transfer["soft_ce"].item() == pytest.approx(3 * soft(1), rel=1e-5)
+
+
+def test_transfer_questions_teach_a_student_that_has_few_labelled_ones(mpnet_reader, squad, tmp_path):
+    """20 labelled questions (2 optimiser steps an epoch) leave the student far from its teacher; the same run with
+    200 transfer questions without answers (a question log) brings it to the teacher's answers."""
+    from compress.distill.trainer import distill
+    from tests.support.squad import squad_file
+
+    encoder = make_bert(tmp_path / "bert-encoder", layers=2)
+    log = _question_table(tmp_path / "log.jsonl", squad_file(tmp_path / "more.json", 200, seed=11))
+
+    def run(name: str, **extra) -> dict:
+        cfg = DistillConfig(teacher=str(mpnet_reader), data=DataOptions(str(squad), limit=20), max_length=MAX_LENGTH,
+                            student=StudentSpec("2x32", init=f"pretrained:{encoder}"), alpha_kd=1.0, alpha_hard=0.5,
+                            train=TrainSettings(epochs=3, lr=3e-3, batch_size=16, logging_steps=1000), **extra)
+        return json.loads((distill(cfg, tmp_path / name) / "compress.json").read_text())
+
+    alone, with_log = run("alone"), run("with-log", unlabeled=str(log), unlabeled_weight=1.0)
+    assert alone["transfer"] is None
+    transfer = with_log["transfer"]
+    assert transfer["source"] == str(log) and transfer["kept"] == 200 and transfer["weight"] == 1.0
+    assert with_log["training"]["training_windows"] == alone["training"]["training_windows"] + transfer["windows"]
+    assert with_log["metrics"]["test"]["exact_match"] > 0.8 > alone["metrics"]["test"]["exact_match"] + 0.2, (
+        alone["metrics"]["test"], with_log["metrics"]["test"])
