@@ -340,7 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, DistillConfig, "keep_checkpoints", "keep the Trainer checkpoints after success")
     g = p.add_argument_group("transfer data (rows the teacher labels; no hard label)")
     _option(g, DistillConfig, "unlabeled", "unlabelled in-domain text: a .txt file (one text a line), a "
-            "csv/tsv/jsonl/parquet file, or a built-in: " + _builtin_corpora())
+            "csv/tsv/jsonl/parquet file, or a built-in: " + _builtin_corpora() + "; for QA data, questions without "
+            "answers: a QA source as --data takes it, or a table with question and context columns")
     _option(g, DistillConfig, "unlabeled_text_column", "text column of a --unlabeled table")
     _option(g, DistillConfig, "unlabeled_text_pair_column", "second text column of a --unlabeled table (sentence-pair "
             "tasks)")
