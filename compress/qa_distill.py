@@ -351,11 +351,11 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     data = full.subset(cfg.data.limit, seed=cfg.data.split_seed)
     transfer = None
     if cfg.unlabeled:
-        questions, passages, info = transfer_questions(cfg.unlabeled, full, data, cfg.unlabeled_limit, cfg.train.seed)
-        transfer = ReaderTransfer(questions, passages, info, cfg.unlabeled_weight)
-        print(f"transfer questions ({cfg.unlabeled}): {len(questions)} kept of {info.get('rows', 0)} "
-              f"({info['about_validation_or_test_passages']} about validation/test passages, "
-              f"{info.get('in_training', 0)} labelled, {info.get('duplicates', 0)} duplicates dropped)")
+        questions, passages, stats = transfer_questions(cfg.unlabeled, full, data, cfg.unlabeled_limit, cfg.train.seed)
+        transfer = ReaderTransfer(questions, passages, stats, cfg.unlabeled_weight)
+        print(f"transfer questions ({cfg.unlabeled}): {len(questions)} kept of {stats.get('rows', 0)} "
+              f"({stats['about_validation_or_test_passages']} about validation/test passages, "
+              f"{stats.get('in_training', 0)} labelled, {stats.get('duplicates', 0)} duplicates dropped)")
     eager = cfg.wants_intermediate
     t_model, t_tok, weights, t_meta, names = _load_teacher(cfg.teacher, eager_attention=eager)
     s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, names or ["start", "end"], cfg.layer_map,
