@@ -356,6 +356,9 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
         print(f"transfer questions ({cfg.unlabeled}): {len(questions)} kept of {stats.get('rows', 0)} "
               f"({stats['about_validation_or_test_passages']} about validation/test passages, "
               f"{stats.get('in_training', 0)} labelled, {stats.get('duplicates', 0)} duplicates dropped)")
+        if not questions:
+            print(f"note: --unlabeled {cfg.unlabeled}: no question left after removing duplicates, labelled questions "
+                  "and questions about validation/test passages; distilling on the labelled questions alone")
     eager = cfg.wants_intermediate
     t_model, t_tok, weights, t_meta, names = _load_teacher(cfg.teacher, eager_attention=eager)
     s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, names or ["start", "end"], cfg.layer_map,
