@@ -53,7 +53,10 @@ def read_questions(spec: str, seed: int = 0) -> tuple[UnlabeledCorpus, list[str 
         c_col = _column(columns, CONTEXT_COLUMNS, str(path), "passage")
         rows = [(q, c, None) for q, c in zip(frame[q_col].tolist(), frame[c_col].tolist())]
     elif spec == "squad-dev" or path.exists() or path.suffix.lower() not in TABLE_SUFFIXES:
-        data = load_qa_data(spec, seed=seed)
+        try:
+            data = load_qa_data(spec, seed=seed)
+        except CompressError as exc:  # its message speaks of --data; say which option it was
+            raise CompressError(f"--unlabeled {spec}: {exc}") from exc
         rows = [row for split in data.splits.values()
                 for row in zip(split["question"][:], split["context"][:], split["title"][:])]
     else:
