@@ -394,6 +394,7 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
     t_types_wanted = "token_type_ids" in getattr(t_tok, "model_input_names", MODEL_COLUMNS)
     columns: dict[str, list] = {}
     reused_by: dict[str, bool] = {}
+    transfer_windows = 0
     for name, questions, passages, answers, row_weight in parts:
         feats = qa_features(s_tok, questions, passages, answers, max_length=max_length, doc_stride=stride)
         w = feats.windows
@@ -417,8 +418,8 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
             part.update(t_input_ids=t_ids, t_index=[m.tolist() for m in maps])
             if t_types_wanted:
                 part["t_token_type_ids"] = t_types
-        if name == "transfer" and transfer is not None:
-            transfer.info.update(windows=len(w), weight=transfer.weight, soft_labels_reused=reused_by[name])
+        if name == "transfer":
+            transfer_windows = len(w)
         for key, values in part.items():
             columns.setdefault(key, []).extend(values)
     reused = all(reused_by.values())
@@ -479,7 +480,9 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
         "data": data.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
                      "training_windows": len(train_ds), "soft_labels_reused": reused},
-        "transfer": transfer.info if transfer is not None else None,
+        "transfer": None if transfer is None else {**transfer.info, "windows": transfer_windows,
+                                                   "weight": transfer.weight,
+                                                   "soft_labels_reused": reused_by.get("transfer", False)},
         "timings": {"total_s": round(time.perf_counter() - started, 1)},
     }
     if not is_main_process():

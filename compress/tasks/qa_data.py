@@ -271,6 +271,15 @@ def read_squad_json(path: str | Path) -> tuple[str, list[QAExample]]:
 # ----------------------------------------------------------------------------- datasets
 
 
+def pick_column(column_names: Sequence[str], names: Sequence[str], origin: str, what: str, fix: str) -> str:
+    """The first of ``names`` among ``column_names``, or one line naming the columns there are and ``fix``."""
+    found = next((n for n in names if n in column_names), None)
+    if found is None:
+        cols = ", ".join(map(str, column_names)) or "none"
+        raise CompressError(f"{origin}: no {what} column {' or '.join(map(repr, names))} (columns: {cols}). {fix}")
+    return found
+
+
 def pick_qa_columns(column_names: Sequence[str], origin: str, question_column: str | None = None,
                     context_column: str | None = None, answers_column: str | None = None) -> tuple[str, str, str]:
     """The question, context and answers columns of a dataset: the ones named, else the first of
@@ -279,13 +288,8 @@ def pick_qa_columns(column_names: Sequence[str], origin: str, question_column: s
     for given, candidates, option, what in ((question_column, QUESTION_COLUMNS, "--question-column", "question"),
                                             (context_column, CONTEXT_COLUMNS, "--context-column", "passage"),
                                             (answers_column, ANSWERS_COLUMNS, "--answers-column", "answers")):
-        names = (given,) if given else candidates
-        found = next((n for n in names if n in column_names), None)
-        if found is None:
-            cols = ", ".join(map(str, column_names)) or "none"
-            raise CompressError(f"{origin}: no {what} column {' or '.join(map(repr, names))} (columns: {cols}). "
-                                f"Pass {option} NAME to choose the column that holds the {what}.")
-        chosen.append(found)
+        chosen.append(pick_column(column_names, (given,) if given else candidates, origin, what,
+                                  f"Pass {option} NAME to choose the column that holds the {what}."))
     return chosen[0], chosen[1], chosen[2]
 
 

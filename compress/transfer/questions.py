@@ -25,21 +25,12 @@ from typing import Any
 
 from compress.data import read_table
 from compress.errors import CompressError
-from compress.tasks.qa_data import CONTEXT_COLUMNS, QUESTION_COLUMNS, QATaskData, load_qa_data
+from compress.tasks.qa_data import CONTEXT_COLUMNS, QUESTION_COLUMNS, QATaskData, load_qa_data, pick_column
 from compress.transfer.corpus import UnlabeledCorpus, filter_unlabeled
 from compress.transfer.texts import text_key
 
 #: The table files a question source may be, beside what ``--data`` takes.
 TABLE_SUFFIXES = (".jsonl", ".csv", ".tsv", ".parquet")
-
-
-def _column(columns: list[str], names: tuple[str, ...], origin: str, what: str) -> str:
-    found = next((n for n in names if n in columns), None)
-    if found is None:
-        raise CompressError(f"--unlabeled {origin}: no {what} column {' or '.join(map(repr, names))} (columns: "
-                            f"{', '.join(map(str, columns)) or 'none'}). Transfer questions for a reader need one "
-                            "question and one passage per row.")
-    return found
 
 
 def read_questions(spec: str, seed: int = 0) -> tuple[UnlabeledCorpus, list[str | None]]:
@@ -49,8 +40,9 @@ def read_questions(spec: str, seed: int = 0) -> tuple[UnlabeledCorpus, list[str 
     if path.is_file() and path.suffix.lower() in TABLE_SUFFIXES:
         frame = read_table(path)
         columns = [str(c) for c in frame.columns]
-        q_col = _column(columns, QUESTION_COLUMNS, str(path), "question")
-        c_col = _column(columns, CONTEXT_COLUMNS, str(path), "passage")
+        fix = "Transfer questions for a reader need one question and one passage per row."
+        q_col = pick_column(columns, QUESTION_COLUMNS, f"--unlabeled {path}", "question", fix)
+        c_col = pick_column(columns, CONTEXT_COLUMNS, f"--unlabeled {path}", "passage", fix)
         rows = [(q, c, None) for q, c in zip(frame[q_col].tolist(), frame[c_col].tolist())]
     elif spec == "squad-dev" or path.exists() or path.suffix.lower() not in TABLE_SUFFIXES:
         try:
