@@ -72,7 +72,7 @@ def origin_texts(meta: dict[str, Any], task, where: str = "STUDENT") -> tuple[di
             out["augmented"] = _texts(rows, task.is_pair)
     if transfer.get("unlabeled") and cfg.get("unlabeled"):
         corpus = load_unlabeled(cfg["unlabeled"], cfg.get("unlabeled_text_column", "text"),
-                                cfg.get("unlabeled_text_pair_column"), task.is_pair)
+                                cfg.get("unlabeled_text_pair_column"), task.is_pair, cfg.get("unlabeled_balance"))
         seed = int((cfg.get("train") or {}).get("seed", 0))
         texts, pairs, _ = filter_unlabeled(corpus, split_keys(task, ("validation", "test")), split_keys(task, ("train",)),
                                            cfg.get("unlabeled_limit"), seed)

@@ -347,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
             "tasks)")
     _option(g, DistillConfig, "unlabeled_weight", "weight of an unlabelled row's soft-label loss; labelled rows weigh 1")
     _option(g, DistillConfig, "unlabeled_limit", "use a seeded sample of at most this many unlabelled texts (quick runs)")
+    _option(g, DistillConfig, "unlabeled_balance")
     _option(g, DistillConfig, "augment", "N augmented variants per training example, TinyBERT-style, labelled by the "
             "teacher")
     _option(g, DistillConfig, "augment_ops", "comma list of augmentation operations: replace, mask, delete, swap")
@@ -371,6 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(p, PretrainConfig, "whole_word", "mask every word piece of a chosen word together")
     _option(p, PretrainConfig, "eval_share", "share of the corpus held out to measure the masked-LM loss")
     _option(p, PretrainConfig, "corpus_limit", "a seeded sample of at most this many corpus texts")
+    _option(p, PretrainConfig, "unlabeled_balance")
     _add_data_flags(p, required=False)
     _add_train_flags(p, PretrainConfig)
     _add_device_flag(p, "training")

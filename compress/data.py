@@ -56,7 +56,7 @@ BUILTIN_UNLABELED = {
 #: Bump when the preparation of ``movie-reviews-unlabeled`` (compress.transfer.builtin) changes.
 MOVIE_REVIEWS_UNLABELED_VERSION = 1
 #: Bump when the preparation of ``wnut17-unlabeled`` (compress.transfer.wnut_raw) changes.
-WNUT17_UNLABELED_VERSION = 1
+WNUT17_UNLABELED_VERSION = 2
 
 
 @dataclass

@@ -98,7 +98,7 @@ class WholeWordMaskCollator:
 def _corpus(cfg: PretrainConfig) -> tuple[list[str], dict[str, Any]]:
     """The corpus texts (task validation/test texts removed, task training texts added) and their stats."""
 
-    corpus = load_unlabeled(cfg.unlabeled, cfg.unlabeled_text_column)
+    corpus = load_unlabeled(cfg.unlabeled, cfg.unlabeled_text_column, balance_column=cfg.unlabeled_balance)
     held_out: list[str] = []  # the task's validation and test texts, kept out of the corpus
     task_texts: list[str] = []
     if cfg.data is not None:

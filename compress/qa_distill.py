@@ -345,6 +345,9 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     if cfg.unlabeled_text_pair_column or cfg.unlabeled_text_column != "text":
         raise CompressError("--unlabeled-text-column/--unlabeled-text-pair-column: transfer questions for a reader are "
                             "read from a QA source or a table with question and context columns; leave them out.")
+    if cfg.unlabeled_balance:
+        raise CompressError(f"--unlabeled-balance {cfg.unlabeled_balance}: transfer questions for a reader are sampled "
+                            "as they come, not balanced over a column; leave it out for QA data.")
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device).precision
     full = load_qa_data(cfg.data.data, seed=cfg.data.split_seed)

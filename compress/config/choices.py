@@ -20,6 +20,10 @@ SOFT_LABELS_HELP = ("who labels the training rows and the transfer set: onnx-int
                     "copy, used only where it agrees with the PyTorch teacher on --soft-labels-min-agreement of the "
                     "validation split), pytorch (the teacher itself), or auto (onnx-int8 on a CPU with VNNI when there "
                     f"are at least {SOFT_LABELS_AUTO_MIN_ROWS:,} rows to label and no intermediate losses; else pytorch)")
+UNLABELED_BALANCE_HELP = ("draw the seeded sample (distill's --unlabeled-limit, pretrain's --corpus-limit) evenly "
+                          "across the values of this column of the corpus "
+                          "(its source, channel or domain; a small group gives all its rows and the rest is shared "
+                          "among the others); wnut17-unlabeled has 'source' (twitter, reddit, stackexchange, youtube)")
 SCHEDULES = ("joint", "two-stage")
 IMPORTANCES = ("magnitude", "taylor")
 SCOPES = ("uniform", "global")
@@ -45,4 +49,4 @@ FULL = {"warmup": 50, "runs": 300, "batch_sizes": (1, 8, 32), "seq_lens": (32, 1
 QUICK = {"warmup": 3, "runs": 10, "batch_sizes": (1,), "seq_lens": (32,), "limit": 64}
 
 
-__all__ = ['SAMPLINGS', 'SOFT_LABEL_RUNTIMES', 'SOFT_LABELS_AUTO_MIN_ROWS', 'SOFT_LABELS_HELP', 'SCHEDULES', 'IMPORTANCES', 'SCOPES', 'QUANTIZE_METHODS', 'QUANTIZE_GRAPHS', 'INIT_CHOICES', 'AUGMENT_OPS', 'DATA_KEYS', 'TRAIN_FLAGS', 'PRUNE_TRAIN_FLAGS', 'PRECISION_HELP', 'FULL', 'QUICK']
+__all__ = ['SAMPLINGS', 'SOFT_LABEL_RUNTIMES', 'SOFT_LABELS_AUTO_MIN_ROWS', 'SOFT_LABELS_HELP', 'UNLABELED_BALANCE_HELP', 'SCHEDULES', 'IMPORTANCES', 'SCOPES', 'QUANTIZE_METHODS', 'QUANTIZE_GRAPHS', 'INIT_CHOICES', 'AUGMENT_OPS', 'DATA_KEYS', 'TRAIN_FLAGS', 'PRUNE_TRAIN_FLAGS', 'PRECISION_HELP', 'FULL', 'QUICK']

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Mapping
 
-from compress.config.choices import (SOFT_LABEL_RUNTIMES, SOFT_LABELS_HELP, SCHEDULES, IMPORTANCES, SCOPES,
+from compress.config.choices import (SOFT_LABEL_RUNTIMES, SOFT_LABELS_HELP, UNLABELED_BALANCE_HELP, SCHEDULES, IMPORTANCES, SCOPES,
                                      QUANTIZE_METHODS, QUANTIZE_GRAPHS, AUGMENT_OPS, TRAIN_FLAGS, PRUNE_TRAIN_FLAGS,
                                      FULL, QUICK)
 from compress.config.engine import (Problem, _choices, _Bad, _is_int, ConfigBase, _problem, _device_problems,
@@ -124,6 +124,7 @@ class DistillConfig(ConfigBase, KDSettings):
     unlabeled_text_pair_column: str | None = None
     unlabeled_weight: float = 1.0
     unlabeled_limit: int | None = None
+    unlabeled_balance: str | None = field(default=None, metadata={"help": UNLABELED_BALANCE_HELP})
     augment: int = 0
     augment_ops: str = ",".join(AUGMENT_OPS)
     #: Soft gold labels (compress.gold_labels): a data column of label probabilities, or of a score that a
@@ -211,6 +212,9 @@ class DistillConfig(ConfigBase, KDSettings):
                                                  "or use --schedule joint"))
         problems += transfer_problems(self.augment, self.augment_ops, self.unlabeled, self.unlabeled_weight,
                                       self.unlabeled_limit, self.unlabeled_text_pair_column)
+        if self.unlabeled_balance and not self.unlabeled:
+            problems.append(_problem("unlabeled_balance", "--unlabeled-balance needs --unlabeled (the corpus whose "
+                                                          "column it names)"))
         if not 0 < self.soft_labels_min_agreement <= 1:
             problems.append(_problem("soft_labels_min_agreement", "--soft-labels-min-agreement must lie in (0, 1] "
                                      f"(0.995 = 99.5% of validation sentences), got {self.soft_labels_min_agreement}"))
@@ -261,6 +265,8 @@ class PretrainConfig(ConfigBase, RunSettings):
     eval_share: float = 0.02
     #: A seeded sample of at most this many corpus texts.
     corpus_limit: int | None = None
+    #: Draw that sample evenly across a column's values (its sources or channels).
+    unlabeled_balance: str | None = field(default=None, metadata={"help": UNLABELED_BALANCE_HELP})
 
     def problems(self) -> list[Problem]:
         problems = self._nested_problems("train") + self.run_problems()

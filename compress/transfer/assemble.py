@@ -26,6 +26,8 @@ class TransferOptions:
     unlabeled_text_pair_column: str | None = None
     unlabeled_weight: float = 1.0
     unlabeled_limit: int | None = None
+    #: The corpus column the ``unlabeled_limit`` sample is drawn evenly across (``--unlabeled-balance``).
+    unlabeled_balance: str | None = None
     augment: int = 0
     augment_ops: str = ",".join(OPS)
     seed: int = 0
@@ -39,7 +41,8 @@ class TransferOptions:
         precision the stage decided for its ``--precision``."""
         return cls(unlabeled=cfg.unlabeled, unlabeled_text_column=cfg.unlabeled_text_column,
                    unlabeled_text_pair_column=cfg.unlabeled_text_pair_column, unlabeled_weight=cfg.unlabeled_weight,
-                   unlabeled_limit=getattr(cfg, "unlabeled_limit", None), augment=cfg.augment,
+                   unlabeled_limit=getattr(cfg, "unlabeled_limit", None),
+                   unlabeled_balance=getattr(cfg, "unlabeled_balance", None), augment=cfg.augment,
                    augment_ops=cfg.augment_ops, seed=cfg.train.seed, max_length=cfg.max_length, precision=precision)
 
     @property
@@ -170,7 +173,7 @@ def build_transfer(options: TransferOptions, task, teacher, student_tokenizer, l
 
     if options.unlabeled:
         corpus = load_unlabeled(options.unlabeled, options.unlabeled_text_column, options.unlabeled_text_pair_column,
-                                task.is_pair)
+                                task.is_pair, options.unlabeled_balance)
         texts, pairs, stats = filter_unlabeled(corpus, held_out, labelled, options.unlabeled_limit, options.seed,
                                                held_out_overlap(options.unlabeled,
                                                                 split_texts(task, ("validation", "test"))))

@@ -76,16 +76,18 @@ def movie_reviews_unlabeled():
     return Dataset.load_from_disk(str(final))
 
 
-def save_prepared_corpus(final: Path, texts: list[str], stats: dict[str, int]) -> None:
-    """Write a built-in corpus (a ``text`` Dataset, with ``stats.json`` and the kept count) to ``final`` atomically:
-    built beside it and moved into place, so an interrupted preparation never looks finished."""
+def save_prepared_corpus(final: Path, texts: list[str], stats: dict[str, int],
+                         columns: dict[str, list[str]] | None = None) -> None:
+    """Write a built-in corpus (a ``text`` Dataset and any other ``columns``, with ``stats.json`` and the kept
+    count) to ``final`` atomically: built beside it and moved into place, so an interrupted preparation never
+    looks finished."""
     from datasets import Dataset
 
     stats["sentences"] = len(texts)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
-        Dataset.from_dict({"text": texts}).save_to_disk(str(tmp / "ds"))
+        Dataset.from_dict({"text": texts, **(columns or {})}).save_to_disk(str(tmp / "ds"))
         (tmp / "ds" / "stats.json").write_text(json.dumps(stats, indent=2), encoding="utf-8")
         if not final.exists():
             os.replace(tmp / "ds", final)

@@ -33,6 +33,10 @@ from compress.transfer.texts import HeldOutRuns, normalize_text
 #: the package; their sha256 (of the uncompressed bytes, as upstream) are in :data:`compress.assets.SHA256`.
 RAW_FILES = ("gurez.10000", "ile.10000", "palm.10000", "rigo.10000", "redd.tok.uniq", "stacko-src", "yt-filter")
 RAW_DIR = WNUT17_DIR / "raw"
+#: The platform each raw file holds: the corpus's ``source`` column, which ``--unlabeled-balance source`` draws
+#: evenly over (the four tweet files are one platform, collected around four events).
+RAW_SOURCE = {"gurez.10000": "twitter", "ile.10000": "twitter", "palm.10000": "twitter", "rigo.10000": "twitter",
+              "redd.tok.uniq": "reddit", "stacko-src": "stackexchange", "yt-filter": "youtube"}
 #: A corpus line sharing a run of this many words with a WNUT sentence is dropped.
 OVERLAP_WORDS = 6
 
@@ -57,7 +61,8 @@ def _prepared() -> Path:
 
 
 def wnut17_unlabeled():
-    """``wnut17-unlabeled`` as a ``datasets.Dataset`` with a ``text`` column (prepared once, then cached)."""
+    """``wnut17-unlabeled`` as a ``datasets.Dataset`` with ``text`` and ``source`` columns (prepared once, then
+    cached); ``source`` is the platform of the line's raw file (:data:`RAW_SOURCE`)."""
     from datasets import Dataset
 
     final = _prepared()
@@ -70,6 +75,7 @@ def wnut17_unlabeled():
                                  "repeats_training": 0}
         seen: set[str] = set()
         keep: list[str] = []
+        sources: list[str] = []
         for name in RAW_FILES:
             lines = raw_lines(name)
             stats[f"lines_{name}"] = len(lines)
@@ -89,7 +95,8 @@ def wnut17_unlabeled():
                     stats["repeats_training"] += 1
                 else:
                     keep.append(line)
-        save_prepared_corpus(final, keep, stats)
+                    sources.append(RAW_SOURCE[name])
+        save_prepared_corpus(final, keep, stats, {"source": sources})
     return Dataset.load_from_disk(str(final))
 
 

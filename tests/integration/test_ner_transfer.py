@@ -56,6 +56,23 @@ def test_distill_with_unlabelled_text_labels_it_by_the_teacher_only(trained, tmp
     assert "soft labels (unlabelled" in capsys.readouterr().out
 
 
+def test_the_transfer_sample_can_be_drawn_evenly_across_a_source_column(trained, tmp_path):
+    from compress.cli import main
+
+    fresh = [" ".join(words) for words, _ in toy_sentences(60, seed=11)]
+    rows = [(text, "forum" if i < 4 else "chat") for i, text in enumerate(dict.fromkeys(fresh))]
+    corpus = tmp_path / "traffic.csv"
+    corpus.write_text("text,channel\n" + "".join(f'"{t}",{c}\n' for t, c in rows), encoding="utf-8")
+    out = tmp_path / "balanced"
+    assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
+                 "--init", "teacher-layers", "--out", str(out), "--max-length", "48", "--epochs", "1",
+                 "--batch-size", "8", "--unlabeled", str(corpus), "--unlabeled-limit", "12",
+                 "--unlabeled-balance", "channel"]) == 0
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["transfer"]["kept_by_group"] == {"chat": 8, "forum": 4} and meta["transfer"]["training_rows"] == 12
+    assert meta["config"]["unlabeled_balance"] == "channel"
+
+
 def test_transfer_rows_carry_the_teachers_word_labels_and_no_gold(trained):
     from compress.modeling import load_classifier
     from compress.tasks.alignment import IGNORE_INDEX
