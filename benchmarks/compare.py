@@ -22,6 +22,8 @@ power, and the verdict::
         base=runs/b-s0,runs/b-s1,runs/b-s2 lever=runs/l-s0,runs/l-s1,runs/l-s2
 
 Predictions are cached per artifact weights and data fingerprint, so a table is cheap to rebuild.
+On tagging data (``--data wnut17``, a CoNLL file) the same command compares entity F1 instead
+(:mod:`benchmarks.compare_tagging`), and ``--protocol`` decides on it (:func:`benchmarks.protocol.decide_f1`).
 """
 
 from __future__ import annotations
@@ -215,7 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except CompressError as exc:
             print(exc, file=sys.stderr)
             return 2
-    task = DataOptions(args.data).load()
+    task = DataOptions(args.data).load_any()
+    if getattr(task, "task", None) == "token-classification":
+        return _main_tagging(args, specs, wanted, task)
     texts, labels = {}, {}
     for split in SPLITS:
         texts[split], labels[split] = split_texts_and_labels(task, split)
@@ -237,6 +241,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, d in decisions:
             payload[name]["protocol"] = {"baseline": baseline.name, **d.as_dict()}
         atomic_write_text(Path(args.json), json.dumps(payload, indent=2) + "\n")
+    return 0
+
+
+def _main_tagging(args: argparse.Namespace, specs: list[tuple[str, list[Path]]], wanted: str | None, task) -> int:
+    """:func:`main` on tagging data: entity F1 instead of accuracy (:mod:`benchmarks.compare_tagging`)."""
+    from benchmarks import compare_tagging as ct
+
+    scoring, types = ct.scorers(task), task.entity_types
+    try:
+        rows = [ct.TaggerRow(name, [ct.tagger_run(d, scoring, types) for d in dirs]) for name, dirs in specs]
+        teacher = ct.tagger_run(Path(args.teacher), scoring, types) if args.teacher else None
+    except CompressError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    baseline = next((r for r in rows if r.name == wanted), None)
+    print(ct.table(rows, baseline, teacher))
+    decisions = ct.protocol_decisions(rows, baseline, MIN_SEEDS) if args.protocol else []
+    if decisions:
+        print()
+        print(protocol_table(decisions, baseline.name))
+    if args.json:
+        out = ct.payload(rows)
+        for name, d in decisions:
+            out[name]["protocol"] = {"baseline": baseline.name, **d.as_dict()}
+        atomic_write_text(Path(args.json), json.dumps(out, indent=2) + "\n")
     return 0
 
 

@@ -47,6 +47,7 @@ from typing import Sequence
 
 import numpy as np
 
+from benchmarks.stats import _micro_f1
 from compress.errors import CompressError
 
 DEFAULT_CONFIDENCE = 0.95
@@ -173,23 +174,16 @@ def seed_power(effect: float, sd: float, seeds: int, confidence: float = DEFAULT
     return float(nct.sf(crit, df, shift) + nct.cdf(-crit, df, shift))
 
 
-def seed_test(lever_correct: np.ndarray, baseline_correct: np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
-              power: float = DEFAULT_POWER) -> SeedTest:
-    """The paired t-test over seed pairs of the per-seed accuracy differences (two seeds at least)."""
+def _seed_t(diffs: np.ndarray, mean: float, sd: float, confidence: float, power: float, unit: str) -> SeedTest:
+    """The paired t-test over seed pairs of per-seed differences ``diffs`` (their mean and spread given, so a
+    caller can compute them exactly from integers)."""
     from scipy.optimize import brentq
     from scipy.stats import t as student_t
 
-    _z(confidence, power)
-    lever, base = _paired(lever_correct, baseline_correct)
-    k = lever.shape[0]
-    if k < 2:
-        raise ValueError("a seed-level t-test needs at least two seed pairs")
-    n = lever.shape[1]
-    gains = lever.sum(axis=1).astype(np.int64) - base.sum(axis=1)  # in sentences: equal gains give sd exactly 0
-    diffs = gains / n
-    mean, sd, df = float(gains.mean()) / n, float(gains.std(ddof=1)) / n, k - 1
+    k = len(diffs)
+    df = k - 1
     crit = float(student_t.ppf(1 - (1 - confidence) / 2, df))
-    method = f"paired t-test over {k} seed pairs, {df} degrees of freedom"
+    method = f"paired t-test over {k} seed pairs of the {unit} difference, {df} degrees of freedom"
     if sd == 0:  # every pair differs by the same amount: t is infinite (or 0/0 when that amount is 0)
         return SeedTest(tuple(map(float, diffs)), mean, mean, mean, 1.0 if mean == 0 else 0.0, 0.0, df, confidence,
                         power, method + " (no spread between seeds: the test cannot weigh training noise)")
@@ -203,11 +197,104 @@ def seed_test(lever_correct: np.ndarray, baseline_correct: np.ndarray, confidenc
                     confidence, power, method)
 
 
+def seed_test(lever_correct: np.ndarray, baseline_correct: np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
+              power: float = DEFAULT_POWER) -> SeedTest:
+    """The paired t-test over seed pairs of the per-seed accuracy differences (two seeds at least)."""
+    _z(confidence, power)
+    lever, base = _paired(lever_correct, baseline_correct)
+    if lever.shape[0] < 2:
+        raise ValueError("a seed-level t-test needs at least two seed pairs")
+    n = lever.shape[1]
+    gains = lever.sum(axis=1).astype(np.int64) - base.sum(axis=1)  # in sentences: equal gains give sd exactly 0
+    return _seed_t(gains / n, float(gains.mean()) / n, float(gains.std(ddof=1)) / n, confidence, power, "accuracy")
+
+
+# ----------------------------------------------------------------------------- entity F1 (taggers)
+
+
+def _paired_counts(lever_counts: np.ndarray, baseline_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both ``(seeds, sentences, 3)``; counts kept per type, ``(seeds, sentences, types, 3)``, are summed over
+    the types, as micro F1 does."""
+    lever, base = (np.asarray(c, dtype=np.int64) for c in (lever_counts, baseline_counts))
+    lever, base = (c.sum(axis=2) if c.ndim == 4 else c for c in (lever, base))
+    if lever.ndim != 3 or lever.shape[2] != 3 or lever.shape != base.shape:
+        raise ValueError(f"lever and baseline entity counts are not paired (seeds, sentences, 3): {lever.shape} and "
+                         f"{base.shape}")
+    if lever.shape[1] == 0:
+        raise ValueError("no sentences")
+    return lever, base
+
+
+def _f1_difference(lever: np.ndarray, base: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Mean over seeds of ``F1(lever_i) - F1(base_i)`` with sentence ``weights`` (``(draws, sentences)``)."""
+    return np.mean([_micro_f1(weights @ lever[i]) - _micro_f1(weights @ base[i]) for i in range(len(lever))], axis=0)
+
+
+def f1_pooled_test(lever_counts: np.ndarray, baseline_counts: np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
+                   power: float = DEFAULT_POWER, resamples: int = 10000, seed: int = 20240515) -> PooledTest:
+    """:func:`pooled_test` for entity F1: ``(seeds, sentences, 3)`` ``(correct, predicted, gold)`` entity counts.
+
+    F1 is a ratio of sums, not a mean over sentences, so the exact sign-flip distribution does not apply; the
+    same test is run by Monte Carlo. Under the null, swapping which model is called the lever on a sentence
+    (for every seed at once, keeping the seeds' shared sentences one unit) changes nothing; the p-value is the
+    share of ``resamples`` random swaps whose mean-over-seeds F1 difference is at least as large as the one
+    observed (counted with the observation, so it is never 0). The interval is a paired bootstrap over
+    sentences (each resample carries every seed's counts of a sentence, for both models), and the smallest
+    detectable effect is ``(z_0.975 + z_0.8)`` times the null distribution's standard deviation.
+    """
+    z_conf, z_pow = _z(confidence, power)
+    lever, base = _paired_counts(lever_counts, baseline_counts)
+    k, n, _ = lever.shape
+    ones = np.ones((1, n))
+    difference = float(_f1_difference(lever, base, ones)[0])
+    rng = np.random.default_rng(seed)
+    swap = rng.integers(0, 2, size=(resamples, n)).astype(float)
+    # per seed: the lever's sums with the swapped sentences' counts exchanged, and the baseline's the other way
+    null = np.mean([_micro_f1(lever[i].sum(axis=0) + swap @ (base[i] - lever[i]))
+                    - _micro_f1(base[i].sum(axis=0) + swap @ (lever[i] - base[i])) for i in range(k)], axis=0)
+    p = float((1 + np.sum(np.abs(null) >= abs(difference) - 1e-12)) / (resamples + 1))
+    weights = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples).astype(float)
+    draws = _f1_difference(lever, base, weights)
+    alpha = (1 - confidence) / 2
+    low, high = (float(x) for x in np.quantile(draws, [alpha, 1 - alpha]))
+    errors = lambda c: c[..., 1] + c[..., 2] - 2 * c[..., 0]  # spurious plus missed entities  # noqa: E731
+    return PooledTest(k, n, difference, low, high, p, (z_conf + z_pow) * float(null.std(ddof=1)),
+                      int((errors(lever) < errors(base)).sum()), int((errors(lever) > errors(base)).sum()),
+                      confidence, power,
+                      f"paired swap permutation over {n} sentences, all {k} seed(s) swapped together ({resamples:,} "
+                      "Monte Carlo draws); paired bootstrap interval over sentences; entity micro F1, mean over seeds; "
+                      "only_lever / only_baseline: seed-sentence pairs with fewer / more spurious plus missed entities")
+
+
+def f1_seed_test(lever_counts: np.ndarray, baseline_counts: np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
+                 power: float = DEFAULT_POWER) -> SeedTest:
+    """:func:`seed_test` for entity F1: one F1 difference per seed pair over all the sentences."""
+    _z(confidence, power)
+    lever, base = _paired_counts(lever_counts, baseline_counts)
+    if lever.shape[0] < 2:
+        raise ValueError("a seed-level t-test needs at least two seed pairs")
+    diffs = _micro_f1(lever.sum(axis=1)) - _micro_f1(base.sum(axis=1))
+    return _seed_t(diffs, float(diffs.mean()), float(diffs.std(ddof=1)), confidence, power, "entity F1")
+
+
 def decide(lever_correct: np.ndarray, baseline_correct: np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
            power: float = DEFAULT_POWER) -> Decision:
     """Both tests and the verdict (see the module docstring for the rule)."""
     pooled = pooled_test(lever_correct, baseline_correct, confidence, power)
     seeds = seed_test(lever_correct, baseline_correct, confidence, power) if pooled.seeds >= 2 else None
+    return verdict_of(pooled, seeds, power)
+
+
+def decide_f1(lever_counts: np.ndarray, baseline_counts: np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
+              power: float = DEFAULT_POWER) -> Decision:
+    """:func:`decide` for taggers, on entity F1 (:func:`f1_pooled_test` and :func:`f1_seed_test`)."""
+    pooled = f1_pooled_test(lever_counts, baseline_counts, confidence, power)
+    seeds = f1_seed_test(lever_counts, baseline_counts, confidence, power) if pooled.seeds >= 2 else None
+    return verdict_of(pooled, seeds, power)
+
+
+def verdict_of(pooled: PooledTest, seeds: SeedTest | None, power: float = DEFAULT_POWER) -> Decision:
+    """The rule of the module docstring, from the pooled test and the seed-level test."""
     pts = 100
     what = (f"{pts * pooled.difference:+.2f} points [{pts * pooled.low:+.2f}, {pts * pooled.high:+.2f}] over "
             f"{pooled.seeds} seed(s) x {pooled.sentences} sentences (p = {pooled.p_value:.2g})")

@@ -246,3 +246,64 @@ def test_compare_protocol_command_on_tiny_models(tmp_path, capsys):
     assert got["pooled"]["p_value"] == pytest.approx(expected.pooled.p_value)
     assert got["seeds"]["differences"] == pytest.approx(list(expected.seeds.differences))
     assert f"| lever | 3 x {len(texts)} | {100 * expected.pooled.difference:+.2f} |" in printed
+
+
+# ----------------------------------------------------------------------------- entity F1 (taggers)
+
+
+def _counts(seeds: int, n: int, seed: int = 0, hit: float = 0.6) -> np.ndarray:
+    """``(seeds, sentences, 3)`` entity counts of one model per seed on the same sentences (0-3 gold entities
+    each, the same for every model), each entity found with ``hit``; ``seed`` draws the model's answers."""
+    gold = np.broadcast_to(np.random.default_rng(12345).integers(0, 4, size=n), (seeds, n))
+    rng = np.random.default_rng(seed)
+    correct = rng.binomial(gold, hit)
+    spurious = rng.binomial(1, 0.2, size=(seeds, n))
+    return np.stack([correct, correct + spurious, gold], axis=-1)
+
+
+def _f1(c: np.ndarray) -> float:
+    t = c.sum(axis=0)
+    return 2 * t[0] / (t[1] + t[2])
+
+
+def test_f1_protocol_difference_is_the_mean_of_the_per_seed_f1_differences():
+    from benchmarks.protocol import f1_pooled_test, f1_seed_test
+
+    base, lever = _counts(3, 400, seed=1), _counts(3, 400, seed=2, hit=0.7)
+    by_hand = [_f1(lever[i]) - _f1(base[i]) for i in range(3)]
+    pooled = f1_pooled_test(lever, base, resamples=2000)
+    assert pooled.difference == pytest.approx(np.mean(by_hand))
+    assert pooled.low < pooled.difference < pooled.high and pooled.seeds == 3 and pooled.sentences == 400
+    seeds = f1_seed_test(lever, base)
+    assert seeds.differences == pytest.approx(by_hand) and seeds.mean == pytest.approx(np.mean(by_hand))
+    # counts kept per type give the same answer (micro F1 sums the types)
+    per_type = np.stack([lever - lever // 2, lever // 2], axis=2)
+    assert f1_pooled_test(per_type, np.stack([base, 0 * base], axis=2), resamples=2000).difference \
+        == pytest.approx(pooled.difference)
+
+
+def test_f1_protocol_identical_runs_and_a_clear_gain():
+    from benchmarks.protocol import decide_f1, f1_pooled_test
+
+    base = _counts(3, 300, seed=3)
+    same = f1_pooled_test(base, base, resamples=1000)
+    assert same.difference == 0 and same.p_value == 1.0 and same.only_lever == same.only_baseline == 0
+    # the lever finds every gold entity the baseline missed on the first 60 sentences, in every seed
+    lever = base.copy()
+    lever[:, :60, 0] = lever[:, :60, 2]
+    lever[:, :60, 1] = lever[:, :60, 0] + (base[:, :60, 1] - base[:, :60, 0])
+    d = decide_f1(lever, base)
+    assert d.verdict == "better" and d.pooled.p_value < 0.01 and d.pooled.low > 0
+    assert d.pooled.only_baseline == 0 and d.pooled.only_lever > 0
+    assert decide_f1(base, lever).verdict == "worse"
+    with pytest.raises(ValueError, match="not paired"):
+        f1_pooled_test(lever[:, :10], base)
+
+
+def test_f1_protocol_p_values_under_a_true_null_are_not_too_small():
+    from benchmarks.protocol import f1_pooled_test
+
+    ps = [f1_pooled_test(_counts(3, 200, seed=2 * r), _counts(3, 200, seed=2 * r + 1), resamples=500).p_value
+          for r in range(40)]
+    assert sum(p < 0.05 for p in ps) <= 6  # 2 expected; a test that over-rejects would give many more
+    assert sum(p > 0.5 for p in ps) >= 12

@@ -1,0 +1,105 @@
+"""``benchmarks.compare`` for taggers: entity F1 on the same validation and test sentences, and the protocol.
+
+A tagger's unit of evidence is a sentence's ``(correct, predicted, gold)`` entity counts (strict span and
+type, :func:`compress.tasks.ner_metrics.sentence_counts`), because entity F1 is a ratio of sums and not a
+mean over sentences. Every artifact tags the sentences through ``Predictor.predict`` (the serving path:
+whitespace words, first sub-token, windows past the model's length), like ``bench``. The table reports
+validation, test and pooled entity F1 (mean ± SD over a group's seeds) and the word agreement with the
+teacher on test; ``--protocol`` decides each group against the baseline group with
+:func:`benchmarks.protocol.decide_f1` on validation + test pooled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from benchmarks.protocol import Decision, decide_f1, require_seeds
+from benchmarks.stats import _micro_f1
+from compress.artifact import read_meta
+from compress.quality import SplitScorer
+from compress.tasks.ner_metrics import sentence_counts, token_agreement
+
+SPLITS = ("validation", "test")
+
+
+@dataclass
+class TaggerRun:
+    """One tagger's word tags and per-sentence entity counts (``(sentences, 3)``) on each split."""
+
+    path: Path
+    tags: dict[str, list[list[str]]]
+    counts: dict[str, np.ndarray]
+    meta: dict
+
+
+@dataclass
+class TaggerRow:
+    name: str
+    runs: list[TaggerRun]
+
+
+def scorers(task: Any) -> dict[str, SplitScorer]:
+    return {split: SplitScorer(task, split) for split in SPLITS}
+
+
+def tagger_run(path: Path, scoring: dict[str, SplitScorer], types: Sequence[str]) -> TaggerRun:
+    """Tag both splits with the artifact at ``path`` (refused in one line when it is not a tagger of these tags)."""
+    from compress.runtime import Predictor
+
+    predictor = Predictor.load(path)
+    tags, counts = {}, {}
+    for split, scorer in scoring.items():
+        scorer.check_model(predictor)
+        tags[split] = scorer.predict(predictor)
+        counts[split] = sentence_counts(scorer.gold, tags[split], types)[1].sum(axis=1)
+    return TaggerRun(path, tags, counts, read_meta(path) or {})
+
+
+def _f1(run: TaggerRun, splits: Sequence[str]) -> float:
+    return float(_micro_f1(np.concatenate([run.counts[s] for s in splits]).sum(axis=0)))
+
+
+def _fmt(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{100 * values[0]:.1f}"
+    return f"{100 * np.mean(values):.1f} ± {100 * np.std(values, ddof=1):.1f}"
+
+
+def table(rows: list[TaggerRow], baseline: TaggerRow | None, teacher: TaggerRun | None) -> str:
+    """The Markdown table: entity F1 on validation, test and both, and word agreement with the teacher on test."""
+    head = ["run", "seeds", "validation F1", "test F1", "val + test F1", "word agreement w/ teacher (test)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        agree = [token_agreement(r.tags["test"], teacher.tags["test"]) for r in row.runs] if teacher else []
+        cells = [row.name + (" (baseline)" if row is baseline else ""), str(len(row.runs)),
+                 _fmt([_f1(r, ("validation",)) for r in row.runs]), _fmt([_f1(r, ("test",)) for r in row.runs]),
+                 _fmt([_f1(r, SPLITS) for r in row.runs]), _fmt(agree) + "%" if agree else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def pooled_counts(row: TaggerRow) -> np.ndarray:
+    """``(seeds, validation + test sentences, 3)`` entity counts of a row's runs."""
+    return np.stack([np.concatenate([r.counts[s] for s in SPLITS]) for r in row.runs])
+
+
+def protocol_decisions(rows: list[TaggerRow], baseline: TaggerRow, min_seeds: int) -> list[tuple[str, Decision]]:
+    """:func:`benchmarks.protocol.decide_f1` for every row against ``baseline``."""
+    base = pooled_counts(baseline)
+    out = []
+    for row in rows:
+        if row is baseline:
+            continue
+        require_seeds(row.name, len(row.runs), baseline.name, len(baseline.runs), min_seeds)
+        out.append((row.name, decide_f1(pooled_counts(row), base)))
+    return out
+
+
+def payload(rows: list[TaggerRow]) -> dict[str, Any]:
+    """The per-row numbers of ``--json``: each run's entity F1 per split."""
+    return {r.name: {"runs": [str(x.path) for x in r.runs], "metric": "entity_f1",
+                     **{s: [_f1(x, (s,)) for x in r.runs] for s in SPLITS}} for r in rows}

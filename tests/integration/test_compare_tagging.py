@@ -1,0 +1,58 @@
+"""``benchmarks.compare`` on tagging data: entity F1 per split and the protocol, through Predictor."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import make_bert
+from tests.support.toy_ner import teacher_config, toy_sentences, write_conll
+
+
+@pytest.fixture(scope="module")
+def taggers(tmp_path_factory):
+    from compress.teacher import train_teacher
+
+    tmp = tmp_path_factory.mktemp("compare-tagging")
+    data = write_conll(tmp / "toy.conll", toy_sentences(160))
+    encoder = make_bert(tmp / "encoder", layers=2, hidden=32, heads=4, ffn=64)
+    good = train_teacher(teacher_config(encoder, data), tmp / "good")
+    weak = train_teacher(teacher_config(encoder, data, epochs=0.25), tmp / "weak")
+    return data, good, weak
+
+
+def test_compare_reports_entity_f1_and_decides_a_tagger_lever(taggers, tmp_path, capsys):
+    from benchmarks.compare import main
+    from compress.tasks.ner_metrics import entity_scores
+    from compress.tasks.token_data import load_token_data
+    from compress.runtime import Predictor
+
+    data, good, weak = taggers
+    out = tmp_path / "compare.json"
+    base = "base=" + ",".join([str(weak)] * 3)
+    assert main(["--data", str(data), "--teacher", str(good), "--baseline", base, "--protocol", "--json", str(out),
+                 base, "lever=" + ",".join([str(good)] * 3)]) == 0
+    printed = capsys.readouterr().out
+    assert "validation F1" in printed and "| lever vs base |" in printed
+    result = json.loads(out.read_text())
+    # the table's F1 is seqeval-style entity F1 of the tags Predictor gives, split by split
+    task = load_token_data(str(data))
+    words = [" ".join(w) for w in task.splits["test"]["tokens"]]
+    tags = [r["word_tags"] for r in Predictor.load(good).predict(words, word_tags=True)]
+    assert result["lever"]["test"][0] == pytest.approx(entity_scores(task.tags("test"), tags)["f1"])
+    protocol = result["lever"]["protocol"]
+    assert protocol["baseline"] == "base" and protocol["pooled"]["difference"] > 0
+    assert protocol["verdict"] in ("better", "seeds disagree")  # the same model thrice: no seed spread to weigh
+    assert protocol["pooled"]["sentences"] == len(task.splits["validation"]["tokens"]) + len(words)
+
+
+def test_compare_refuses_a_model_it_cannot_score_in_one_line(taggers, tmp_path, capsys):
+    from benchmarks.compare import main
+    from tests.conftest import make_bert as _make
+
+    data, good, _ = taggers
+    encoder = _make(tmp_path / "plain", layers=1, hidden=32, heads=4, ffn=64)
+    assert main(["--data", str(data), str(good), str(encoder)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(f"{tmp_path / 'plain'}: ")
