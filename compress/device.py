@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Collection
+from typing import Any, Collection, Mapping
 
 from compress.errors import CompressError
 
@@ -108,6 +108,32 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
+#: oneDNN's ISA names as ``ONEDNN_MAX_CPU_ISA`` takes them, with their bit masks (``dnnl_cpu_isa_t``): an ISA
+#: includes every one whose bits it holds.
+ONEDNN_ISAS = {"SSE41": 0x1, "AVX": 0x3, "AVX2": 0x7, "AVX2_VNNI": 0xF, "AVX2_VNNI_2": 0x1F, "AVX512_CORE": 0x27,
+               "AVX512_CORE_VNNI": 0x67, "AVX512_CORE_BF16": 0xE7, "AVX10_1_512": 0x1EF, "AVX512_CORE_FP16": 0x1EF,
+               "AVX10_1_512_AMX": 0xFEF, "AVX512_CORE_AMX": 0xFEF, "AVX10_1_512_AMX_FP16": 0x1FEF,
+               "AVX512_CORE_AMX_FP16": 0x1FEF}
+#: The lowest oneDNN ISA with native bf16 dot products (AVX-512 BF16).
+ONEDNN_BF16_ISA = "AVX512_CORE_BF16"
+
+
+def onednn_isa_cap(environ: Mapping[str, str] | None = None) -> str | None:
+    """The ISA ``ONEDNN_MAX_CPU_ISA`` (or its older name ``DNNL_MAX_CPU_ISA``) caps oneDNN at, upper-cased; ``None``
+    where it is unset, ``DEFAULT``/``ALL``, or a name this table does not know (a newer ISA, above bf16)."""
+    env = os.environ if environ is None else environ
+    value = (env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA") or "").strip().upper()
+    return value if value in ONEDNN_ISAS else None
+
+
+def cap_blocks_bf16(cap: str | None) -> bool:
+    """Whether a oneDNN ISA cap leaves out native bf16: PyTorch's CPU matmuls then emulate bf16 even on a CPU whose
+    flags have it (measured on the Intel Xeon with AMX: a bf16 linear layer 4.5x slower than fp32 under
+    ``AVX512_CORE_VNNI``, 5.6x faster without the cap)."""
+    bf16 = ONEDNN_ISAS[ONEDNN_BF16_ISA]
+    return cap is not None and ONEDNN_ISAS[cap] & bf16 != bf16
+
+
 def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
     """The CPU's feature flags from ``/proc/cpuinfo`` (Linux); empty where that file cannot be read."""
     try:
@@ -146,7 +172,7 @@ def precision_problem(setting: Any) -> str | None:
 
 
 def decide_precision(setting: str, device_type: str, flags: Collection[str] = (),
-                     cuda_bf16: bool = False, device: str | None = None) -> PrecisionChoice:
+                     cuda_bf16: bool = False, device: str | None = None, isa_cap: str | None = None) -> PrecisionChoice:
     """The precision ``setting`` means on a device of ``device_type`` (``cpu``, ``cuda``, ...).
 
     A pure rule, so tests decide from constructed flag sets: on a CPU, ``auto`` is bf16 only when
@@ -155,6 +181,8 @@ def decide_precision(setting: str, device_type: str, flags: Collection[str] = ()
     on a CPU without those flags, with a warning (it is emulated there), and becomes fp16 on a GPU
     without bf16, as the Trainer cannot run it; ``fp16`` is refused on a CPU (no grad scaler there,
     and no native fp16 matmuls on the CPUs this targets). ``device`` only names the device in reasons.
+    ``isa_cap`` is ``ONEDNN_MAX_CPU_ISA`` (:func:`onednn_isa_cap`): a cap below AVX-512 BF16 makes the CPU one
+    without native bf16, whatever its flags, since oneDNN then emulates it.
     """
     problem = precision_problem(setting)
     if problem:
@@ -177,6 +205,10 @@ def decide_precision(setting: str, device_type: str, flags: Collection[str] = ()
             return PrecisionChoice(setting, "fp32", f"no autocast rule for {name}" if setting == "auto" else "as asked")
         raise CompressError(f"--precision {setting} is for the CPU or a CUDA GPU, not {name}; use auto or fp32.")
     native = sorted(set(flags) & set(NATIVE_BF16_FLAGS))
+    without = "this CPU has no avx512_bf16/AMX"
+    if native and cap_blocks_bf16(isa_cap):
+        without = f"ONEDNN_MAX_CPU_ISA={isa_cap} keeps oneDNN below {ONEDNN_BF16_ISA} (this CPU has {'/'.join(native)})"
+        native = []
     if setting == "fp16":
         raise CompressError("--precision fp16 runs on CUDA GPUs only (autocast with a grad scaler); on the CPU use "
                             "auto, fp32 or bf16.")
@@ -186,8 +218,8 @@ def decide_precision(setting: str, device_type: str, flags: Collection[str] = ()
         why = f"this CPU has {'/'.join(native)} (native bf16 matrix instructions)"
         return PrecisionChoice(setting, "bf16", why if setting == "auto" else f"as asked; {why}")
     if setting == "auto":
-        return PrecisionChoice(setting, "fp32", "this CPU has no avx512_bf16/AMX; bf16 autocast would be emulated")
-    why = "this CPU has no avx512_bf16/AMX, so bf16 autocast is emulated (several times slower than fp32)"
+        return PrecisionChoice(setting, "fp32", f"{without}; bf16 autocast would be emulated")
+    why = f"{without}, so bf16 autocast is emulated (several times slower than fp32)"
     return PrecisionChoice(setting, "bf16", f"as asked; {why}",
                            warning=f"--precision bf16: {why}; use --precision auto (fp32 here) unless bf16 "
                                    "numerics are the point")
@@ -208,7 +240,8 @@ def resolve_precision(setting: str, device: Any = "cpu", announce: bool = True) 
         with torch.cuda.device(device):
             choice = decide_precision(setting, "cuda", cuda_bf16=torch.cuda.is_bf16_supported(), device=str(device))
     else:
-        choice = decide_precision(setting, device.type, cpu_flags() if device.type == "cpu" else (), device=str(device))
+        choice = decide_precision(setting, device.type, cpu_flags() if device.type == "cpu" else (), device=str(device),
+                                  isa_cap=onednn_isa_cap())
     if announce and int(os.environ.get("RANK", "0")) == 0:
         print(choice.line())
         if choice.warning:

@@ -19,8 +19,8 @@ import torch
 from compress.cli import build_parser, main, stage_config
 from compress.config import ConfigError, TeacherConfig
 from compress.stages import stage_configs
-from compress.device import (PRECISIONS, PrecisionChoice, cpu_flags, decide_precision, mixed_precision,
-                             resolve_precision)
+from compress.device import (PRECISIONS, PrecisionChoice, cap_blocks_bf16, cpu_flags, decide_precision,
+                             mixed_precision, onednn_isa_cap, resolve_precision)
 from compress.errors import CompressError
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
@@ -52,6 +52,37 @@ def test_auto_on_a_cpu_is_bf16_only_with_native_bf16_flags(flags, expected, name
         assert named in choice.reason and choice.line().startswith("precision auto -> bf16: this CPU has ")
     else:
         assert choice.line() == EMULATED
+
+
+@pytest.mark.parametrize("cap, blocks", [
+    ("AVX512_CORE_VNNI", True), ("AVX2", True), ("AVX512_CORE", True), ("AVX2_VNNI_2", True),
+    ("AVX512_CORE_BF16", False), ("AVX512_CORE_AMX", False), ("AVX10_1_512_AMX_FP16", False), (None, False),
+])
+def test_a_onednn_isa_cap_below_bf16_makes_auto_fp32_whatever_the_flags(cap, blocks):
+    assert cap_blocks_bf16(cap) is blocks
+    for flags in (XEON_AMX, EPYC_BF16):
+        choice = decide_precision("auto", "cpu", flags, isa_cap=cap)
+        assert choice.precision == ("fp32" if blocks else "bf16")
+        if blocks:
+            assert choice.reason.startswith(f"ONEDNN_MAX_CPU_ISA={cap} keeps oneDNN below AVX512_CORE_BF16")
+            assert "emulated" in choice.reason
+            explicit = decide_precision("bf16", "cpu", flags, isa_cap=cap)
+            assert explicit.precision == "bf16" and "emulated" in explicit.warning
+    assert decide_precision("auto", "cpu", ZEN3, isa_cap="AVX512_CORE_BF16").line() == EMULATED  # a cap adds nothing
+
+
+def test_the_cap_is_read_from_either_variable_and_unknown_names_do_not_cap():
+    assert onednn_isa_cap({"ONEDNN_MAX_CPU_ISA": "avx512_core_vnni"}) == "AVX512_CORE_VNNI"
+    assert onednn_isa_cap({"DNNL_MAX_CPU_ISA": "AVX2"}) == "AVX2"
+    assert onednn_isa_cap({"ONEDNN_MAX_CPU_ISA": "DEFAULT"}) is None
+    assert onednn_isa_cap({"ONEDNN_MAX_CPU_ISA": "AVX10_2_512"}) is None  # newer than this table: above bf16
+    assert onednn_isa_cap({}) is None
+
+
+def test_a_cap_in_the_environment_reaches_the_decision_on_this_machine(monkeypatch, capsys):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI")
+    assert resolve_precision("auto", "cpu").precision == "fp32" and mixed_precision("cpu") is None
+    assert "emulated" in capsys.readouterr().out
 
 
 def test_explicit_bf16_on_a_cpu_without_it_is_kept_with_a_warning():
@@ -105,7 +136,9 @@ def _flags_in_proc_cpuinfo() -> set[str]:
     pytest.skip("/proc/cpuinfo lists no flags")
 
 
-def test_the_decision_on_this_machine_agrees_with_its_flags(capsys):
+def test_the_decision_on_this_machine_agrees_with_its_flags(capsys, monkeypatch):
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
     flags = _flags_in_proc_cpuinfo()
     native = bool(flags & {"avx512_bf16", "amx_bf16"})
     assert cpu_flags() == flags
