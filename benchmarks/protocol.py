@@ -180,7 +180,10 @@ def _seed_t(diffs: np.ndarray, mean: float, sd: float, confidence: float, power:
     from scipy.optimize import brentq
     from scipy.stats import t as student_t
 
+    _z(confidence, power)
     k = len(diffs)
+    if k < 2:
+        raise ValueError("a seed-level t-test needs at least two seed pairs")
     df = k - 1
     crit = float(student_t.ppf(1 - (1 - confidence) / 2, df))
     method = f"paired t-test over {k} seed pairs of the {unit} difference, {df} degrees of freedom"
@@ -200,10 +203,7 @@ def _seed_t(diffs: np.ndarray, mean: float, sd: float, confidence: float, power:
 def seed_test(lever_correct: np.ndarray, baseline_correct: np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
               power: float = DEFAULT_POWER) -> SeedTest:
     """The paired t-test over seed pairs of the per-seed accuracy differences (two seeds at least)."""
-    _z(confidence, power)
     lever, base = _paired(lever_correct, baseline_correct)
-    if lever.shape[0] < 2:
-        raise ValueError("a seed-level t-test needs at least two seed pairs")
     n = lever.shape[1]
     gains = lever.sum(axis=1).astype(np.int64) - base.sum(axis=1)  # in sentences: equal gains give sd exactly 0
     return _seed_t(gains / n, float(gains.mean()) / n, float(gains.std(ddof=1)) / n, confidence, power, "accuracy")
@@ -269,10 +269,7 @@ def f1_pooled_test(lever_counts: np.ndarray, baseline_counts: np.ndarray, confid
 def f1_seed_test(lever_counts: np.ndarray, baseline_counts: np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
                  power: float = DEFAULT_POWER) -> SeedTest:
     """:func:`seed_test` for entity F1: one F1 difference per seed pair over all the sentences."""
-    _z(confidence, power)
     lever, base = _paired_counts(lever_counts, baseline_counts)
-    if lever.shape[0] < 2:
-        raise ValueError("a seed-level t-test needs at least two seed pairs")
     diffs = _micro_f1(lever.sum(axis=1)) - _micro_f1(base.sum(axis=1))
     return _seed_t(diffs, float(diffs.mean()), float(diffs.std(ddof=1)), confidence, power, "entity F1")
 
