@@ -351,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, DistillConfig, "augment", "N augmented variants per training example, TinyBERT-style, labelled by the "
             "teacher")
     _option(g, DistillConfig, "augment_ops", "comma list of augmentation operations: replace, mask, delete, swap")
-    for name in ("soft_labels", "soft_labels_min_agreement"):  # made from the config fields (compress.distill.int8_labels)
+    for name in ("soft_labels", "soft_labels_min_agreement"):  # made from the config fields (compress.distill.teacher_copies)
         options = flag_options(DistillConfig, name)
         g.add_argument("--" + name.replace("_", "-"), type=type(options["default"]), **options)
     _add_data_flags(p)

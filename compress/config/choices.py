@@ -10,16 +10,18 @@ from __future__ import annotations
 
 
 SAMPLINGS = ("group_by_length", "random", "sequential")
-#: ``distill --soft-labels``: who labels the training rows (compress.distill.int8_labels).
-SOFT_LABEL_RUNTIMES = ("auto", "pytorch", "onnx-int8")
-#: ``auto`` builds the teacher's INT8 copy only for at least this many rows still to label: building it
-#: (export and quantization) and checking it on validation cost about as much as labelling this many rows
-#: with the fp32 teacher, a ratio that does not depend on the teacher's size (both scale with it).
+#: ``distill --soft-labels``: who labels the training rows (compress.distill.teacher_copies).
+SOFT_LABEL_RUNTIMES = ("auto", "pytorch", "openvino-fp32", "onnx-int8")
+#: ``auto`` builds a copy of the teacher only for at least this many rows still to label: building it
+#: (export and conversion or quantization) and checking it on validation cost about as much as labelling this
+#: many rows with the fp32 teacher, a ratio that does not depend on the teacher's size (both scale with it).
 SOFT_LABELS_AUTO_MIN_ROWS = 2000
-SOFT_LABELS_HELP = ("who labels the training rows and the transfer set: onnx-int8 (the teacher's ONNX Runtime INT8 "
-                    "copy, used only where it agrees with the PyTorch teacher on --soft-labels-min-agreement of the "
-                    "validation split), pytorch (the teacher itself), or auto (onnx-int8 on a CPU with VNNI when there "
-                    f"are at least {SOFT_LABELS_AUTO_MIN_ROWS:,} rows to label and no intermediate losses; else pytorch)")
+SOFT_LABELS_HELP = ("who labels the training rows and the transfer set: a copy of the teacher, openvino-fp32 (its fp32 "
+                    "graph in OpenVINO) or onnx-int8 (ONNX Runtime INT8), used only where it agrees with the PyTorch "
+                    "teacher on --soft-labels-min-agreement of the validation split and labels a sample of it faster; "
+                    "pytorch (the teacher itself); or auto (where the teacher would label in fp32 on the CPU, with at "
+                    f"least {SOFT_LABELS_AUTO_MIN_ROWS:,} rows to label and no intermediate losses: openvino-fp32 when "
+                    "OpenVINO is installed, else onnx-int8 on a CPU with VNNI; else pytorch)")
 UNLABELED_BALANCE_HELP = ("draw the seeded sample (distill's --unlabeled-limit, pretrain's --corpus-limit) evenly "
                           "across the values of this column of the corpus "
                           "(its source, channel or domain; a small group gives all its rows and the rest is shared "

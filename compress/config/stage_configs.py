@@ -147,7 +147,7 @@ class DistillConfig(ConfigBase, KDSettings):
     revision: str | None = None
     #: Distil even from a teacher no better than chance on validation (compress.head_check).
     allow_untrained_teacher: bool = False
-    #: ``--soft-labels``: who labels the training rows and the transfer set (compress.distill.int8_labels).
+    #: ``--soft-labels``: who labels the training rows and the transfer set (compress.distill.teacher_copies).
     soft_labels: str = field(default="auto", metadata={**_choices(*SOFT_LABEL_RUNTIMES), "help": SOFT_LABELS_HELP})
     #: ``--soft-labels-min-agreement``: the INT8 teacher's labels are used only at or above this agreement
     #: with the PyTorch teacher on the validation split.

@@ -42,7 +42,7 @@ from compress.gold_labels import ABSENT, COLUMN as GOLD_COLUMN, with_gold
 from compress.head_check import HeadCheck, check_head, refuse_untrained_teacher
 from compress.modeling import (accepts_token_types, autocast, classification_metrics, count_parameters, model_device,
                                predict_logits)
-from compress.distill.int8_labels import INT8_TAG, choose_label_runtime, fill_int8_cache
+from compress.distill.teacher_copies import choose_label_runtime, fill_copy_cache
 from compress.teacher import load_teacher, soft_label_cache_path, teacher_logits
 from compress.transfer import TransferOptions, build_transfer
 from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler,
@@ -247,14 +247,15 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
                      + active_terms(cfg, 0.0, want_inter))
     if during_training and needs_soft:
         store = _soft_label_store(teacher, tokenized["train"], transfer, precision.precision, task.num_labels)
-        # The rows still unlabelled may go to the teacher's INT8 copy, where it agrees with the teacher.
+        # The rows still unlabelled may go to a faster copy of the teacher, where it agrees with the teacher.
         label_runtime = choose_label_runtime(cfg.soft_labels, cfg.soft_labels_min_agreement, teacher,
                                              tokenized.get("validation"), soft.get("validation"), device_name(device),
-                                             want_inter, world_size, int((~store.known).sum()))
-        if label_runtime.runtime == INT8_TAG:
-            parts = _label_parts(teacher, tokenized["train"], transfer, INT8_TAG)
-            timings["int8_labels_s"] = round(fill_int8_cache(label_runtime, [(ds, path) for _, ds, path in parts]), 1)
-            store = _soft_label_store(teacher, tokenized["train"], transfer, INT8_TAG, task.num_labels)
+                                             want_inter, world_size, int((~store.known).sum()), precision.precision)
+        if label_runtime.runtime != "pytorch":
+            tag = label_runtime.runtime
+            parts = _label_parts(teacher, tokenized["train"], transfer, tag)
+            timings["copy_labels_s"] = round(fill_copy_cache(label_runtime, [(ds, path) for _, ds, path in parts]), 1)
+            store = _soft_label_store(teacher, tokenized["train"], transfer, tag, task.num_labels)
             label_runtime.predictor = None  # its session's memory goes before training starts
         reused["train"] = store.loaded.get("train", False)
         for part in store.parts:

@@ -1,5 +1,5 @@
-"""Soft labels from the teacher's ONNX Runtime INT8 copy (compress.distill.int8_labels), and the teacher
-stage's evaluation logits reused by distillation, on a tiny BERT teacher built in the test."""
+"""Soft labels from a faster copy of the teacher (compress.distill.teacher_copies: ONNX Runtime INT8, OpenVINO
+fp32), and the teacher stage's evaluation logits reused by distillation, on a tiny BERT teacher built in the test."""
 
 import json
 
@@ -8,7 +8,8 @@ import pytest
 
 from compress.config import SOFT_LABELS_AUTO_MIN_ROWS, DataOptions, DistillConfig
 from compress.data import tokenize_split
-from compress.distill.int8_labels import INT8_TAG, choose_label_runtime, wants_int8
+from compress.distill.teacher_copies import (INT8_TAG, OPENVINO_FP32_TAG, choose_label_runtime, copy_wins,
+                                             wants_copy)
 from compress.distill.trainer import distill
 from compress.teacher import TeacherConfig, load_teacher, soft_label_cache_path, teacher_logits, train_teacher
 from compress.training import TrainSettings
@@ -35,25 +36,42 @@ VNNI = frozenset({"avx2", "avx512f", "avx512_vnni"})
 AVX2 = frozenset({"avx2", "fma"})
 
 
-@pytest.mark.parametrize("setting, device, intermediate, world, rows, flags, expected, why", [
-    ("pytorch", "cpu", False, 1, 10**6, VNNI, False, "--soft-labels pytorch"),
-    ("auto", "cpu", True, 1, 10**6, VNNI, False, "intermediate losses"),
-    ("onnx-int8", "cpu", True, 1, 10**6, VNNI, False, "intermediate losses"),
-    ("auto", "cpu", False, 2, 10**6, VNNI, False, "distributed"),
-    ("auto", "cpu", False, 1, 0, VNNI, False, "cached"),
-    ("auto", "cuda:0", False, 1, 10**6, VNNI, False, "cuda:0"),
-    ("auto", "cpu", False, 1, SOFT_LABELS_AUTO_MIN_ROWS - 1, VNNI, False, "fewer than"),
-    ("auto", "cpu", False, 1, SOFT_LABELS_AUTO_MIN_ROWS, VNNI, True, ""),
-    ("auto", "cpu", False, 1, 10**6, AVX2, False, "no VNNI"),
-    ("auto", "cpu", False, 1, 10**6, frozenset({"avx_vnni"}), True, ""),
-    ("auto", "cpu", False, 1, 10**6, frozenset({"amx_int8"}), True, ""),
-    ("onnx-int8", "cpu", False, 1, 5, AVX2, True, ""),        # asked for: tried even for a few rows, without VNNI
-    ("onnx-int8", "cuda:0", False, 1, 5, VNNI, True, ""),
+@pytest.mark.parametrize("setting, device, intermediate, world, rows, precision, flags, openvino, expected, why", [
+    ("pytorch", "cpu", False, 1, 10**6, "fp32", VNNI, True, None, "--soft-labels pytorch"),
+    ("auto", "cpu", True, 1, 10**6, "fp32", VNNI, True, None, "intermediate losses"),
+    ("onnx-int8", "cpu", True, 1, 10**6, "fp32", VNNI, True, None, "intermediate losses"),
+    ("auto", "cpu", False, 2, 10**6, "fp32", VNNI, True, None, "distributed"),
+    ("auto", "cpu", False, 1, 0, "fp32", VNNI, True, None, "cached"),
+    ("auto", "cuda:0", False, 1, 10**6, "bf16", VNNI, True, None, "cuda:0"),
+    ("auto", "cpu", False, 1, SOFT_LABELS_AUTO_MIN_ROWS - 1, "fp32", VNNI, True, None, "fewer than"),
+    ("auto", "cpu", False, 1, 10**6, "bf16", VNNI, True, None, "native bf16"),   # the PyTorch teacher is the fast one
+    ("auto", "cpu", False, 1, SOFT_LABELS_AUTO_MIN_ROWS, "fp32", VNNI, True, OPENVINO_FP32_TAG, ""),
+    ("auto", "cpu", False, 1, 10**6, "fp32", AVX2, True, OPENVINO_FP32_TAG, ""),  # fp32 copies need no VNNI
+    ("auto", "cpu", False, 1, 10**6, "fp32", VNNI, False, INT8_TAG, ""),           # without OpenVINO: INT8 with VNNI
+    ("auto", "cpu", False, 1, 10**6, "fp32", frozenset({"avx_vnni"}), False, INT8_TAG, ""),
+    ("auto", "cpu", False, 1, 10**6, "fp32", frozenset({"amx_int8"}), False, INT8_TAG, ""),
+    ("auto", "cpu", False, 1, 10**6, "fp32", AVX2, False, None, "no VNNI"),
+    ("onnx-int8", "cpu", False, 1, 5, "bf16", AVX2, False, INT8_TAG, ""),  # asked for: tried for a few rows, anywhere
+    ("onnx-int8", "cuda:0", False, 1, 5, "fp32", VNNI, True, INT8_TAG, ""),
+    ("openvino-fp32", "cpu", False, 1, 5, "bf16", AVX2, True, OPENVINO_FP32_TAG, ""),
 ])
-def test_when_the_int8_copy_is_tried(setting, device, intermediate, world, rows, flags, expected, why):
-    wanted, reason = wants_int8(setting, device, intermediate, world, rows, flags)
-    assert wanted is expected
+def test_which_copy_is_tried(setting, device, intermediate, world, rows, precision, flags, openvino, expected, why):
+    copy, reason = wants_copy(setting, device, intermediate, world, rows, precision, flags, openvino)
+    assert copy == expected
     assert why in reason
+
+
+@pytest.mark.parametrize("agreement, timed, explicit, wins, says", [
+    (0.999, {"pytorch": 10.0, "copy": 6.0}, False, True, "agrees with the PyTorch teacher on 99.90%"),
+    (0.990, {"pytorch": 10.0, "copy": 6.0}, False, False, "99.00% of 1000 validation sentences (< 99.50%)"),
+    (0.990, {"pytorch": 10.0, "copy": 6.0}, True, False, "(< 99.50%)"),  # asked for, but it disagrees: never used
+    (0.999, {"pytorch": 10.0, "copy": 11.0}, False, False, "no faster"),    # auto keeps the faster PyTorch teacher
+    (0.999, {"pytorch": 10.0, "copy": 11.0}, True, True, "asked for it"),  # the user's choice, its time recorded
+])
+def test_a_copy_is_used_only_when_it_agrees_and_auto_also_needs_it_faster(agreement, timed, explicit, wins, says):
+    timed = {**timed, "rows": 256}
+    used, reason = copy_wins("openvino-fp32", agreement, 1000, 0.995, timed, explicit)
+    assert used is wins and says in reason
 
 
 def test_the_teacher_stage_caches_its_evaluation_logits_for_distill(teacher_and_data, tmp_path):
@@ -77,8 +95,8 @@ def test_int8_labels_are_used_when_they_agree_and_cached_under_their_own_key(tea
     labels = meta["distillation"]["soft_labels"]
     assert labels["runtime"] == INT8_TAG and labels["validation_agreement"] >= 0.9 and labels["validation_n"] > 0
     assert "agrees with the PyTorch teacher on" in labels["reason"]
-    assert "ONNX Runtime INT8 teacher, cached at" in capsys.readouterr().out
-    assert "int8_labels_s" in meta["timings"]
+    assert "the onnx-int8 teacher, cached at" in capsys.readouterr().out
+    assert "copy_labels_s" in meta["timings"] and set(labels["sample_seconds"]) == {"pytorch", "copy", "rows"}
 
     # The INT8 labels are near the PyTorch teacher's, and keyed apart from them.
     loaded = load_teacher(teacher)
@@ -114,6 +132,23 @@ def test_int8_labels_that_disagree_are_not_used(teacher_and_data):
     kept = choose_label_runtime("onnx-int8", 0.9, loaded, validation, fp32, "cpu", False, 1, 1000)
     assert kept.runtime == INT8_TAG
     refused = choose_label_runtime("onnx-int8", 0.9, loaded, validation, -fp32, "cpu", False, 1, 1000)
-    assert refused.runtime == "pytorch" and "only" in refused.reason and refused.agreement < 0.1
+    assert refused.runtime == "pytorch" and "(< 90.00%)" in refused.reason and refused.agreement < 0.1
     few = choose_label_runtime("auto", 0.9, loaded, validation, fp32, "cpu", False, 1, 10)
     assert few.runtime == "pytorch" and few.agreement is None
+
+
+def test_the_openvino_fp32_copy_labels_with_the_teachers_numbers(teacher_and_data, tmp_path, monkeypatch):
+    pytest.importorskip("openvino")
+    teacher, data = teacher_and_data
+    monkeypatch.setenv("BERT_COMPRESS_CACHE", str(tmp_path / "cache"))
+    meta = _distill(teacher, data, tmp_path / "student", soft_labels="openvino-fp32", precision="fp32")
+    labels = meta["distillation"]["soft_labels"]
+    assert labels["runtime"] == OPENVINO_FP32_TAG and labels["validation_agreement"] == 1.0
+    loaded = load_teacher(teacher)
+    from compress.data import load_task_data
+
+    train = tokenize_split(load_task_data(str(data)).splits["train"], loaded.tokenizer, 128, False, prefix="t_",
+                           what="teacher")
+    copied = np.load(soft_label_cache_path(loaded, train, "t_", OPENVINO_FP32_TAG))
+    fp32, _ = teacher_logits(loaded, train, prefix="t_")
+    np.testing.assert_allclose(copied, fp32, atol=1e-4)  # fp32 in another runtime: the same logits, rounding aside
