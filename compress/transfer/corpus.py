@@ -127,9 +127,9 @@ def load_unlabeled(spec: str, text_column: str = "text", text_pair_column: str |
         if balance_column:
             if balance_column not in ds.column_names:
                 others = [c for c in ds.column_names if c != "text"]
+                has = f"its columns to balance over: {', '.join(others)}" if others else "it has only its text"
                 raise CompressError(f"--unlabeled-balance {balance_column}: the built-in corpus {spec} has no such "
-                                    f"column ({'its columns to balance over: ' + ', '.join(others) if others else 'it has no column beside its text'}). "
-                                    "Drop --unlabeled-balance or name one of those.")
+                                    f"column ({has}). Drop --unlabeled-balance or name one of those.")
             groups = [str(g) for g in ds[balance_column][:]]
         return UnlabeledCorpus(ds["text"][:], None, spec, {"rows": len(ds), "empty": 0}, groups)
     return read_unlabeled(spec, text_column, text_pair_column, balance_column)
@@ -182,7 +182,7 @@ def filter_unlabeled(corpus: UnlabeledCorpus, held_out: set[str], labelled: set[
     quotes one (a test sentence cut from a longer comment whose whole text is in the corpus); one equal to a
     training text would count that example twice. ``limit`` then keeps a seeded sample of the rest, drawn
     evenly across the corpus's ``groups`` when it has them (:func:`balanced_sample`); ``stats`` then has the
-    rows kept per group (``kept_by_group``) and the column (``balanced_by``).
+    rows kept per group (``kept_by_group``).
     """
     stats = dict(corpus.stats)
     stats.update(duplicates=0, in_validation_or_test=0, in_training=0)
