@@ -106,7 +106,7 @@ def wants_copy(setting: str, device: str, intermediate: bool, world_size: int, r
     if rows < AUTO_MIN_ROWS:
         return None, f"{rows} rows to label: fewer than the {AUTO_MIN_ROWS} that repay building a copy of the teacher"
     if precision != "fp32":
-        return None, f"the PyTorch teacher labels in native {precision} here"
+        return None, f"the teacher runs in native {precision} here"
     if openvino if openvino is not None else openvino_missing() is None:
         return OPENVINO_FP32_TAG, ""
     if VNNI_FLAGS & (cpu_flags() if flags is None else flags):
