@@ -16,12 +16,12 @@ SOFT_LABEL_RUNTIMES = ("auto", "pytorch", "openvino-fp32", "onnx-int8")
 #: (export and conversion or quantization) and checking it on validation cost about as much as labelling this
 #: many rows with the fp32 teacher, a ratio that does not depend on the teacher's size (both scale with it).
 SOFT_LABELS_AUTO_MIN_ROWS = 2000
-SOFT_LABELS_HELP = ("who labels the training rows and the transfer set: a copy of the teacher, openvino-fp32 (its fp32 "
-                    "graph in OpenVINO) or onnx-int8 (ONNX Runtime INT8), used only where it agrees with the PyTorch "
-                    "teacher on --soft-labels-min-agreement of the validation split and labels a sample of it faster; "
-                    "pytorch (the teacher itself); or auto (where the teacher would label in fp32 on the CPU, with at "
-                    f"least {SOFT_LABELS_AUTO_MIN_ROWS:,} rows to label and no intermediate losses: openvino-fp32 when "
-                    "OpenVINO is installed, else onnx-int8 on a CPU with VNNI; else pytorch)")
+SOFT_LABELS_HELP = ("who labels the training rows and the transfer set: a copy of the teacher, onnx-int8 (ONNX Runtime "
+                    "INT8) or openvino-fp32 (its fp32 graph in OpenVINO), used only where it agrees with the PyTorch "
+                    "teacher on --soft-labels-min-agreement of the validation split; pytorch (the teacher itself); or "
+                    "auto (onnx-int8 where the teacher would label in fp32 on a CPU with VNNI, with at least "
+                    f"{SOFT_LABELS_AUTO_MIN_ROWS:,} rows to label and no intermediate losses, kept only if it also "
+                    "labels a validation sample faster; else pytorch)")
 UNLABELED_BALANCE_HELP = ("draw the seeded sample (distill's --unlabeled-limit, pretrain's --corpus-limit) evenly "
                           "across the values of this column of the corpus "
                           "(its source, channel or domain; a small group gives all its rows and the rest is shared "
