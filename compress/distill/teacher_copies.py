@@ -216,15 +216,13 @@ def copy_wins(copy: str, agreement: float, n: int, min_agreement: float, timed: 
     user (``explicit``), have labelled the timed sample faster (``timed``: seconds of each, same rows)."""
     agrees = (f"the {copy} teacher agrees with the PyTorch teacher on {agreement:.2%} of {n} validation sentences "
               f"({'>=' if agreement >= min_agreement else '<'} {min_agreement:.2%})")
+    pace = f"labelled {timed['rows']} of them in {timed['copy']:.2f} s against the PyTorch teacher's {timed['pytorch']:.2f} s"
     faster = timed["copy"] < timed["pytorch"]
-    pace = (f"{'and' if agreement >= min_agreement else 'though it'} labelled {timed['rows']} of them in "
-            f"{timed['copy']:.2f} s against the PyTorch teacher's {timed['pytorch']:.2f} s")
     if agreement < min_agreement:
-        return False, f"{agrees}, {pace}"
+        return False, f"{agrees}, though it {pace}"
     if not faster and not explicit:
-        return False, f"{agrees}, but it labelled {timed['rows']} of them in {timed['copy']:.2f} s against the PyTorch " \
-                      f"teacher's {timed['pytorch']:.2f} s: no faster"
-    return True, f"{agrees}, {pace}" + ("" if faster else " (--soft-labels asked for it)")
+        return False, f"{agrees}, but it {pace}: no faster"
+    return True, f"{agrees}, and {pace}" + ("" if faster else " (--soft-labels asked for it)")
 
 
 def fill_copy_cache(runtime: LabelRuntime, parts: list[tuple[Any, Path]]) -> float:

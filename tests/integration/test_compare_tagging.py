@@ -6,19 +6,14 @@ import json
 
 import pytest
 
-from conftest import make_bert
-from tests.support.toy_ner import teacher_config, toy_sentences, write_conll
+from tests.support.toy_ner import toy_tagger
 
 
 @pytest.fixture(scope="module")
 def taggers(tmp_path_factory):
-    from compress.teacher import train_teacher
-
     tmp = tmp_path_factory.mktemp("compare-tagging")
-    data = write_conll(tmp / "toy.conll", toy_sentences(160))
-    encoder = make_bert(tmp / "encoder", layers=2, hidden=32, heads=4, ffn=64)
-    good = train_teacher(teacher_config(encoder, data), tmp / "good")
-    weak = train_teacher(teacher_config(encoder, data, epochs=0.25), tmp / "weak")
+    data, good = toy_tagger(tmp, name="good")
+    _, weak = toy_tagger(tmp, epochs=0.25, data=data, name="weak")
     return data, good, weak
 
 

@@ -16,17 +16,13 @@ import pytest
 from compress.errors import CompressError
 
 from conftest import gate_verdict, make_bert, sentiment_rows, write_csv
-from tests.support.toy_ner import teacher_config, toy_sentences, write_conll
+from tests.support.toy_ner import teacher_config, toy_sentences, toy_tagger, write_conll
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A tagger teacher fine-tuned on the toy CoNLL file (the stage under test), and that file."""
-    from compress.teacher import train_teacher
-
     tmp = tmp_path_factory.mktemp("ner")
-    data = write_conll(tmp / "toy.conll", toy_sentences(200))
-    encoder = make_bert(tmp / "encoder", layers=2, hidden=32, heads=4, ffn=64)
-    path = train_teacher(teacher_config(encoder, data), tmp / "teacher")
+    data, path = toy_tagger(tmp, sentences=200)
     return SimpleNamespace(path=path, data=data, tmp=tmp)
 
 

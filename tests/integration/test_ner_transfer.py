@@ -8,18 +8,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import make_bert
-from tests.support.toy_ner import teacher_config, toy_sentences, write_conll
+from tests.support.toy_ner import toy_sentences, toy_tagger
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from compress.teacher import train_teacher
-
     tmp = tmp_path_factory.mktemp("ner-transfer")
-    data = write_conll(tmp / "toy.conll", toy_sentences(160))
-    encoder = make_bert(tmp / "encoder", layers=2, hidden=32, heads=4, ffn=64)
-    return SimpleNamespace(path=train_teacher(teacher_config(encoder, data), tmp / "teacher"), data=data, tmp=tmp)
+    data, path = toy_tagger(tmp)
+    return SimpleNamespace(path=path, data=data, tmp=tmp)
 
 
 def _corpus(trained, tmp_path):

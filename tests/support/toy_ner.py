@@ -44,3 +44,15 @@ def teacher_config(model: Path, data: Path, epochs: float = 2.0):
     return TeacherConfig.from_dict({"model": str(model), "data": {"data": str(data)}, "max_length": 48,
                                     "train": {"epochs": epochs, "lr": 6e-3, "batch_size": 8, "save_steps": 100000,
                                               "sampling": "sequential", "logging_steps": 1000}})
+
+
+def toy_tagger(folder: Path, sentences: int = 160, epochs: float = 2.0, data: Path | None = None,
+               name: str = "teacher") -> tuple[Path, Path]:
+    """A tiny 2-layer BERT fine-tuned as a tagger in ``folder / name`` on ``data`` (default: ``sentences`` toy
+    sentences written to ``folder / "toy.conll"``); ``(data file, tagger folder)``."""
+    from compress.teacher import train_teacher
+    from tests.conftest import make_bert
+
+    data = data or write_conll(folder / "toy.conll", toy_sentences(sentences))
+    encoder = make_bert(folder / f"{name}-encoder", layers=2, hidden=32, heads=4, ffn=64)
+    return data, train_teacher(teacher_config(encoder, data, epochs), folder / name)
