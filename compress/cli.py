@@ -328,14 +328,16 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, DistillConfig, "projection_lr", "learning rate of the projections that bridge widths (default: --lr)")
     _option(g, DistillConfig, "losses", "the objective as loss terms LOSS[@SIGNAL][:WEIGHT],... e.g. "
             "'soft_ce:1,hard_ce:0.5,hidden_nmse@embeddings:1,hidden_nmse@hidden:1,attention_mse:1' (replaces "
-            "--alpha-*, --kd-loss, --hidden-loss and --intermediate; signals: logits, labels, embeddings, hidden, "
-            "attention)")
+            "--alpha-*, --kd-loss, --hidden-loss and --intermediate; signals: logits, labels, gold, embeddings, hidden, "
+            "attention, pooled)")
     _option(g, DistillConfig, "schedule", "joint: all losses together; two-stage: intermediate first, then "
             "prediction layer")
     _option(g, DistillConfig, "stage1_epochs", "epochs of intermediate-only training (two-stage)")
     _option(g, DistillConfig, "gold_labels")
     _option(g, DistillConfig, "alpha_gold")
     _option(g, DistillConfig, "gold_scale")
+    _option(g, DistillConfig, "alpha_pooled")
+    _option(g, DistillConfig, "pooled_loss", choices=loss_names("vectors"))
     _option(g, DistillConfig, "ensemble")
     _option(g, DistillConfig, "keep_checkpoints", "keep the Trainer checkpoints after success")
     g = p.add_argument_group("transfer data (rows the teacher labels; no hard label)")

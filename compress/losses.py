@@ -22,6 +22,10 @@ The kinds, and the signature a loss of each kind has:
   (``on: embeddings``) or to every mapped layer pair (``on: hidden``, averaged over pairs).
 - ``attention``: ``fn(student_attn, teacher_attn, attention_mask)`` on ``[batch, heads, query, key]``
   maps of every mapped layer pair (averaged over pairs).
+- ``vectors``: ``fn(student_vectors, teacher_vectors)`` on one ``[batch, width]`` sentence vector per row
+  (``on: pooled``): the mean over real tokens of each model's last hidden states, the student's through a
+  learned projection to the teacher's width (:mod:`compress.distill.pooled`). The teacher's vectors are
+  cached with its soft labels, so no teacher pass is needed once they are.
 
 The built-in losses:
 
@@ -41,6 +45,11 @@ The built-in losses:
   affine parameters): scale-free, about 2 for unrelated states and 0 for a perfect match, so its
   weight means the same for any teacher.
 - ``hidden_cosine``: 1 - cosine similarity per real token, averaged.
+- ``pooled_cosine``: 1 - cosine similarity of each row's student and teacher sentence vectors, averaged.
+- ``pooled_nmse``: squared error of the two sentence vectors after standardising each (as ``hidden_nmse``).
+- ``pooled_relation``: the in-batch relational variant: squared error between the two sides' matrices of
+  cosine similarities between the batch's rows (off the diagonal), so the student keeps how the teacher
+  places sentences relative to one another rather than where (Park et al.'s relational distillation).
 - ``attention_mse``: TinyBERT's attention loss: squared error between attention maps, summed over
   the real keys of each query row and averaged over real queries and heads (a per-element mean
   would be ~1/length as large and vanish beside the hidden-state loss); when head counts differ,
@@ -64,13 +73,14 @@ KINDS: dict[str, str] = {}
 
 #: The signals a term can compare, and the loss kind each one takes.
 SIGNALS = {"logits": "soft", "labels": "hard", "gold": "soft", "embeddings": "states", "hidden": "states",
-           "attention": "attention"}
+           "attention": "attention", "pooled": "vectors"}
 #: Signals that need the teacher's intermediate outputs (and position-aligned tokenizations).
 INTERMEDIATE_SIGNALS = ("embeddings", "hidden", "attention")
-_DEFAULT_SIGNAL = {"soft": "logits", "hard": "labels", "states": "hidden", "attention": "attention"}
+_DEFAULT_SIGNAL = {"soft": "logits", "hard": "labels", "states": "hidden", "attention": "attention",
+                   "vectors": "pooled"}
 #: The log name of a term on each signal (``loss_kd`` etc. in the training log).
 _DEFAULT_NAME = {"logits": "kd", "labels": "hard", "gold": "gold", "embeddings": "embedding", "hidden": "hidden",
-                 "attention": "attention"}
+                 "attention": "attention", "pooled": "pooled"}
 
 
 def register(name: str, kind: str):
@@ -96,7 +106,7 @@ class LossTerm:
 
     loss: str
     weight: float = 1.0
-    #: logits, labels, embeddings, hidden or attention; default: the loss kind's usual signal.
+    #: logits, labels, gold, embeddings, hidden, attention or pooled; default: the loss kind's usual signal.
     on: str | None = None
     #: Name in logs and ``compress.json`` (default: kd, hard, embedding, hidden, attention).
     name: str | None = None
@@ -110,6 +120,11 @@ class LossTerm:
     @property
     def intermediate(self) -> bool:
         return self.on in INTERMEDIATE_SIGNALS
+
+    @property
+    def pooled(self) -> bool:
+        """Whether this term compares sentence vectors (the teacher's are cached with its soft labels)."""
+        return self.on == "pooled"
 
     def problems(self) -> list[str]:
         """What is wrong with this term, as messages (empty when fine)."""
@@ -270,3 +285,40 @@ def attention_mse(student_attn: torch.Tensor, teacher_attn: torch.Tensor, attent
     pair = (m[:, :, None] * m[:, None, :]).unsqueeze(1)  # [batch, 1, query, key]
     sq = ((s - t) ** 2) * pair
     return sq.sum() / (m.sum() * s.shape[1]).clamp_min(1.0)
+
+
+def _standardised(vectors: torch.Tensor) -> torch.Tensor:
+    import torch.nn.functional as F
+
+    return F.layer_norm(vectors.float(), vectors.shape[-1:])
+
+
+@register("pooled_cosine", kind="vectors")
+def pooled_cosine(student_vectors: torch.Tensor, teacher_vectors: torch.Tensor) -> torch.Tensor:
+    """1 - cosine similarity of each row's two sentence vectors, averaged over the batch."""
+    import torch.nn.functional as F
+
+    return (1.0 - F.cosine_similarity(student_vectors.float(), teacher_vectors.float(), dim=-1)).mean()
+
+
+@register("pooled_nmse", kind="vectors")
+def pooled_nmse(student_vectors: torch.Tensor, teacher_vectors: torch.Tensor) -> torch.Tensor:
+    """Mean squared error per unit of the two sentence vectors, each standardised first (scale-free: about 2
+    for unrelated vectors, 0 for a match)."""
+    return ((_standardised(student_vectors) - _standardised(teacher_vectors)) ** 2).mean()
+
+
+@register("pooled_relation", kind="vectors")
+def pooled_relation(student_vectors: torch.Tensor, teacher_vectors: torch.Tensor) -> torch.Tensor:
+    """Squared error between the batch's cosine-similarity matrices of the two sides, over the pairs of distinct
+    rows (0 for a batch of one row: there is no relation to keep)."""
+    import torch
+    import torch.nn.functional as F
+
+    n = student_vectors.shape[0]
+    if n < 2:
+        return student_vectors.sum() * 0.0
+    s = F.normalize(student_vectors.float(), dim=-1)
+    t = F.normalize(teacher_vectors.float(), dim=-1)
+    off = ~torch.eye(n, dtype=torch.bool, device=s.device)
+    return ((s @ s.T - t @ t.T)[off] ** 2).mean()

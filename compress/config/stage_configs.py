@@ -139,6 +139,14 @@ class DistillConfig(ConfigBase, KDSettings):
     #: spread by ~1.7 around the mean (the logistic curve at scale 1 is close to the normal's at 1.7).
     gold_scale: float = field(default=1.0, metadata={"help": "scale of a score column: its probability is "
                                                              "sigmoid(score / scale)"})
+    #: Sentence-vector distillation (compress.distill.pooled): the student's mean-pooled last hidden states, through
+    #: a learned projection, pulled toward the teacher's (cached with its soft labels) with weight ``alpha_pooled``.
+    alpha_pooled: float = field(default=0.0, metadata={
+        "help": "weight of a loss between the student's and the teacher's mean-pooled sentence vectors, the student's "
+                "through a learned projection (0: off); the teacher's vectors are cached with its soft labels"})
+    pooled_loss: str = field(default="pooled_cosine", metadata={**_registered("vectors"), "help": (
+        "loss of --alpha-pooled: pooled_cosine (1 - cosine), pooled_nmse (squared error of standardised vectors) or "
+        "pooled_relation (the in-batch matrices of cosine similarities between sentences)")})
     #: Teacher ensembles (compress.distill.ensemble): more teachers whose logits are averaged with ``teacher``'s.
     ensemble: str | None = field(default=None, metadata={
         "help": "comma list of more teacher folders (other seeds, pooling or schedules): the soft labels are the mean "
@@ -158,7 +166,7 @@ class DistillConfig(ConfigBase, KDSettings):
     #: The settings beyond logit distillation, each with the value that means "off": what the tagger's and the
     #: reader's distillation (soft CE over words or window positions, plus hard CE) do not apply yet.
     BEYOND_LOGITS: ClassVar[dict[str, Any]] = {"intermediate": False, "unlabeled": None, "augment": 0, "losses": None,
-                                               "kd_loss": "soft_ce", "schedule": "joint"}
+                                               "kd_loss": "soft_ce", "schedule": "joint", "alpha_pooled": 0.0}
     #: Settings only a sentence classifier's distillation applies, and what each is.
     CLASSIFIER_ONLY: ClassVar[dict[str, str]] = {"gold_labels": "soft gold labels", "ensemble": "teacher ensembles"}
 
@@ -196,6 +204,17 @@ class DistillConfig(ConfigBase, KDSettings):
         if self.gold_labels is None and any(t.on == "gold" for t in self.loss_terms()):
             problems.append(_problem("losses", "--losses has a term on gold: name the column of label probabilities "
                                                "with --gold-labels"))
+        if self.alpha_pooled < 0:
+            problems.append(_problem("alpha_pooled", f"--alpha-pooled must be >= 0, got {self.alpha_pooled}"))
+        if self.wants_pooled:
+            if self.ensemble is not None:
+                problems.append(_problem("alpha_pooled", "sentence-vector terms take --teacher's vectors and an "
+                                                         "ensemble averages logits only: drop --ensemble or the "
+                                                         "pooled term"))
+            if self.soft_labels not in ("auto", "pytorch"):  # a copy of the teacher: logits only
+                problems.append(_problem("soft_labels", f"--soft-labels {self.soft_labels} gives logits only and the "
+                                                        "sentence-vector term needs the PyTorch teacher's vectors: use "
+                                                        "--soft-labels pytorch (or auto)"))
         if self.projection_lr is not None and self.projection_lr <= 0:
             problems.append(_problem("projection_lr", f"--projection-lr must be > 0, got {self.projection_lr}"))
         if self.losses is not None:
@@ -232,11 +251,18 @@ class DistillConfig(ConfigBase, KDSettings):
         terms = [LossTerm(self.kd_loss, self.alpha_kd), LossTerm("hard_ce", self.alpha_hard)]
         if self.gold_labels is not None:
             terms.append(LossTerm("soft_ce", self.alpha_gold, on="gold"))
+        if self.alpha_pooled > 0:
+            terms.append(LossTerm(self.pooled_loss, self.alpha_pooled, on="pooled"))
         if self.intermediate:
             terms += [LossTerm(self.hidden_loss, self.alpha_embedding, on="embeddings"),
                       LossTerm(self.hidden_loss, self.alpha_hidden, on="hidden"),
                       LossTerm("attention_mse", self.alpha_attention)]
         return terms
+
+    @property
+    def wants_pooled(self) -> bool:
+        """Whether any term of positive weight compares sentence vectors (compress.distill.pooled)."""
+        return any(t.pooled and t.weight > 0 for t in self.loss_terms())
 
     @property
     def wants_intermediate(self) -> bool:

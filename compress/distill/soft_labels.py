@@ -9,6 +9,10 @@ writes) are filled at the start, the rest are filled the first time a batch need
 intermediate-loss teacher forward when there is one, else from a logits-only teacher forward of that
 batch), and every part whose rows are all known is written back to the cache at the end, so the
 next run (another seed, another student) starts complete.
+
+With a sentence-vector term on (:mod:`compress.distill.pooled`) the store also holds the teacher's
+mean-pooled sentence vector of every row, filled by the same teacher forward and cached beside the logits;
+a row counts as known only when both are.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from compress.distill.pooled import vector_cache_path
 
 
 def save_logits(path: Path, logits: np.ndarray) -> None:
@@ -39,46 +45,82 @@ class Part:
     cache: Path
 
 
-class SoftLabelStore:
-    """Teacher logits for ``n`` rows, some known, the rest filled during training."""
+def _cached(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
+    """The array in ``path`` when it exists with exactly ``shape``, else ``None`` (stale or foreign: refilled)."""
+    if not path.exists():
+        return None
+    array = np.load(path, allow_pickle=False)
+    return array if array.shape == shape else None
 
-    def __init__(self, parts: list[Part], num_labels: int):
+
+class SoftLabelStore:
+    """Teacher logits (and, with ``vector_width``, sentence vectors) for ``n`` rows, some known, the rest filled
+    during training."""
+
+    def __init__(self, parts: list[Part], num_labels: int, vector_width: int | None = None):
         self.parts = parts
         n = parts[-1].stop if parts else 0
         self.logits = np.zeros((n, num_labels), dtype=np.float32)
         self.known = np.zeros(n, dtype=bool)
+        self.vectors = np.zeros((n, vector_width), dtype=np.float32) if vector_width else None
+        self.vectors_known = np.zeros(n, dtype=bool) if vector_width else None
         self.loaded: dict[str, bool] = {}
+        self.vectors_loaded: dict[str, bool] = {}
         for part in parts:
-            cached = None
-            if part.cache.exists():
-                cached = np.load(part.cache, allow_pickle=False)
-            if cached is not None and cached.shape == (part.stop - part.start, num_labels):
+            size = part.stop - part.start
+            cached = _cached(part.cache, (size, num_labels))
+            self.loaded[part.name] = cached is not None
+            if cached is not None:
                 self.logits[part.start:part.stop] = cached
                 self.known[part.start:part.stop] = True
-                self.loaded[part.name] = True
-            else:
-                self.loaded[part.name] = False
+            if self.vectors is not None:
+                vectors = _cached(vector_cache_path(part.cache), (size, vector_width))
+                self.vectors_loaded[part.name] = vectors is not None
+                if vectors is not None:
+                    self.vectors[part.start:part.stop] = vectors
+                    self.vectors_known[part.start:part.stop] = True
+
+    def _all_known(self, rows) -> np.ndarray:
+        known = self.known[rows]
+        return known if self.vectors_known is None else known & self.vectors_known[rows]
 
     @property
     def complete(self) -> bool:
-        return bool(self.known.all())
+        return bool(self._all_known(slice(None)).all())
 
     def missing(self, rows: np.ndarray) -> bool:
-        return not bool(self.known[rows].all())
+        return not bool(self._all_known(rows).all())
+
+    def unknown_rows(self, rows: np.ndarray) -> int:
+        """How many of ``rows`` still lack their logits or (when kept) their vector."""
+        return int((~self._all_known(rows)).sum())
 
     def get(self, rows: np.ndarray) -> np.ndarray:
         return self.logits[rows]
 
-    def put(self, rows: np.ndarray, logits: np.ndarray) -> None:
+    def get_vectors(self, rows: np.ndarray) -> np.ndarray:
+        return self.vectors[rows]
+
+    def put(self, rows: np.ndarray, logits: np.ndarray, vectors: np.ndarray | None = None) -> None:
+        """Record the teacher's outputs for ``rows``; a store that keeps vectors needs them too."""
+        if self.vectors is not None:
+            if vectors is None:
+                raise ValueError("this store keeps the teacher's sentence vectors: pass them with the logits")
+            self.vectors[rows] = vectors
+            self.vectors_known[rows] = True
         self.logits[rows] = logits
         self.known[rows] = True
 
     def save(self) -> dict[str, str]:
-        """Write every complete part that was not loaded from its cache; returns ``{part: path}``."""
+        """Write every complete part that was not loaded from its cache (logits and vectors each);
+        returns ``{part: path}`` (the logits' path, or the vectors' when only they were new)."""
         written = {}
         for part in self.parts:
-            if self.loaded.get(part.name) or not self.known[part.start:part.stop].all():
-                continue
-            save_logits(part.cache, self.logits[part.start:part.stop])
-            written[part.name] = str(part.cache)
+            span = slice(part.start, part.stop)
+            if not self.loaded.get(part.name) and self.known[span].all():
+                save_logits(part.cache, self.logits[span])
+                written[part.name] = str(part.cache)
+            if self.vectors is not None and not self.vectors_loaded.get(part.name) and self.vectors_known[span].all():
+                save_logits(vector_cache_path(part.cache), self.vectors[span])
+                written.setdefault(part.name, str(vector_cache_path(part.cache)))
         return written

@@ -32,17 +32,19 @@ from torch import nn
 from compress.artifact import write_model_artifact
 from compress.config import DistillConfig
 from compress.data import DynamicPaddingCollator, tokenize_split
+from compress.errors import CompressError
 from students.layer_map import format_layer_map, parse_layer_map
 from compress.losses import LOSSES, LossTerm, row_weighted
 from compress.distill.intermediate import (active_terms, intermediate_values, make_projections,
                                            projection_optimizer, tokenizations_align, wanted_outputs)
 from compress.distill.ensemble import averaged, describe as describe_ensemble, load_members
+from compress.distill.pooled import make_pooled_projection, mean_pool
 from compress.distill.soft_labels import Part, SoftLabelStore
 from compress.gold_labels import ABSENT, COLUMN as GOLD_COLUMN, with_gold
 from compress.head_check import HeadCheck, check_head, refuse_untrained_teacher
 from compress.modeling import (accepts_token_types, autocast, classification_metrics, count_parameters, model_device,
                                predict_logits)
-from compress.distill.teacher_copies import choose_label_runtime, fill_copy_cache
+from compress.distill.teacher_copies import LabelRuntime, choose_label_runtime, fill_copy_cache
 from compress.teacher import load_teacher, soft_label_cache_path, teacher_logits
 from compress.transfer import TransferOptions, build_transfer
 from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler,
@@ -60,28 +62,33 @@ class DistillationModule(nn.Module):
     """The trainable part of distillation: the student plus the width-bridging projections.
 
     ``forward`` takes the student's inputs and the teacher's (already computed) signals and returns
-    every loss term; which terms count is decided by the weights passed in.
+    every loss term; which terms count is decided by the weights passed in. With ``pooled`` it also holds the
+    projection of the student's sentence vector to the teacher's width (``compress.distill.pooled``).
     """
 
     def __init__(self, student: nn.Module, student_hidden: int, teacher_hidden: int, pairs: dict[int, int],
-                 intermediate: bool):
+                 intermediate: bool, pooled: bool = False):
         super().__init__()
         self.student = student
         self.pairs = dict(pairs)
         self.intermediate = intermediate
         self.projections = make_projections(student_hidden, teacher_hidden, self.pairs) if intermediate \
             else nn.ModuleDict()
+        self.pooled_projection = make_pooled_projection(student_hidden, teacher_hidden) if pooled else None
         self._types = accepts_token_types(student)
 
     def forward(self, s_input_ids, s_attention_mask, s_token_type_ids=None, labels=None, soft_labels=None,
                 teacher_hidden=None, teacher_attentions=None, terms: list[LossTerm] | tuple = (), temperature=1.0,
-                sample_weight=None, gold=None, **_: Any) -> dict[str, torch.Tensor]:
+                sample_weight=None, gold=None, teacher_vectors=None, **_: Any) -> dict[str, torch.Tensor]:
         """Every active term's value (by term name) and their weighted sum under ``"loss"``.
 
-        Terms on intermediate signals are skipped when the teacher's states were not passed in. ``gold``: the
+        Terms on intermediate signals are skipped when the teacher's states were not passed in, terms on ``pooled``
+        when its sentence vectors were not (``teacher_vectors``, ``[batch, teacher width]``). ``gold``: the
         data's label probabilities per row (``compress.gold_labels``; rows without them hold ``ABSENT``).
         """
         def present(term: LossTerm) -> bool:
+            if term.pooled:
+                return self.pooled_projection is not None and teacher_vectors is not None
             if not term.intermediate:
                 return True
             signal = teacher_attentions if term.on == "attention" else teacher_hidden
@@ -89,6 +96,7 @@ class DistillationModule(nn.Module):
 
         active = [t for t in terms if t.weight > 0 and present(t)]
         want_states, want_attn = wanted_outputs(active)
+        want_states = want_states or any(t.pooled for t in active)
         inputs = {"input_ids": s_input_ids, "attention_mask": s_attention_mask}
         if self._types and s_token_type_ids is not None:
             inputs["token_type_ids"] = s_token_type_ids
@@ -118,6 +126,10 @@ class DistillationModule(nn.Module):
                 # probabilities enter as logits at T=1, so soft_ce is the cross-entropy with them.
                 values[term.name] = _on_rows(fn, gold[:, 0] >= 0, out.logits, torch.log(gold.clamp_min(1e-8)), 1.0,
                                              zero=zero)
+            elif term.pooled:
+                # Every row has the teacher's vector, and every row weighs alike (a relation spans the batch).
+                vectors = self.pooled_projection(mean_pool(out.hidden_states[-1], mask))
+                values[term.name] = fn(vectors, teacher_vectors.to(vectors.dtype))
         values.update(intermediate_values(active, self.projections, self.pairs, out, teacher_hidden,
                                           teacher_attentions, mask))
         weight = {t.name: t.weight for t in active}
@@ -191,6 +203,10 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     # up front, sharded over the ranks, since each rank sees only its own rows.
     _, world_size = world()
     during_training = world_size == 1 and not members
+    want_pooled = cfg.wants_pooled
+    if want_pooled and not during_training:
+        raise CompressError("--alpha-pooled: the teacher's sentence vectors are filled while one process trains; "
+                            "run it in a single process (or drop the pooled term)")
     # Augmented variants and unlabelled text, tokenized (and soft-labelled up front when distributed).
     transfer = build_transfer(TransferOptions.from_config(cfg, precision.precision), task, teacher, s_tok,
                               label=not during_training)
@@ -245,28 +261,35 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     label_runtime = None
     needs_soft = any(t.on == "logits" and t.weight > 0 for t in active_terms(cfg, cfg.train.epochs, want_inter)
                      + active_terms(cfg, 0.0, want_inter))
-    if during_training and needs_soft:
-        store = _soft_label_store(teacher, tokenized["train"], transfer, precision.precision, task.num_labels)
-        # The rows still unlabelled may go to a faster copy of the teacher, where it agrees with the teacher.
-        label_runtime = choose_label_runtime(cfg.soft_labels, cfg.soft_labels_min_agreement, teacher,
-                                             tokenized.get("validation"), soft.get("validation"), device_name(device),
-                                             want_inter, world_size, int((~store.known).sum()), precision.precision)
+    if during_training and (needs_soft or want_pooled):
+        store = _soft_label_store(teacher, tokenized["train"], transfer, precision.precision, task.num_labels,
+                                  t_shape.hidden if want_pooled else None)
+        if want_pooled:  # the PyTorch teacher runs for the vectors; a copy's logits would save nothing
+            label_runtime = LabelRuntime("pytorch", "the sentence-vector term runs the PyTorch teacher for its "
+                                                    "vectors; its logits come with them")
+        else:  # the rows still unlabelled may go to a faster copy of the teacher, where it agrees with the teacher
+            label_runtime = choose_label_runtime(cfg.soft_labels, cfg.soft_labels_min_agreement, teacher,
+                                                 tokenized.get("validation"), soft.get("validation"),
+                                                 device_name(device), want_inter, world_size,
+                                                 int((~store.known).sum()), precision.precision)
         if label_runtime.runtime != "pytorch":
             tag = label_runtime.runtime
             parts = _label_parts(teacher, tokenized["train"], transfer, tag)
             timings["copy_labels_s"] = round(fill_copy_cache(label_runtime, [(ds, path) for _, ds, path in parts]), 1)
             store = _soft_label_store(teacher, tokenized["train"], transfer, tag, task.num_labels)
             label_runtime.predictor = None  # its session's memory goes before training starts
-        reused["train"] = store.loaded.get("train", False)
+        reused["train"] = store.loaded.get("train", False) and store.vectors_loaded.get("train", True)
         for part in store.parts:
             if store.loaded[part.name]:
                 print(f"soft labels ({part.name}, {part.stop - part.start} examples): reusing the cache {part.cache}")
+            if store.vectors_loaded.get(part.name):
+                print(f"teacher sentence vectors ({part.name}): reusing the cache beside it")
         train_ds = train_ds.add_column("row", list(range(len(train_ds))))
     teacher_needed = want_inter or (store is not None and not store.complete)
     if not teacher_needed:
         train_ds = train_ds.remove_columns([c for c in train_ds.column_names if c.startswith("t_")])
 
-    module = DistillationModule(student, s_shape.hidden, t_shape.hidden, pairs, want_inter)
+    module = DistillationModule(student, s_shape.hidden, t_shape.hidden, pairs, want_inter, want_pooled)
     t0 = time.perf_counter()
     train_log = _train(module, teacher, train_ds, cfg, want_inter, out, s_tok.pad_token_id, store, device,
                        precision.precision)
@@ -274,6 +297,9 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     if store is not None:
         train_log["soft_labels"] = {"filled_during_training": not all(store.loaded.values()),
                                     "cached_parts": dict(store.loaded)}
+        if want_pooled:
+            train_log["teacher_vectors"] = {"filled_during_training": not all(store.vectors_loaded.values()),
+                                            "cached_parts": dict(store.vectors_loaded)}
         if is_main_process():
             sizes = {p.name: p.stop - p.start for p in store.parts}
             for part, path in store.save().items():
@@ -319,6 +345,10 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
             "gold_labels": _gold_record(cfg, tokenized["train"]) if cfg.gold_labels else None,
             # the teachers whose mean logits were the soft labels (compress.distill.ensemble)
             "ensemble": describe_ensemble(teacher, members) if members else None,
+            # the sentence-vector term's vectors (compress.distill.pooled), when one is on
+            "pooled": {"vectors": "mean of the last hidden states over real tokens", "teacher_width": t_shape.hidden,
+                       "projection": f"linear {s_shape.hidden} -> {t_shape.hidden}, trained beside the student, "
+                                     "not saved"} if want_pooled else None,
             # who labelled the training rows (PyTorch or the INT8 copy) and the agreement check behind it
             "soft_labels": label_runtime.to_dict() if label_runtime is not None else None,
         },
@@ -362,13 +392,15 @@ def _label_parts(teacher, train, transfer, precision: str) -> list[tuple[str, An
     return parts
 
 
-def _soft_label_store(teacher, train, transfer, precision: str, num_labels: int) -> SoftLabelStore:
-    """A store over :func:`_label_parts`, rows numbered in that order."""
+def _soft_label_store(teacher, train, transfer, precision: str, num_labels: int,
+                      vector_width: int | None = None) -> SoftLabelStore:
+    """A store over :func:`_label_parts`, rows numbered in that order; with ``vector_width`` it also keeps the
+    teacher's sentence vectors (``--alpha-pooled``)."""
     parts: list[Part] = []
     for name, ds, path in _label_parts(teacher, train, transfer, precision):
         start = parts[-1].stop if parts else 0
         parts.append(Part(name, start, start + len(ds), path))
-    return SoftLabelStore(parts, num_labels)
+    return SoftLabelStore(parts, num_labels, vector_width)
 
 
 def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, want_inter: bool, out,
@@ -405,33 +437,45 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
             with torch.no_grad(), autocast(precision, device):
                 return teacher_model(**t_inputs, output_hidden_states=states, output_attentions=attentions)
 
+        def _fill(self, inputs, idx, t_out=None) -> None:
+            """Put the teacher's logits (and sentence vectors, when the store keeps them) of the batch's rows
+            ``idx`` into the store, from ``t_out`` when the teacher already ran on the batch."""
+            if not store.missing(idx):
+                return
+            keep_vectors = store.vectors is not None
+            if t_out is None or (keep_vectors and t_out.hidden_states is None):
+                t_out = self._teacher(inputs, states=keep_vectors, attentions=False)
+            vectors = mean_pool(t_out.hidden_states[-1], inputs["t_attention_mask"]).cpu().numpy() \
+                if keep_vectors else None
+            filled["rows"] += store.unknown_rows(idx)
+            store.put(idx, t_out.logits.float().cpu().numpy(), vectors)
+
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             epoch = float(self.state.epoch or 0.0)
             terms = active_terms(cfg, epoch, want_inter)
             inter_now = want_inter and any(t.intermediate and t.weight > 0 for t in terms)
             soft_now = any(t.on == "logits" and t.weight > 0 for t in terms)
+            pooled_now = any(t.pooled and t.weight > 0 for t in terms)
             rows = inputs.pop("row", None)
-            t_hidden = t_attn = None
+            t_hidden = t_attn = t_vectors = None
             soft = inputs.pop("soft_labels", None)
+            device = inputs["s_input_ids"].device
             if inter_now:
                 states, attentions = wanted_outputs(terms)
                 t_out = self._teacher(inputs, states=states, attentions=attentions)
                 t_hidden, t_attn = t_out.hidden_states, t_out.attentions
                 if store is not None:
                     soft = t_out.logits.float()
-                    idx = rows.cpu().numpy()
-                    if store.missing(idx):
-                        filled["rows"] += int((~store.known[idx]).sum())
-                        store.put(idx, soft.cpu().numpy())
-            elif store is not None and soft_now:
+                    self._fill(inputs, rows.cpu().numpy(), t_out)
+            elif store is not None and (soft_now or pooled_now):
                 idx = rows.cpu().numpy()
-                if store.missing(idx):
-                    filled["rows"] += int((~store.known[idx]).sum())
-                    store.put(idx, self._teacher(inputs, states=False, attentions=False).logits.float().cpu().numpy())
-                soft = torch.from_numpy(store.get(idx)).to(inputs["s_input_ids"].device)
+                self._fill(inputs, idx)
+                soft = torch.from_numpy(store.get(idx)).to(device)
+            if pooled_now and store is not None:
+                t_vectors = torch.from_numpy(store.get_vectors(rows.cpu().numpy())).to(device)
             student_inputs = {k: v for k, v in inputs.items() if not k.startswith("t_")}
             values = model(**student_inputs, soft_labels=soft, teacher_hidden=t_hidden, teacher_attentions=t_attn,
-                           terms=terms, temperature=cfg.temperature)
+                           terms=terms, temperature=cfg.temperature, teacher_vectors=t_vectors)
             check_finite(values, self.state.global_step, out_path)
             for name, value in values.items():
                 running.setdefault(name, []).append(float(value.detach()))

@@ -9,7 +9,8 @@ from compress.losses import LOSSES, attention_mse, hard_cross_entropy, hidden_ms
 
 
 def test_registry_names_every_loss():
-    assert set(LOSSES) == {"soft_ce", "kl", "logit_mse", "hard_ce", "hidden_mse", "hidden_nmse", "hidden_cosine", "attention_mse"}
+    assert set(LOSSES) == {"soft_ce", "kl", "logit_mse", "hard_ce", "hidden_mse", "hidden_nmse", "hidden_cosine", "attention_mse",
+                           "pooled_cosine", "pooled_nmse", "pooled_relation"}
 
 
 def test_soft_ce_known_value():
