@@ -147,6 +147,11 @@ class DistillConfig(ConfigBase, KDSettings):
     pooled_loss: str = field(default="pooled_cosine", metadata={**_registered("vectors"), "help": (
         "loss of --alpha-pooled: pooled_cosine (1 - cosine), pooled_nmse (squared error of standardised vectors) or "
         "pooled_relation (the in-batch matrices of cosine similarities between sentences)")})
+    #: Tail averaging (compress.distill.averaging): the student written is the mean of its weights over this last
+    #: share of the optimiser steps (0: the last step's weights).
+    average_tail: float = field(default=0.0, metadata={
+        "help": "write the mean of the student's weights at 10 evenly spaced steps over this last share of training "
+                "(for example 0.5) instead of the last step's weights; 0: off"})
     #: Teacher ensembles (compress.distill.ensemble): more teachers whose logits are averaged with ``teacher``'s.
     ensemble: str | None = field(default=None, metadata={
         "help": "comma list of more teacher folders (other seeds, pooling or schedules): the soft labels are the mean "
@@ -166,19 +171,27 @@ class DistillConfig(ConfigBase, KDSettings):
     #: The settings beyond logit distillation, each with the value that means "off": what the tagger's and the
     #: reader's distillation (soft CE over words or window positions, plus hard CE) do not apply yet.
     BEYOND_LOGITS: ClassVar[dict[str, Any]] = {"intermediate": False, "unlabeled": None, "augment": 0, "losses": None,
-                                               "kd_loss": "soft_ce", "schedule": "joint", "alpha_pooled": 0.0}
-    #: Settings only a sentence classifier's distillation applies, and what each is.
-    CLASSIFIER_ONLY: ClassVar[dict[str, str]] = {"gold_labels": "soft gold labels", "ensemble": "teacher ensembles"}
+                                               "kd_loss": "soft_ce", "schedule": "joint"}
+    #: Settings only a sentence classifier's distillation applies: what each is, and its value that means "off".
+    CLASSIFIER_ONLY: ClassVar[dict[str, tuple[str, Any]]] = {
+        "gold_labels": ("soft gold labels", None), "ensemble": ("teacher ensembles", None),
+        "alpha_pooled": ("sentence-vector losses", 0.0), "average_tail": ("tail-averaged weights", 0.0)}
+    #: Loss signals only a sentence classifier's distillation computes (the data's gold probabilities, sentence vectors).
+    CLASSIFIER_ONLY_SIGNALS: ClassVar[tuple[str, ...]] = ("gold", "pooled")
 
     def refuse_beyond_logits(self, what: str, allowed: tuple[str, ...] = ()) -> None:
         """One line naming the first setting of :attr:`BEYOND_LOGITS` that is on, for a distillation that does not
         apply it (``what``: ``"a tagger uses soft CE over words plus hard CE only, for now; ... tagging data"``);
         the settings in ``allowed`` are the ones that distillation does apply. The :attr:`CLASSIFIER_ONLY` settings
         are refused first, each with its own line."""
-        for name, kind in self.CLASSIFIER_ONLY.items():
-            if getattr(self, name) is not None:
+        for name, (kind, off) in self.CLASSIFIER_ONLY.items():
+            if getattr(self, name) != off:
                 raise CompressError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: {kind} apply to sentence "
                                     "classification only, for now; leave it out for tagging or QA data")
+        for term in self.loss_terms():  # a --losses list may name the classifier-only signals directly
+            if term.on in self.CLASSIFIER_ONLY_SIGNALS and term.weight > 0:
+                raise CompressError(f"--losses: the term {term.name!r} on {term.on} applies to sentence classification "
+                                    "only, for now; leave it out for tagging or QA data")
         for name, off in self.BEYOND_LOGITS.items():
             if name not in allowed and getattr(self, name) != off:
                 raise CompressError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: distilling {what}")
@@ -204,6 +217,9 @@ class DistillConfig(ConfigBase, KDSettings):
         if self.gold_labels is None and any(t.on == "gold" for t in self.loss_terms()):
             problems.append(_problem("losses", "--losses has a term on gold: name the column of label probabilities "
                                                "with --gold-labels"))
+        if not 0 <= self.average_tail <= 1:
+            problems.append(_problem("average_tail", f"--average-tail is a share of the training steps, from 0 (off) "
+                                                     f"to 1, got {self.average_tail}"))
         if self.alpha_pooled < 0:
             problems.append(_problem("alpha_pooled", f"--alpha-pooled must be >= 0, got {self.alpha_pooled}"))
         if self.wants_pooled:

@@ -38,6 +38,7 @@ from compress.losses import LOSSES, LossTerm, row_weighted
 from compress.distill.intermediate import (active_terms, intermediate_values, make_projections,
                                            projection_optimizer, tokenizations_align, wanted_outputs)
 from compress.distill.ensemble import averaged, describe as describe_ensemble, load_members
+from compress.distill.averaging import tail_average_callback
 from compress.distill.pooled import make_pooled_projection, mean_pool
 from compress.distill.soft_labels import Part, SoftLabelStore
 from compress.gold_labels import ABSENT, COLUMN as GOLD_COLUMN, with_gold
@@ -495,8 +496,12 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
     resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     pads = {"s_": pad_id, "t_": teacher.tokenizer.pad_token_id}
     stop = interrupt_callback()
+    callbacks = [TermLogger(), stop]
+    averager = tail_average_callback(module.student, cfg.average_tail) if cfg.average_tail > 0 else None
+    if averager is not None:
+        callbacks.append(averager)
     trainer = DistillTrainer(model=module, args=args, train_dataset=train_ds, data_collator=DynamicPaddingCollator(pads),
-                             callbacks=[TermLogger(), stop])
+                             callbacks=callbacks)
     teacher_model.to(args.device)  # the Trainer moves the student; the teacher must sit where its inputs arrive
     result = run_trainer(trainer, resume, out_path, stop)
     history = [h for h in trainer.state.log_history if "loss" in h]
@@ -507,4 +512,6 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
         "last_log": history[-1] if history else {},
         "step_time_s": round(float(result.metrics.get("train_runtime", 0)) / max(result.global_step, 1), 4),
         "soft_label_rows_filled": filled["rows"],
+        # the steps whose weights were averaged into the student (compress.distill.averaging), when asked
+        "weight_average": averager.record() if averager is not None else None,
     }

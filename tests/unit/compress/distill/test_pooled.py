@@ -137,3 +137,4 @@ def test_distill_with_the_pooled_term_caches_the_vectors_and_a_second_seed_runs_
     second = json.loads((out / "compress.json").read_text())
     assert second["training"]["soft_label_rows_filled"] == 0  # logits and vectors both came from the cache
     assert second["training"]["teacher_vectors"]["cached_parts"] == {"train": True}
+
