@@ -35,7 +35,7 @@ from compress.config import DataOptions
 from compress.runtime import Predictor
 from compress.transfer.augment import MASK
 from compress.transfer.corpus import filter_unlabeled, load_unlabeled
-from compress.transfer.texts import atomic_write_text, split_keys
+from compress.transfer.texts import atomic_write_text, joined_texts, split_keys
 
 #: Origins in report order; the first three are rows the student trained on.
 TRAINED = ("train", "augmented", "unlabeled")
@@ -74,8 +74,9 @@ def origin_texts(meta: dict[str, Any], task, where: str = "STUDENT") -> tuple[di
         corpus = load_unlabeled(cfg["unlabeled"], cfg.get("unlabeled_text_column", "text"),
                                 cfg.get("unlabeled_text_pair_column"), task.is_pair, cfg.get("unlabeled_balance"))
         seed = int((cfg.get("train") or {}).get("seed", 0))
+        similar = joined_texts(task, "train") if cfg.get("unlabeled_select") == "similar" else None
         texts, pairs, _ = filter_unlabeled(corpus, split_keys(task, ("validation", "test")), split_keys(task, ("train",)),
-                                           cfg.get("unlabeled_limit"), seed)
+                                           cfg.get("unlabeled_limit"), seed, similar_to=similar)
         if len(texts) != transfer["unlabeled"]:
             notes.append(f"{where}: the unlabelled corpus {cfg['unlabeled']} now gives {len(texts)} rows, the student "
                          f"trained on {transfer['unlabeled']} (the corpus changed); its agreement is on today's rows")

@@ -351,6 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, DistillConfig, "unlabeled_weight", "weight of an unlabelled row's soft-label loss; labelled rows weigh 1")
     _option(g, DistillConfig, "unlabeled_limit", "use a seeded sample of at most this many unlabelled texts (quick runs)")
     _option(g, DistillConfig, "unlabeled_balance")
+    _option(g, DistillConfig, "unlabeled_select")
     _option(g, DistillConfig, "augment", "N augmented variants per training example, TinyBERT-style, labelled by the "
             "teacher")
     _option(g, DistillConfig, "augment_ops", "comma list of augmentation operations: replace, mask, delete, swap")

@@ -348,6 +348,9 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     if cfg.unlabeled_balance:
         raise CompressError(f"--unlabeled-balance {cfg.unlabeled_balance}: transfer questions for a reader are sampled "
                             "as they come, not balanced over a column; leave it out for QA data.")
+    if cfg.unlabeled_select != "random":
+        raise CompressError(f"--unlabeled-select {cfg.unlabeled_select}: transfer questions for a reader are sampled "
+                            "as they come, not selected by similarity; leave it out for QA data.")
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device).precision
     full = load_qa_data(cfg.data.data, seed=cfg.data.split_seed)

@@ -131,13 +131,16 @@ def _student_rows(tokenized, soft: list[np.ndarray]):
 def transfer_sentences(options: TransferOptions, task: TokenTaskData) -> tuple[list[list[str]], dict[str, Any]]:
     """The unlabelled corpus of ``options`` as whitespace-split sentences, without any text of the task's splits
     (validation/test: a leak; train: counted twice), a seeded ``unlabeled_limit`` of them (drawn evenly across the
-    ``unlabeled_balance`` column's values when set); ``(sentences, stats)``."""
+    ``unlabeled_balance`` column's values when set, or the ones most like the training sentences with
+    ``unlabeled_select`` similar); ``(sentences, stats)``."""
 
     held_out = split_texts(task, ("validation", "test"))
     corpus = load_unlabeled(options.unlabeled, options.unlabeled_text_column, balance_column=options.unlabeled_balance)
     texts, _, stats = filter_unlabeled(corpus, {text_key(t) for t in held_out},
                                        {text_key(t) for t in split_texts(task, ("train",))}, options.unlabeled_limit,
-                                       options.seed, held_out_overlap(options.unlabeled, held_out))
+                                       options.seed, held_out_overlap(options.unlabeled, held_out),
+                                       similar_to=split_texts(task, ("train",))
+                                       if options.unlabeled_select == "similar" else None)
     if options.unlabeled in BUILTIN_CORPUS_STATS:
         stats["built_in"] = BUILTIN_CORPUS_STATS[options.unlabeled]()
     return [text.split() for text in texts], {"source": options.unlabeled, **stats}

@@ -12,6 +12,8 @@ from __future__ import annotations
 SAMPLINGS = ("group_by_length", "random", "sequential")
 #: ``distill --soft-labels``: who labels the training rows (compress.distill.teacher_copies).
 SOFT_LABEL_RUNTIMES = ("auto", "pytorch", "openvino-fp32", "onnx-int8")
+#: How ``--unlabeled-limit`` picks its texts: a seeded sample, or the texts most like the task's (compress.transfer.similarity).
+UNLABELED_SELECTIONS = ("random", "similar")
 #: ``auto`` builds a copy of the teacher only for at least this many rows still to label: building it
 #: (export and conversion or quantization) and checking it on validation cost about as much as labelling this
 #: many rows with the fp32 teacher, a ratio that does not depend on the teacher's size (both scale with it).
@@ -51,4 +53,4 @@ FULL = {"warmup": 50, "runs": 300, "batch_sizes": (1, 8, 32), "seq_lens": (32, 1
 QUICK = {"warmup": 3, "runs": 10, "batch_sizes": (1,), "seq_lens": (32,), "limit": 64}
 
 
-__all__ = ['SAMPLINGS', 'SOFT_LABEL_RUNTIMES', 'SOFT_LABELS_AUTO_MIN_ROWS', 'SOFT_LABELS_HELP', 'UNLABELED_BALANCE_HELP', 'SCHEDULES', 'IMPORTANCES', 'SCOPES', 'QUANTIZE_METHODS', 'QUANTIZE_GRAPHS', 'INIT_CHOICES', 'AUGMENT_OPS', 'DATA_KEYS', 'TRAIN_FLAGS', 'PRUNE_TRAIN_FLAGS', 'PRECISION_HELP', 'FULL', 'QUICK']
+__all__ = ['SAMPLINGS', 'SOFT_LABEL_RUNTIMES', 'UNLABELED_SELECTIONS', 'SOFT_LABELS_AUTO_MIN_ROWS', 'SOFT_LABELS_HELP', 'UNLABELED_BALANCE_HELP', 'SCHEDULES', 'IMPORTANCES', 'SCOPES', 'QUANTIZE_METHODS', 'QUANTIZE_GRAPHS', 'INIT_CHOICES', 'AUGMENT_OPS', 'DATA_KEYS', 'TRAIN_FLAGS', 'PRUNE_TRAIN_FLAGS', 'PRECISION_HELP', 'FULL', 'QUICK']

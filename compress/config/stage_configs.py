@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Mapping
 
-from compress.config.choices import (SOFT_LABEL_RUNTIMES, SOFT_LABELS_HELP, UNLABELED_BALANCE_HELP, SCHEDULES, IMPORTANCES, SCOPES,
+from compress.config.choices import (SOFT_LABEL_RUNTIMES, UNLABELED_SELECTIONS, SOFT_LABELS_HELP, UNLABELED_BALANCE_HELP, SCHEDULES, IMPORTANCES, SCOPES,
                                      QUANTIZE_METHODS, QUANTIZE_GRAPHS, AUGMENT_OPS, TRAIN_FLAGS, PRUNE_TRAIN_FLAGS,
                                      FULL, QUICK)
 from compress.config.engine import (Problem, _choices, _Bad, _is_int, ConfigBase, _problem, _device_problems,
@@ -125,6 +125,9 @@ class DistillConfig(ConfigBase, KDSettings):
     unlabeled_weight: float = 1.0
     unlabeled_limit: int | None = None
     unlabeled_balance: str | None = field(default=None, metadata={"help": UNLABELED_BALANCE_HELP})
+    unlabeled_select: str = field(default="random", metadata={**_choices(*UNLABELED_SELECTIONS), "help": (
+        "which --unlabeled-limit texts to keep: random (a seeded sample) or similar (the texts with the highest TF-IDF "
+        "cosine similarity to their nearest labelled training text)")})
     augment: int = 0
     augment_ops: str = ",".join(AUGMENT_OPS)
     #: Soft gold labels (compress.gold_labels): a data column of label probabilities, or of a score that a
@@ -247,6 +250,13 @@ class DistillConfig(ConfigBase, KDSettings):
                                                  "or use --schedule joint"))
         problems += transfer_problems(self.augment, self.augment_ops, self.unlabeled, self.unlabeled_weight,
                                       self.unlabeled_limit, self.unlabeled_text_pair_column)
+        if self.unlabeled_select == "similar":
+            if self.unlabeled_limit is None:
+                problems.append(_problem("unlabeled_select", "--unlabeled-select similar keeps the --unlabeled-limit "
+                                                             "texts most like the task's: give --unlabeled-limit N"))
+            if self.unlabeled_balance:
+                problems.append(_problem("unlabeled_select", "--unlabeled-select similar and --unlabeled-balance pick "
+                                                             "the sample two ways: choose one"))
         if self.unlabeled_balance and not self.unlabeled:
             problems.append(_problem("unlabeled_balance", "--unlabeled-balance needs --unlabeled (the corpus whose "
                                                           "column it names)"))

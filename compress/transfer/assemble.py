@@ -13,7 +13,7 @@ from compress.errors import CompressError
 from compress.transfer.augment import MASK, OPS, AugmentOptions, augmented_rows, parse_ops
 from compress.transfer.candidates import candidate_source
 from compress.transfer.corpus import BUILTIN_CORPUS_STATS, filter_unlabeled, held_out_overlap, load_unlabeled
-from compress.transfer.texts import split_keys, split_texts
+from compress.transfer.texts import joined_texts, split_keys, split_texts
 from compress.data import map_fingerprint, tokenize_split
 from compress.teacher import teacher_logits
 
@@ -28,6 +28,8 @@ class TransferOptions:
     unlabeled_limit: int | None = None
     #: The corpus column the ``unlabeled_limit`` sample is drawn evenly across (``--unlabeled-balance``).
     unlabeled_balance: str | None = None
+    #: ``random`` (a seeded sample) or ``similar`` (the texts most like the labelled ones): ``--unlabeled-select``.
+    unlabeled_select: str = "random"
     augment: int = 0
     augment_ops: str = ",".join(OPS)
     seed: int = 0
@@ -42,7 +44,8 @@ class TransferOptions:
         return cls(unlabeled=cfg.unlabeled, unlabeled_text_column=cfg.unlabeled_text_column,
                    unlabeled_text_pair_column=cfg.unlabeled_text_pair_column, unlabeled_weight=cfg.unlabeled_weight,
                    unlabeled_limit=getattr(cfg, "unlabeled_limit", None),
-                   unlabeled_balance=getattr(cfg, "unlabeled_balance", None), augment=cfg.augment,
+                   unlabeled_balance=getattr(cfg, "unlabeled_balance", None),
+                   unlabeled_select=getattr(cfg, "unlabeled_select", "random"), augment=cfg.augment,
                    augment_ops=cfg.augment_ops, seed=cfg.train.seed, max_length=cfg.max_length, precision=precision)
 
     @property
@@ -176,7 +179,9 @@ def build_transfer(options: TransferOptions, task, teacher, student_tokenizer, l
                                 task.is_pair, options.unlabeled_balance)
         texts, pairs, stats = filter_unlabeled(corpus, held_out, labelled, options.unlabeled_limit, options.seed,
                                                held_out_overlap(options.unlabeled,
-                                                                split_texts(task, ("validation", "test"))))
+                                                                split_texts(task, ("validation", "test"))),
+                                               similar_to=joined_texts(task, "train")
+                                               if options.unlabeled_select == "similar" else None)
         if options.unlabeled in BUILTIN_UNLABELED:
             stats["built_in"] = BUILTIN_CORPUS_STATS[options.unlabeled]()
         info["unlabeled_corpus"] = {"source": options.unlabeled, **stats}

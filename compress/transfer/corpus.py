@@ -10,11 +10,12 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from compress.data import BUILTIN_UNLABELED
 from compress.errors import CompressError
 from compress.transfer.builtin import movie_reviews_unlabeled, movie_reviews_unlabeled_stats
+from compress.transfer.similarity import most_similar
 from compress.transfer.texts import HeldOutRuns, text_key
 from compress.transfer.wnut_raw import wnut17_unlabeled, wnut17_unlabeled_stats
 from compress.data import read_table, require_column
@@ -174,7 +175,8 @@ def held_out_overlap(source: str, held_out_texts: list[str]) -> HeldOutRuns | No
 
 
 def filter_unlabeled(corpus: UnlabeledCorpus, held_out: set[str], labelled: set[str], limit: int | None = None,
-                     seed: int = 0, overlap: HeldOutRuns | None = None) -> tuple[list[str], list[str] | None, dict[str, int]]:
+                     seed: int = 0, overlap: HeldOutRuns | None = None,
+                     similar_to: Sequence[str] | None = None) -> tuple[list[str], list[str] | None, dict[str, Any]]:
     """Drop duplicates, texts equal to a validation/test text (``held_out``) or to a labelled one, and with
     ``overlap`` (:func:`held_out_overlap`) texts that repeat a validation/test text inside a longer line.
 
@@ -182,8 +184,13 @@ def filter_unlabeled(corpus: UnlabeledCorpus, held_out: set[str], labelled: set[
     quotes one (a test sentence cut from a longer comment whose whole text is in the corpus); one equal to a
     training text would count that example twice. ``limit`` then keeps a seeded sample of the rest, drawn
     evenly across the corpus's ``groups`` when it has them (:func:`balanced_sample`); ``stats`` then has the
-    rows kept per group (``kept_by_group``).
+    rows kept per group (``kept_by_group``). With ``similar_to`` (the labelled training texts; ``--unlabeled-select
+    similar``) the ``limit`` texts kept are instead those most like them (:func:`compress.transfer.similarity
+    .most_similar`), and ``stats["similarity"]`` summarises the scores.
     """
+    if similar_to is not None and corpus.groups is not None:
+        raise CompressError("--unlabeled-select similar keeps the texts most like the task's and --unlabeled-balance "
+                            "draws evenly across groups: choose one")
     stats = dict(corpus.stats)
     stats.update(duplicates=0, in_validation_or_test=0, in_training=0)
     if overlap is not None:
@@ -214,7 +221,10 @@ def filter_unlabeled(corpus: UnlabeledCorpus, held_out: set[str], labelled: set[
         if groups is not None:
             groups.append(corpus.groups[i])
     if limit is not None and len(texts) > limit:
-        if groups is not None:
+        if similar_to is not None:  # a pair is compared as its two texts together
+            scored = texts if pairs is None else [f"{t} {p}" for t, p in zip(texts, pairs)]
+            chosen, stats["similarity"] = most_similar(similar_to, scored, limit)
+        elif groups is not None:
             chosen = balanced_sample(groups, limit, seed)
         else:
             chosen = sorted(random.Random(seed).sample(range(len(texts)), limit))
@@ -222,6 +232,7 @@ def filter_unlabeled(corpus: UnlabeledCorpus, held_out: set[str], labelled: set[
         pairs = [pairs[i] for i in chosen] if pairs is not None else None
         groups = [groups[i] for i in chosen] if groups is not None else None
         stats["limited_to"] = limit
+        stats["selected"] = "similar" if similar_to is not None else "balanced" if groups is not None else "random"
     stats["kept"] = len(texts)
     if groups is not None:
         stats["kept_by_group"] = {g: groups.count(g) for g in sorted(set(groups))}

@@ -42,6 +42,15 @@ def split_keys(task, splits: Iterable[str]) -> set[str]:
     return keys
 
 
+def joined_texts(task, split: str) -> list[str]:
+    """A classifier split's texts, each pair as its two texts joined by a space: what ``--unlabeled-select
+    similar`` compares corpus rows with (:mod:`compress.transfer.similarity`)."""
+    ds = task.splits[split]
+    if not task.is_pair:
+        return list(ds["text"][:])
+    return [f"{t} {p}" for t, p in zip(ds["text"][:], ds["text_pair"][:])]
+
+
 def tagged_texts(task, split: str) -> list[str]:
     """A tagging task's sentences of ``split`` as running text (words joined by spaces); none when it has no such split."""
     return [" ".join(words) for words in task.splits[split]["tokens"]] if split in task.splits else []
