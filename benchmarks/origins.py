@@ -9,9 +9,12 @@ the unlabelled corpus rows (read and filtered again with the recorded settings: 
 limit and seed give the same rows); then the validation and test splits. Each origin is sampled
 (seeded, at most ``--per-origin`` rows; 0 = all), both models label the rows through the same
 ``Predictor`` path serving uses, and it prints the agreement per origin with its Wilson interval
-and the diagnosis of :func:`benchmarks.agreement.gap_diagnosis`: the disagreement on the test split
-is split into the part already there on the training rows (optimisation) and the part lost from
-the training rows to new text (data). Predictions are cached per model weights and texts.
+and within bands of the teacher's confidence, and the diagnosis of
+:func:`benchmarks.agreement.gap_diagnosis`: the disagreement on the test split is split into the part
+already there on the training rows (optimisation) and the part lost from the training rows to new text
+(data), the training rows taken at the test split's mix of teacher confidence (transfer sentences are
+far more often borderline for the teacher than the task's own, and a borderline row's agreement is near
+a coin toss). Predictions are cached per model weights and texts.
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from benchmarks.agreement import agreement_by_origin, gap_diagnosis
+from benchmarks.agreement import agreement_by_band, agreement_by_origin, gap_diagnosis
 from compress.errors import CompressError
 from compress.artifact import read_meta, weights_sha256
 from compress.assets import cache_dir
 from compress.config import DataOptions
-from compress.runtime import Predictor
+from compress.runtime import Predictor, softmax
 from compress.transfer.augment import MASK
 from compress.transfer.corpus import filter_unlabeled, load_unlabeled
 from compress.transfer.texts import atomic_write_text, joined_texts, split_keys
@@ -104,8 +107,10 @@ def _with_mask_token(texts: list[Any], tokenizer) -> list[Any]:
     return [(swap(t[0]), swap(t[1])) if isinstance(t, tuple) else swap(t) for t in texts]
 
 
-def predicted_labels(path: Path, texts_by_origin: dict[str, list[Any]], batch_size: int = 64) -> dict[str, np.ndarray]:
-    """Argmax labels of one artifact per origin, cached under ``cache_dir()/predictions`` by weights and texts."""
+def predicted_probabilities(path: Path, texts_by_origin: dict[str, list[Any]],
+                            batch_size: int = 64) -> dict[str, np.ndarray]:
+    """Label probabilities of one artifact per origin (``[rows, labels]``), cached under ``cache_dir()/predictions``
+    by weights and texts."""
 
     meta = read_meta(path) or {}
     weights = meta.get("weights_sha256") or weights_sha256(path)
@@ -116,13 +121,13 @@ def predicted_labels(path: Path, texts_by_origin: dict[str, list[Any]], batch_si
         digest = hashlib.sha256(weights.encode())
         for t in texts:
             digest.update(json.dumps(t, ensure_ascii=False).encode("utf-8") + b"\x00")
-        cached = folder / f"origin-{digest.hexdigest()[:32]}.npy"
+        cached = folder / f"origin-probs-{digest.hexdigest()[:32]}.npy"
         if cached.exists():
             out[origin] = np.load(cached, allow_pickle=False)
             continue
         if predictor is None:
             predictor = Predictor.load(path)
-        out[origin] = predictor.logits(_with_mask_token(texts, predictor.tokenizer), batch_size=batch_size).argmax(-1)
+        out[origin] = softmax(predictor.logits(_with_mask_token(texts, predictor.tokenizer), batch_size=batch_size))
         tmp = cached.with_suffix(".tmp.npy")
         np.save(tmp, out[origin], allow_pickle=False)
         os.replace(tmp, cached)  # a cache file is whole or absent
@@ -145,19 +150,21 @@ def origin_report(student: Path, teacher: Path, per_origin: int = DEFAULT_PER_OR
                             "(the data fingerprint in compress.json differs). Run this where that data is unchanged.")
     texts, notes = origin_texts(meta, task, str(student))
     chosen = {o: sample(texts[o], per_origin, seed) for o in ORIGINS if texts.get(o)}
-    ours, theirs = predicted_labels(student, chosen), predicted_labels(teacher, chosen)
+    ours, theirs = predicted_probabilities(student, chosen), predicted_probabilities(teacher, chosen)
     origins = [o for o in chosen for _ in chosen[o]]
-    pred = np.concatenate([ours[o] for o in chosen])
-    ref = np.concatenate([theirs[o] for o in chosen])
+    pred = np.concatenate([ours[o] for o in chosen]).argmax(-1)
+    reference = np.concatenate([theirs[o] for o in chosen])
+    ref, sure = reference.argmax(-1), reference.max(-1)
     by_origin = agreement_by_origin(pred, ref, origins)
+    by_band = agreement_by_band(pred, ref, sure, origins)
     for o in by_origin:
         by_origin[o]["of"] = len(texts[o])
     trained, held_out = [o for o in TRAINED if o in by_origin], [o for o in HELD_OUT if o in by_origin]
-    diagnosis = gap_diagnosis(by_origin, trained, held_out) if trained and held_out else None
+    diagnosis = gap_diagnosis(by_origin, trained, held_out, by_band=by_band) if trained and held_out else None
     if diagnosis is None:
         notes.append(f"{student}: no diagnosis without both training rows and a test split")
-    return {"student": str(student), "teacher": str(teacher), "by_origin": by_origin, "diagnosis": diagnosis,
-            "notes": notes, "per_origin": per_origin, "seed": seed}
+    return {"student": str(student), "teacher": str(teacher), "by_origin": by_origin, "by_band": by_band,
+            "diagnosis": diagnosis, "notes": notes, "per_origin": per_origin, "seed": seed}
 
 
 def render(reports: Sequence[dict[str, Any]]) -> str:
@@ -169,6 +176,12 @@ def render(reports: Sequence[dict[str, Any]]) -> str:
         for origin, row in rep["by_origin"].items():
             lines.append(f"| {name} | {origin} | {row['n']:,} ({row['of']:,}) | {100 * row['agreement']:.2f}% | "
                          f"[{100 * row['low']:.2f}, {100 * row['high']:.2f}] |")
+    lines += ["", "| student | origin | teacher's confidence | share of the rows | agreement |", "|---|---|---|---:|---:|"]
+    for rep in reports:
+        for origin, bands in (rep.get("by_band") or {}).items():
+            for band, row in bands.items():
+                lines.append(f"| {Path(rep['student']).name} | {origin} | {band} | {100 * row['share']:.1f}% | "
+                             f"{100 * row['agreement']:.2f}% ({row['agreeing']:,} of {row['n']:,}) |")
     lines.append("")
     for rep in reports:
         d = rep["diagnosis"]
@@ -180,6 +193,11 @@ def render(reports: Sequence[dict[str, Any]]) -> str:
                      f"{100 * (1 - d['held_out_agreement']):.2f} points = fit {100 * d['fit']:.2f} (disagreement on the "
                      f"rows it trained on: {'+'.join(d['trained'])}) + generalisation {100 * d['generalisation']:.2f} "
                      f"[{100 * g_low:.2f}, {100 * g_high:.2f}]: {d['explanation']}.")
+        if d.get("matched"):
+            m = d["matched"]
+            left = f"; bands without trained rows left out: {', '.join(m['bands_left_out'])}" if m["bands_left_out"] else ""
+            lines.append(f"  - the trained rows' agreement is taken at {m['to']}: {100 * d['trained_agreement']:.2f}% "
+                         f"(unmatched {100 * m['unmatched_trained_agreement']:.2f}%){left}.")
         lines += [f"  - note: {n}" for n in rep["notes"]]
     return "\n".join(lines)
 

@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.agreement import agreement_by_origin, gap_diagnosis, wilson_interval
+from benchmarks.agreement import (agreement_by_band, agreement_by_origin, band_of, gap_diagnosis, matched_agreement,
+                                  wilson_interval)
 from benchmarks.origins import main, origin_texts, sample
 from compress.config import DataOptions
 from tests.conftest import make_bert, sentiment_rows, write_csv
@@ -54,6 +55,49 @@ def test_gap_diagnosis_by_hand():
     assert d["verdict"] == "optimisation" and d["trained_agreement"] == pytest.approx(0.9)
     # 100 rows each: fit 5, generalisation 5 +- 7 points: cannot tell
     assert gap_diagnosis(_rows(train=(100, 95), test=(100, 90)), ["train"], ["test"])["verdict"] == "undecided"
+
+
+def test_agreement_within_bands_of_the_teachers_confidence():
+    assert [band_of(c) for c in (0.5, 0.69, 0.7, 0.89, 0.9, 1.0)] == ["<0.7", "<0.7", "0.7-0.9", "0.7-0.9", ">=0.9",
+                                                                     ">=0.9"]
+    origins = ["unlabeled"] * 6 + ["test"] * 4
+    sure = [0.55, 0.6, 0.95, 0.99, 0.97, 0.8, 0.99, 0.99, 0.99, 0.6]
+    ref = [0] * 10
+    pred = [1, 0, 0, 0, 0, 0, 0, 0, 1, 1]
+    bands = agreement_by_band(pred, ref, sure, origins)
+    assert list(bands["unlabeled"]) == ["<0.7", "0.7-0.9", ">=0.9"] and list(bands["test"]) == ["<0.7", ">=0.9"]
+    assert bands["unlabeled"]["<0.7"] == {"n": 2, "agreeing": 1, "agreement": 0.5, "share": 2 / 6}
+    assert bands["test"][">=0.9"]["agreement"] == pytest.approx(2 / 3) and bands["test"]["<0.7"]["share"] == 0.25
+    with pytest.raises(ValueError, match="differ in length"):
+        agreement_by_band(pred, ref, sure[:-1], origins)
+
+
+def _bands(**cells: dict[str, tuple[int, int]]) -> dict:
+    return {o: {b: {"n": n, "agreeing": k, "agreement": k / n} for b, (n, k) in bands.items()}
+            for o, bands in cells.items()}
+
+
+def test_matched_agreement_reweights_the_trained_rows_to_the_held_out_mix_by_hand():
+    by_band = _bands(unlabeled={"<0.7": (100, 60), ">=0.9": (100, 100)}, test={"<0.7": (20, 10), ">=0.9": (80, 70)})
+    estimate, variance, missing = matched_agreement(by_band, ["unlabeled"], ["test"])
+    assert estimate == pytest.approx(0.2 * 0.6 + 0.8 * 1.0) and missing == []
+    assert variance == pytest.approx(0.2 ** 2 * 0.6 * 0.4 / 100)
+    # a held-out band the trained rows lack is left out and the rest renormalised
+    by_band["test"]["0.7-0.9"] = {"n": 100, "agreeing": 50, "agreement": 0.5}
+    assert matched_agreement(by_band, ["unlabeled"], ["test"])[::2] == (pytest.approx(0.92), ["0.7-0.9"])
+
+
+def test_a_transfer_set_of_borderline_rows_is_not_read_as_a_failure_to_fit():
+    # Trained rows: half borderline for the teacher (60% agreement), half sure (99%): 79.5% pooled. Test: 5% borderline
+    # (55%), 95% sure (90%): 88.25%. Pooled, the student "fits" worse than it generalises (optimisation); at the
+    # test split's confidence mix it reproduces its teacher on 97.05% of its trained rows against 88.25% on test: data.
+    by_band = _bands(unlabeled={"<0.7": (2000, 1200), ">=0.9": (2000, 1980)}, test={"<0.7": (100, 55), ">=0.9": (1900, 1710)})
+    by_origin = _rows(unlabeled=(4000, 3180), test=(2000, 1765))
+    assert gap_diagnosis(by_origin, ["unlabeled"], ["test"])["verdict"] == "optimisation"
+    d = gap_diagnosis(by_origin, ["unlabeled"], ["test"], by_band=by_band)
+    assert d["verdict"] == "data" and d["trained_agreement"] == pytest.approx(0.05 * 0.6 + 0.95 * 0.99)
+    assert d["matched"]["unmatched_trained_agreement"] == pytest.approx(0.795)
+    assert d["fit"] + d["generalisation"] == pytest.approx(1 - 0.8825)
 
 
 @pytest.fixture
@@ -123,6 +167,10 @@ def test_origins_command_on_tiny_models(task_and_meta, tmp_path, capsys):
     assert (f"| student | test | {row['n']} ({row['of']}) | {100 * row['agreement']:.2f}% | "
             f"[{100 * row['low']:.2f}, {100 * row['high']:.2f}] |") in printed
     assert f"- student: **{report['diagnosis']['verdict']}**. Disagreement on test:" in printed
+    bands = report["by_band"]["test"]
+    assert sum(b["n"] for b in bands.values()) == row["n"] and sum(b["share"] for b in bands.values()) == pytest.approx(1)
+    assert report["diagnosis"]["matched"]["to"] == "the held-out rows' mix of teacher confidence"
+    assert "| student | test | " in printed and "the trained rows' agreement is taken at" in printed
 
 
 def test_origins_refuses_a_folder_that_is_not_a_distill_artifact(tmp_path, capsys):
