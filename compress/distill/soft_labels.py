@@ -112,15 +112,21 @@ class SoftLabelStore:
         self.known[rows] = True
 
     def save(self) -> dict[str, str]:
-        """Write every complete part that was not loaded from its cache (logits and vectors each);
-        returns ``{part: path}`` (the logits' path, or the vectors' when only they were new)."""
+        """Write every complete part's logits that were not loaded from its cache; returns ``{part: path}``."""
         written = {}
         for part in self.parts:
-            span = slice(part.start, part.stop)
-            if not self.loaded.get(part.name) and self.known[span].all():
-                save_logits(part.cache, self.logits[span])
-                written[part.name] = str(part.cache)
-            if self.vectors is not None and not self.vectors_loaded.get(part.name) and self.vectors_known[span].all():
-                save_logits(vector_cache_path(part.cache), self.vectors[span])
-                written.setdefault(part.name, str(vector_cache_path(part.cache)))
+            if self.loaded.get(part.name) or not self.known[part.start:part.stop].all():
+                continue
+            save_logits(part.cache, self.logits[part.start:part.stop])
+            written[part.name] = str(part.cache)
+        return written
+
+    def save_vectors(self) -> dict[str, str]:
+        """The same for the sentence vectors, beside each part's logits (none when the store keeps none)."""
+        written = {}
+        for part in self.parts if self.vectors is not None else ():
+            if self.vectors_loaded.get(part.name) or not self.vectors_known[part.start:part.stop].all():
+                continue
+            save_logits(vector_cache_path(part.cache), self.vectors[part.start:part.stop])
+            written[part.name] = str(vector_cache_path(part.cache))
         return written

@@ -305,6 +305,9 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
             sizes = {p.name: p.stop - p.start for p in store.parts}
             for part, path in store.save().items():
                 print(f"soft labels ({part}, {sizes[part]} examples): filled while training, cached at {path}")
+            for part, path in store.save_vectors().items():
+                print(f"teacher sentence vectors ({part}, {sizes[part]} examples): filled while training, cached at "
+                      f"{path}")
 
     t0 = time.perf_counter()
     metrics = {}
