@@ -87,3 +87,30 @@ def test_origins_rebuilds_the_similar_selection(tmp_path):
             "transfer": {"unlabeled": 4}}
     texts, notes = origin_texts(meta, task)
     assert notes == [] and sorted(texts["unlabeled"]) == sorted(t + " indeed" for t in task.splits["train"]["text"][5:9])
+
+
+def test_distill_keeps_the_corpus_lines_most_like_the_training_sentences(tmp_path, capsys):
+    import json
+
+    from compress.cli import main
+    from compress.config import DataOptions
+    from compress.teacher import TeacherConfig, train_teacher
+    from compress.training import TrainSettings
+    from tests.conftest import make_bert
+
+    data = write_csv(tmp_path / "d.csv", sentiment_rows(80))
+    task = load_task_data(str(data))
+    alike = [t + " again" for t in task.splits["train"]["text"][:3]]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join([f"zq{i} xv{i}" for i in range(20)] + alike) + "\n")
+    base = make_bert(tmp_path / "base", layers=1, head=True)
+    teacher = train_teacher(TeacherConfig(model=str(base), data=DataOptions(str(data)),
+                                          train=TrainSettings(epochs=1, lr=2e-3, batch_size=16)), tmp_path / "teacher")
+    rc = main(["distill", "--teacher", str(teacher), "--data", str(data), "--student", "1x32", "--init", "random",
+               "--epochs", "1", "--batch-size", "16", "--unlabeled", str(corpus), "--unlabeled-limit", "3",
+               "--unlabeled-select", "similar", "--out", str(tmp_path / "s"), "--allow-untrained-teacher"])
+    assert rc == 0, capsys.readouterr().err
+    meta = json.loads((tmp_path / "s" / "compress.json").read_text())
+    stats = meta["transfer"]["unlabeled_corpus"]
+    assert stats["selected"] == "similar" and stats["kept"] == 3 and stats["similarity"]["lowest_kept"] > 0
+    assert sorted(origin_texts(meta, task)[0]["unlabeled"]) == sorted(alike)
