@@ -30,6 +30,7 @@ it can be measured where accuracy cannot:
 
 from __future__ import annotations
 
+import bisect
 import math
 from pathlib import Path
 from statistics import NormalDist
@@ -78,12 +79,15 @@ def agreement_by_origin(predictions: Sequence[int], reference_predictions: Seque
 CONFIDENCE_BANDS = (0.7, 0.9)
 
 
+def band_labels(edges: Sequence[float] = CONFIDENCE_BANDS) -> list[str]:
+    """The bands' labels in increasing confidence: ``"<0.7"``, ``"0.7-0.9"``, ``">=0.9"`` for the default edges."""
+    return ([f"<{edges[0]:g}"] + [f"{low:g}-{high:g}" for low, high in zip(edges, edges[1:])]
+            + [f">={edges[-1]:g}"])
+
+
 def band_of(confidence: float, edges: Sequence[float] = CONFIDENCE_BANDS) -> str:
-    """The label of the band ``confidence`` falls in: ``"<0.7"``, ``"0.7-0.9"``, ``">=0.9"`` for the default edges."""
-    for i, edge in enumerate(edges):
-        if confidence < edge:
-            return f"<{edge:g}" if i == 0 else f"{edges[i - 1]:g}-{edge:g}"
-    return f">={edges[-1]:g}"
+    """The label of the band ``confidence`` falls in (a band holds its lower edge)."""
+    return band_labels(edges)[bisect.bisect_right(edges, confidence)]
 
 
 def agreement_by_band(predictions: Sequence[int], reference_predictions: Sequence[int],
@@ -92,10 +96,10 @@ def agreement_by_band(predictions: Sequence[int], reference_predictions: Sequenc
     """``{origin: {band: {"n", "agreeing", "agreement", "share"}}}``: agreement within each band of the reference's
     confidence, and the band's share of the origin's rows; bands in increasing confidence, empty ones left out."""
     pred, ref, where = np.asarray(predictions), np.asarray(reference_predictions), np.asarray(origins)
-    bands = np.asarray([band_of(float(c), edges) for c in reference_confidence])
+    order = band_labels(edges)
+    bands = np.asarray([order[bisect.bisect_right(edges, float(c))] for c in reference_confidence])
     if not pred.shape == ref.shape == where.shape == bands.shape:
         raise ValueError("predictions, reference predictions, confidences and origins differ in length")
-    order = [band_of(e - 1e-9, edges) for e in edges] + [band_of(1.0, edges)]
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for origin in dict.fromkeys(where.tolist()):
         rows = where == origin

@@ -113,20 +113,19 @@ class SoftLabelStore:
 
     def save(self) -> dict[str, str]:
         """Write every complete part's logits that were not loaded from its cache; returns ``{part: path}``."""
-        written = {}
-        for part in self.parts:
-            if self.loaded.get(part.name) or not self.known[part.start:part.stop].all():
-                continue
-            save_logits(part.cache, self.logits[part.start:part.stop])
-            written[part.name] = str(part.cache)
-        return written
+        return self._save(self.logits, self.known, self.loaded, lambda part: part.cache)
 
     def save_vectors(self) -> dict[str, str]:
         """The same for the sentence vectors, beside each part's logits (none when the store keeps none)."""
+        if self.vectors is None:
+            return {}
+        return self._save(self.vectors, self.vectors_known, self.vectors_loaded, lambda part: vector_cache_path(part.cache))
+
+    def _save(self, values: np.ndarray, known: np.ndarray, loaded: dict[str, bool], path_of) -> dict[str, str]:
         written = {}
-        for part in self.parts if self.vectors is not None else ():
-            if self.vectors_loaded.get(part.name) or not self.vectors_known[part.start:part.stop].all():
+        for part in self.parts:
+            if loaded.get(part.name) or not known[part.start:part.stop].all():
                 continue
-            save_logits(vector_cache_path(part.cache), self.vectors[part.start:part.stop])
-            written[part.name] = str(vector_cache_path(part.cache))
+            save_logits(path_of(part), values[part.start:part.stop])
+            written[part.name] = str(path_of(part))
         return written

@@ -461,6 +461,7 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
             soft_now = any(t.on == "logits" and t.weight > 0 for t in terms)
             pooled_now = any(t.pooled and t.weight > 0 for t in terms)
             rows = inputs.pop("row", None)
+            idx = rows.cpu().numpy() if rows is not None else None
             t_hidden = t_attn = t_vectors = None
             soft = inputs.pop("soft_labels", None)
             device = inputs["s_input_ids"].device
@@ -470,13 +471,12 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
                 t_hidden, t_attn = t_out.hidden_states, t_out.attentions
                 if store is not None:
                     soft = t_out.logits.float()
-                    self._fill(inputs, rows.cpu().numpy(), t_out)
+                    self._fill(inputs, idx, t_out)
             elif store is not None and (soft_now or pooled_now):
-                idx = rows.cpu().numpy()
                 self._fill(inputs, idx)
                 soft = torch.from_numpy(store.get(idx)).to(device)
             if pooled_now and store is not None:
-                t_vectors = torch.from_numpy(store.get_vectors(rows.cpu().numpy())).to(device)
+                t_vectors = torch.from_numpy(store.get_vectors(idx)).to(device)
             student_inputs = {k: v for k, v in inputs.items() if not k.startswith("t_")}
             values = model(**student_inputs, soft_labels=soft, teacher_hidden=t_hidden, teacher_attentions=t_attn,
                            terms=terms, temperature=cfg.temperature, teacher_vectors=t_vectors)
