@@ -21,6 +21,14 @@ power, and the verdict::
     python -m benchmarks.compare --protocol --baseline base=runs/b-s0,runs/b-s1,runs/b-s2 \\
         base=runs/b-s0,runs/b-s1,runs/b-s2 lever=runs/l-s0,runs/l-s1,runs/l-s2
 
+``--trend KEY`` fits the pooled metric of every run against a number its ``compress.json`` records
+(``transfer.total``, the rows a student was distilled on) on a log scale (:mod:`benchmarks.trend`): the gain per
+tenfold with its interval, and with ``--trend-target SHARE`` (of the teacher's pooled metric) the x at which the
+line would reach it; ``--trend-plot PNG`` draws it::
+
+    python -m benchmarks.compare --teacher runs/t --trend transfer.total --trend-target 0.98 --trend-plot trend.png \\
+        none=runs/u0-s0,runs/u0-s1,runs/u0-s2 10k=runs/b-s0,runs/b-s1,runs/b-s2 all=runs/u46-s0,runs/u46-s1,runs/u46-s2
+
 Predictions are cached per artifact weights and data fingerprint, so a table is cheap to rebuild.
 On tagging data (``--data wnut17``, a CoNLL file) the same command compares entity F1 instead
 (:mod:`benchmarks.compare_tagging`), and ``--protocol`` decides on it (:func:`benchmarks.protocol.decide_f1`).
@@ -41,6 +49,7 @@ import numpy as np
 
 from benchmarks.accuracy import mcnemar_p, split_texts_and_labels
 from benchmarks.protocol import MIN_SEEDS, Decision, decide, require_seeds
+from benchmarks import trend as trends
 from compress.errors import CompressError
 from compress.artifact import read_meta, weights_sha256
 from compress.assets import cache_dir
@@ -197,7 +206,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--protocol", action="store_true",
                         help="decide every group against the --baseline group: pooled paired permutation test and "
                              f"seed-level t-test over validation + test (at least {MIN_SEEDS} seeds each)")
+    parser.add_argument("--trend", default=None, metavar="KEY",
+                        help="fit every run's validation + test metric against the number at this dotted key of its "
+                             f"compress.json on a log scale (for example {trends.DEFAULT_KEY}: the rows it was "
+                             "distilled on)")
+    parser.add_argument("--trend-target", type=float, default=None, metavar="SHARE",
+                        help="with --trend and --teacher: say where the fitted line reaches this share of the "
+                             "teacher's validation + test metric (for example 0.98)")
+    parser.add_argument("--trend-plot", default=None, metavar="PNG", help="with --trend: draw the fit to this file")
     args = parser.parse_args(argv)
+    if (args.trend_target is not None or args.trend_plot) and not args.trend:
+        print("--trend-target and --trend-plot need --trend KEY", file=sys.stderr)
+        return 2
+    if args.trend_target is not None and not args.teacher:
+        print("--trend-target is a share of the teacher's metric: give --teacher DIR", file=sys.stderr)
+        return 2
 
     specs = parse_rows(args.runs)
     wanted = parse_rows([args.baseline])[0][0] if args.baseline else None
@@ -235,13 +258,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         decisions = protocol_decisions(rows, labels, baseline)
         print()
         print(protocol_table(decisions, baseline.name))
+    pooled_labels = np.concatenate([labels[s] for s in SPLITS])
+
+    def pooled(run: Run) -> float:
+        return _acc(np.concatenate([run.pred[s] for s in SPLITS]), pooled_labels)
+
+    fitted = None
+    if args.trend:
+        try:
+            fitted = _print_trend(args, [(r.name, [(x.path, x.meta, pooled(x)) for x in r.runs]) for r in rows],
+                                  pooled(teacher) if teacher else None, "validation + test accuracy")
+        except CompressError as exc:
+            print(exc, file=sys.stderr)
+            return 2
     if args.json:
         payload = {r.name: {"runs": [str(x.path) for x in r.runs],
                             **{s: [_acc(x.pred[s], labels[s]) for x in r.runs] for s in SPLITS}} for r in rows}
         for name, d in decisions:
             payload[name]["protocol"] = {"baseline": baseline.name, **d.as_dict()}
+        if fitted is not None:
+            payload["trend"] = fitted
         atomic_write_text(Path(args.json), json.dumps(payload, indent=2) + "\n")
     return 0
+
+
+def _print_trend(args: argparse.Namespace, rows: list[tuple[str, list[tuple[Path, dict, float]]]],
+                 teacher_metric: float | None, metric: str) -> dict:
+    """Fit, print and (with ``--trend-plot``) draw ``--trend``; the fit as a JSON-ready dict."""
+    groups = [trends.TrendGroup(name, [(trends.meta_value(meta, args.trend, str(path)), value)
+                                       for path, meta, value in runs]) for name, runs in rows]
+    fit = trends.fit_groups(groups)
+    target = teacher_metric * args.trend_target if args.trend_target is not None else None
+    label = f"{100 * args.trend_target:g}% of the teacher's {100 * teacher_metric:.2f}" if target is not None else ""
+    print()
+    print("\n".join(trends.trend_lines(groups, fit, metric, args.trend, target, label)))
+    if args.trend_plot:
+        trends.plot_trend(groups, fit, Path(args.trend_plot), metric, args.trend, target, label or "target")
+        print(f"\nplot: {args.trend_plot}")
+    out = {"key": args.trend, "metric": metric, **{k: getattr(fit, k) for k in (
+        "points", "slope", "slope_low", "slope_high", "centre_log_x", "centre_y", "r_squared", "level")}}
+    if target is not None:
+        out.update(target=target, x_reaching=fit.x_reaching(target), x_reaching_range=list(fit.reach_range(target)))
+    return out
 
 
 def _main_tagging(args: argparse.Namespace, specs: list[tuple[str, list[Path]]], wanted: str | None, task) -> int:
@@ -261,10 +319,20 @@ def _main_tagging(args: argparse.Namespace, specs: list[tuple[str, list[Path]]],
     if decisions:
         print()
         print(protocol_table(decisions, baseline.name))
+    fitted = None
+    if args.trend:
+        try:
+            fitted = _print_trend(args, [(r.name, [(x.path, x.meta, ct.pooled_f1(x)) for x in r.runs]) for r in rows],
+                                  ct.pooled_f1(teacher) if teacher else None, "validation + test entity F1")
+        except CompressError as exc:
+            print(exc, file=sys.stderr)
+            return 2
     if args.json:
         out = ct.payload(rows)
         for name, d in decisions:
             out[name]["protocol"] = {"baseline": baseline.name, **d.as_dict()}
+        if fitted is not None:
+            out["trend"] = fitted
         atomic_write_text(Path(args.json), json.dumps(out, indent=2) + "\n")
     return 0
 

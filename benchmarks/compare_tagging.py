@@ -63,6 +63,11 @@ def _f1(run: TaggerRun, splits: Sequence[str]) -> float:
     return float(_micro_f1(np.concatenate([run.counts[s] for s in splits]).sum(axis=0)))
 
 
+def pooled_f1(run: TaggerRun) -> float:
+    """Entity F1 over validation and test together (one ratio of summed counts, not a mean of the two)."""
+    return _f1(run, SPLITS)
+
+
 def _fmt(values: list[float]) -> str:
     if len(values) == 1:
         return f"{100 * values[0]:.1f}"

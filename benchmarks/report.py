@@ -291,7 +291,8 @@ def _render_rest(results: dict[str, Any], out: list[str], plots: Sequence[str]) 
     return "\n".join(out) + "\n"
 
 
-def _figure(width: float, height: float):
+def agg_figure(width: float, height: float):
+    """A figure on its own Agg canvas (see the module docstring), for every plot of the benchmarks."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -309,7 +310,7 @@ def plot_pareto(results: dict[str, Any], path: Path) -> Path:
         if e is not None:
             points.append((e["p50_ms"], a["quality"][quality_metric(results)[0]]))
             names.append(a["name"] + (" (ref)" if a["is_reference"] else ""))
-    fig = _figure(7, 4.5)
+    fig = agg_figure(7, 4.5)
     ax = fig.add_subplot()
     front = pareto_front(points)
     ax.scatter([p[0] for p in points], [100 * p[1] for p in points], color="tab:blue", zorder=3)
@@ -338,7 +339,7 @@ def plot_speedup(results: dict[str, Any], path: Path) -> Path:
     settings = results["settings"]
     others = [a for a in results["artifacts"] if not a["is_reference"]]
     seqs, batches = settings["seq_lens"], settings["batch_sizes"]
-    fig = _figure(max(6, 2.2 * len(seqs) + 1.5 * len(batches)), 4.2)
+    fig = agg_figure(max(6, 2.2 * len(seqs) + 1.5 * len(batches)), 4.2)
     axes = fig.subplots(1, len(seqs), squeeze=False)[0]
     width = 0.8 / max(1, len(others))
     for ax, s in zip(axes, seqs):
@@ -374,7 +375,7 @@ def plot_size(results: dict[str, Any], path: Path) -> Path:
     arts = results["artifacts"]
     names = [a["name"] for a in arts]
     has_memory = any(a.get("memory") for a in arts)
-    fig = _figure(10 if has_memory else 6, 0.5 * len(arts) + 2)
+    fig = agg_figure(10 if has_memory else 6, 0.5 * len(arts) + 2)
     axes = fig.subplots(1, 2 if has_memory else 1, squeeze=False)[0]
     colors = ["tab:gray" if a["is_reference"] else "tab:blue" for a in arts]
     axes[0].barh(names, [a["size_bytes"] / MB for a in arts], color=colors)

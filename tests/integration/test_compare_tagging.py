@@ -51,3 +51,20 @@ def test_compare_refuses_a_model_it_cannot_score_in_one_line(taggers, tmp_path, 
     assert main(["--data", str(data), str(good), str(encoder)]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(f"{tmp_path / 'plain'}: ")
+
+
+def test_compare_fits_entity_f1_against_a_recorded_number(taggers, tmp_path, capsys):
+    from benchmarks.compare import main
+    from compress.artifact import read_meta
+
+    data, good, weak = taggers
+    out = tmp_path / "compare.json"
+    steps = {p: read_meta(p)["training"]["global_steps"] for p in (good, weak)}
+    assert steps[good] > steps[weak]  # a quarter of an epoch against one: two x on the log scale
+    assert main(["--data", str(data), "--teacher", str(good), "--trend", "training.global_steps", "--trend-target", "1",
+                 "--json", str(out), f"weak={weak},{weak}", f"good={good},{good}"]) == 0
+    printed = capsys.readouterr().out
+    assert "validation + test entity F1" in printed and "the line reaches 100% of the teacher's" in printed
+    fit = json.loads(out.read_text())["trend"]
+    assert fit["points"] == 4 and fit["key"] == "training.global_steps"
+    assert fit["x_reaching"] == pytest.approx(steps[good])  # the teacher is the good run: the line meets it there

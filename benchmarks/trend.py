@@ -1,0 +1,184 @@
+"""A metric against a run setting on a log scale: the measured trend that names the lever for a missed target.
+
+When a target is missed, the next step should be a measurement, not a guess: how much does the student gain
+per tenfold more transfer rows (or steps, or parameters), and how many would the fitted line need to reach the
+target? :func:`fit_log_trend` fits ``metric = a + b * log10(x)`` by least squares over every run (each seed is
+one point, so the residuals carry the seed-to-seed noise) with scipy's ``linregress``, and gives the slope per
+tenfold with its Student-t interval (``n - 2`` degrees of freedom).
+
+:meth:`Trend.x_reaching` inverts the line through the points' centre (the mean of ``log10 x`` and of the
+metric, where the slope's error does not move it), so the range it gives from the slope's interval is the
+honest one for that fit; it leaves out the uncertainty of the centre itself and is an extrapolation as soon as
+it passes the largest ``x`` measured, which :func:`trend_lines` says in words. A line fitted to three sizes is a
+trend, not a law: a curve that flattens would need more rows than the line says.
+
+The x of each run is read from its ``compress.json`` by a dotted key (``transfer.total``: the rows a student
+was distilled on), so the figure cannot disagree with what the run recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from compress.errors import CompressError
+
+#: The default x of a trend: the rows a student was distilled on (labelled + augmented + transfer).
+DEFAULT_KEY = "transfer.total"
+
+
+@dataclass(frozen=True)
+class Trend:
+    """``metric = centre_y + slope * (log10 x - centre_log_x)``, with the slope's interval."""
+
+    points: int
+    slope: float
+    slope_low: float
+    slope_high: float
+    centre_log_x: float
+    centre_y: float
+    r_squared: float
+    level: float = 0.95
+
+    def at(self, x: float) -> float:
+        return self.centre_y + self.slope * (math.log10(x) - self.centre_log_x)
+
+    def x_reaching(self, value: float, slope: float | None = None) -> float | None:
+        """The x at which the line (or the same centre with another ``slope``) reaches ``value``. With a slope of
+        zero or less: the centre's x when the centre is already there, ``None`` (never) when it is not."""
+        slope = self.slope if slope is None else slope
+        gap = value - self.centre_y
+        if slope > 0:
+            return 10 ** (self.centre_log_x + gap / slope)
+        return 10 ** self.centre_log_x if gap <= 0 else None
+
+    def reach_range(self, value: float) -> tuple[float | None, float | None]:
+        """``(x at the slope's upper bound, x at its lower bound)``; the second is ``None`` (unbounded) when the
+        lower bound is not above zero."""
+        return self.x_reaching(value, self.slope_high), self.x_reaching(value, self.slope_low)
+
+
+def fit_log_trend(xs: Sequence[float], ys: Sequence[float], level: float = 0.95) -> Trend:
+    """Least squares of ``ys`` on ``log10(xs)`` (scipy ``linregress``) with the slope's t interval at ``level``.
+
+    Refused with a clear error for fewer than 3 points, fewer than 2 distinct x, or an x that is not positive
+    (a log scale has no place for it: count the labelled rows in x, as ``transfer.total`` does)."""
+    from scipy import stats
+
+    if len(xs) != len(ys):
+        raise CompressError(f"a trend needs one metric per x: got {len(xs)} x and {len(ys)} metrics")
+    if len(xs) < 3:
+        raise CompressError(f"a trend needs at least 3 runs (it fits 2 numbers and keeps 1 for the noise); got {len(xs)}")
+    bad = [x for x in xs if not x > 0]
+    if bad:
+        raise CompressError(f"a log-scale trend needs every x > 0; got {bad[0]!r}: use a count that includes the "
+                            "labelled rows, such as transfer.total")
+    logs = [math.log10(x) for x in xs]
+    if len(set(logs)) < 2:
+        raise CompressError(f"a trend needs runs at 2 or more different x; every run has x = {xs[0]:g}")
+    fit = stats.linregress(logs, ys)
+    dof = len(xs) - 2
+    half = float(stats.t.ppf(0.5 + level / 2, dof) * fit.stderr) if dof > 0 else math.inf
+    half = 0.0 if math.isnan(half) else half  # a perfect fit: no residual spread
+    centre_log_x, centre_y = sum(logs) / len(logs), sum(ys) / len(ys)
+    return Trend(points=len(xs), slope=float(fit.slope), slope_low=float(fit.slope) - half,
+                 slope_high=float(fit.slope) + half, centre_log_x=centre_log_x, centre_y=centre_y,
+                 r_squared=float(fit.rvalue ** 2), level=level)
+
+
+def meta_value(meta: dict[str, Any], key: str, where: str) -> float:
+    """The number at dotted ``key`` of a run's ``compress.json`` (``where`` names the run in the error)."""
+    node: Any = meta
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise CompressError(f"{where}: compress.json has no {key!r} (missing {part!r}); give --trend a key the "
+                                f"run records, for example {DEFAULT_KEY}")
+        node = node[part]
+    if isinstance(node, bool) or not isinstance(node, (int, float)):
+        raise CompressError(f"{where}: compress.json's {key!r} is {node!r}, not a number")
+    return float(node)
+
+
+@dataclass(frozen=True)
+class TrendGroup:
+    """One row of runs: its name and every run's ``(x, metric)``."""
+
+    name: str
+    points: list[tuple[float, float]]
+
+
+def fit_groups(groups: Sequence[TrendGroup], level: float = 0.95) -> Trend:
+    xs = [x for g in groups for x, _ in g.points]
+    ys = [y for g in groups for _, y in g.points]
+    return fit_log_trend(xs, ys, level)
+
+
+def _fmt_x(x: float | None) -> str:
+    if x is None:
+        return "never (the slope's interval reaches 0)"
+    return f"{x:,.0f}"
+
+
+def trend_lines(groups: Sequence[TrendGroup], trend: Trend, metric: str, key: str,
+                target: float | None = None, target_label: str = "") -> list[str]:
+    """The Markdown table of the groups (x, runs, mean metric, the line's value) and the fit in words."""
+    lines = [f"| run | {key} | runs | {metric} (mean) | the fitted line |", "|---|---:|---:|---:|---:|"]
+    for g in sorted(groups, key=lambda g: sum(x for x, _ in g.points) / len(g.points)):
+        xs = sorted({x for x, _ in g.points})
+        x_text = ", ".join(f"{x:,.0f}" for x in xs)
+        mean_y = sum(y for _, y in g.points) / len(g.points)
+        mean_x = sum(x for x, _ in g.points) / len(g.points)
+        lines.append(f"| {g.name} | {x_text} | {len(g.points)} | {100 * mean_y:.2f} | {100 * trend.at(mean_x):.2f} |")
+    pct = int(round(100 * trend.level))
+    lines += ["", f"- fit over {trend.points} runs: {metric} = {100 * trend.centre_y:.2f} "
+              f"{'+' if trend.slope >= 0 else '-'} {100 * abs(trend.slope):.2f} pt x log10({key} / "
+              f"{10 ** trend.centre_log_x:,.0f}); per tenfold {100 * trend.slope:+.2f} pt, {pct}% interval "
+              f"[{100 * trend.slope_low:+.2f}, {100 * trend.slope_high:+.2f}], R^2 {trend.r_squared:.2f}"]
+    if target is not None:
+        largest = max(x for g in groups for x, _ in g.points)
+        at = trend.x_reaching(target)
+        near, far = trend.reach_range(target)
+        where = f"{target_label} = {100 * target:.2f}" if target_label else f"{100 * target:.2f}"
+        words = f"- the line reaches {where} at {key} = {_fmt_x(at)}"
+        if at is not None:
+            words += f" (from the slope's interval: {_fmt_x(near)} to {_fmt_x(far)})"
+            if at > largest:
+                words += f"; an extrapolation past the largest measured ({largest:,.0f}), {at / largest:,.1f}x it"
+        lines.append(words)
+    return lines
+
+
+def plot_trend(groups: Sequence[TrendGroup], trend: Trend, path: Path, metric: str, key: str,
+               target: float | None = None, target_label: str = "target") -> Path:
+    """Every run as a point, each group's mean as a ring, the fitted line (extended to the target's x when it
+    is past the measured ones), on a log x axis."""
+    from benchmarks.report import agg_figure
+
+    fig = agg_figure(7, 4.5)
+    ax = fig.add_subplot()
+    xs = [x for g in groups for x, _ in g.points]
+    ax.scatter(xs, [100 * y for g in groups for _, y in g.points], color="tab:blue", s=18, zorder=3,
+               label="one run (seed)")
+    for g in groups:
+        mx = sum(x for x, _ in g.points) / len(g.points)
+        my = sum(y for _, y in g.points) / len(g.points)
+        ax.scatter([mx], [100 * my], s=110, facecolors="none", edgecolors="tab:blue", zorder=3)
+        ax.annotate(g.name, (mx, 100 * my), textcoords="offset points", xytext=(8, -14), fontsize=8)
+    hi = max(xs)
+    reach = trend.x_reaching(target) if target is not None else None
+    if reach is not None and reach > hi:
+        hi = min(reach, 1000 * max(xs))
+    span = [min(xs), hi]
+    ax.plot(span, [100 * trend.at(x) for x in span], color="tab:orange",
+            label=f"fit: {100 * trend.slope:+.2f} pt per tenfold")
+    if target is not None:
+        ax.axhline(100 * target, color="tab:green", linestyle="--", label=target_label)
+    ax.set_xscale("log")
+    ax.set_xlabel(f"{key} (log scale)")
+    ax.set_ylabel(f"{metric}, %")
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.savefig(path, dpi=120)
+    return path
