@@ -315,6 +315,8 @@ def _main_tagging(args: argparse.Namespace, specs: list[tuple[str, list[Path]]],
         return 2
     baseline = next((r for r in rows if r.name == wanted), None)
     print(ct.table(rows, baseline, teacher))
+    print()
+    print(ct.novelty_table(rows, teacher, task))
     decisions = ct.protocol_decisions(rows, baseline, MIN_SEEDS) if args.protocol else []
     if decisions:
         print()

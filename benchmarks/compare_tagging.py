@@ -5,7 +5,8 @@ type, :func:`compress.tasks.ner_metrics.sentence_counts`), because entity F1 is 
 mean over sentences. Every artifact tags the sentences through ``Predictor.predict`` (the serving path:
 whitespace words, first sub-token, windows past the model's length), like ``bench``. The table reports
 validation, test and pooled entity F1 (mean ± SD over a group's seeds) and the word agreement with the
-teacher on test; ``--protocol`` decides each group against the baseline group with
+teacher on test; a second table splits test recall by whether an entity's surface form occurs in the training
+split (:func:`compress.tasks.ner_metrics.recall_by_novelty`), beside the count of entities each run predicts; ``--protocol`` decides each group against the baseline group with
 :func:`benchmarks.protocol.decide_f1` on validation + test pooled.
 """
 
@@ -21,7 +22,8 @@ from benchmarks.protocol import Decision, decide_f1, require_seeds
 from benchmarks.stats import _micro_f1
 from compress.artifact import read_meta
 from compress.quality import SplitScorer
-from compress.tasks.ner_metrics import sentence_counts, token_agreement
+from compress.tasks.ner_metrics import (extract_entities, recall_by_novelty, sentence_counts, surface_forms,
+                                        token_agreement)
 
 SPLITS = ("validation", "test")
 
@@ -83,6 +85,29 @@ def table(rows: list[TaggerRow], baseline: TaggerRow | None, teacher: TaggerRun 
         cells = [row.name + (" (baseline)" if row is baseline else ""), str(len(row.runs)),
                  _fmt([_f1(r, ("validation",)) for r in row.runs]), _fmt([_f1(r, ("test",)) for r in row.runs]),
                  _fmt([_f1(r, SPLITS) for r in row.runs]), _fmt(agree) + "%" if agree else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def novelty_table(rows: list[TaggerRow], teacher: TaggerRun | None, task: Any, split: str = "test") -> str:
+    """Recall on ``split``'s gold entities whose surface form is in the training split and on the rest, and the
+    entities each run predicts there (mean ± SD over a group's seeds): where a tagger's misses are."""
+    if "train" not in task.splits:
+        return f"(no recall by name novelty: {task.source} has no train split to say which names were seen)"
+    seen = surface_forms(task.splits["train"]["tokens"], task.tags("train"))
+    tokens, gold = task.splits[split]["tokens"], task.tags(split)
+    runs = ([("teacher", [teacher])] if teacher else []) + [(r.name, r.runs) for r in rows]
+    by = [[recall_by_novelty(tokens, gold, r.tags[split], seen) for r in group] for _, group in runs]
+    first = by[0][0]
+    head = ["run", "seeds", f"recall, name seen in training ({first['seen'][1]:,})",
+            f"recall, new name ({first['unseen'][1]:,})", f"entities predicted (gold {sum(v[1] for v in first.values()):,})"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (name, group), recalls in zip(runs, by):
+        predicted = [float(sum(len(extract_entities(t)) for t in r.tags[split])) for r in group]
+        cells = [name, str(len(group))]
+        for side in ("seen", "unseen"):
+            cells.append(_fmt([f / g if g else 0.0 for f, g in (x[side] for x in recalls)]) + "%")
+        cells.append(f"{np.mean(predicted):,.0f}" + (f" ± {np.std(predicted, ddof=1):,.0f}" if len(group) > 1 else ""))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

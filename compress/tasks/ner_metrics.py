@@ -145,6 +145,34 @@ def entity_scores(true: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) 
     return scores_from_counts(types, counts)
 
 
+def surface_form(words: Sequence[str], entity: Entity) -> str:
+    """An entity's words as one lower-cased string: the key of "was this name seen in training?"."""
+    return " ".join(words[entity.start:entity.end]).lower()
+
+
+def surface_forms(tokens: Sequence[Sequence[str]], tags: Sequence[Sequence[str]]) -> set[str]:
+    """Every entity surface form (:func:`surface_form`) of a split: what a tagger could have memorised."""
+    _check_pairs(tokens, tags)
+    return {surface_form(w, e) for w, t in zip(tokens, tags) for e in extract_entities(t)}
+
+
+def recall_by_novelty(tokens: Sequence[Sequence[str]], true: Sequence[Sequence[str]], pred: Sequence[Sequence[str]],
+                      seen: set[str]) -> dict[str, tuple[int, int]]:
+    """``{"seen": (found, gold), "unseen": (found, gold)}``: gold entities whose surface form is / is not in
+    ``seen`` (the training split's :func:`surface_forms`), and how many of them ``pred`` finds exactly (span and
+    type). WNUT-17 was built so that almost every test entity is unseen; a student that keeps its teacher's recall
+    on seen names but not on new ones lacks what the teacher's pretraining knew, not the task's labels."""
+    _check_pairs(true, pred)
+    out = {"seen": [0, 0], "unseen": [0, 0]}
+    for words, t, p in zip(tokens, true, pred):
+        found = set(extract_entities(p))
+        for e in extract_entities(t):
+            side = out["seen" if surface_form(words, e) in seen else "unseen"]
+            side[1] += 1
+            side[0] += e in found
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
 def token_agreement(a: Sequence[Sequence[str]], b: Sequence[Sequence[str]]) -> float:
     """Share of words on which two taggings give the same tag (a student against its teacher, or gold).
 

@@ -30,6 +30,7 @@ def test_compare_reports_entity_f1_and_decides_a_tagger_lever(taggers, tmp_path,
                  base, "lever=" + ",".join([str(good)] * 3)]) == 0
     printed = capsys.readouterr().out
     assert "validation F1" in printed and "| lever vs base |" in printed
+    assert "recall, name seen in training (" in printed and "| teacher | 1 |" in printed
     result = json.loads(out.read_text())
     # the table's F1 is seqeval-style entity F1 of the tags Predictor gives, split by split
     task = load_token_data(str(data))

@@ -108,3 +108,20 @@ def test_equal_to_seqeval_default_on_random_sequences(prefixes):
         for sentence in gold + pred:
             ref = [Entity(t, start, end + 1) for t, start, end in get_entities(sentence)]
             assert extract_entities(sentence) == ref, sentence
+
+
+def test_recall_by_novelty_splits_gold_entities_by_whether_their_name_was_in_training():
+    from compress.tasks.ner_metrics import recall_by_novelty, surface_forms
+
+    train_tokens = [["I", "met", "Alice", "in", "New", "York"]]
+    train_tags = [["O", "O", "B-PER", "O", "B-LOC", "I-LOC"]]
+    seen = surface_forms(train_tokens, train_tags)
+    assert seen == {"alice", "new york"}  # lower-cased: "ALICE" later counts as seen
+    tokens = [["ALICE", "flew", "to", "Oslo"], ["Bob", "likes", "new", "york"]]
+    gold = [["B-PER", "O", "O", "B-LOC"], ["B-PER", "O", "B-LOC", "I-LOC"]]
+    # finds ALICE (seen) and Oslo (new); misses Bob (new); "new york" found with the wrong span (new only)
+    pred = [["B-PER", "O", "O", "B-LOC"], ["O", "O", "B-LOC", "O"]]
+    assert recall_by_novelty(tokens, gold, pred, seen) == {"seen": (1, 2), "unseen": (1, 2)}
+    assert recall_by_novelty(tokens, gold, gold, seen) == {"seen": (2, 2), "unseen": (2, 2)}
+    with pytest.raises(ValueError):
+        recall_by_novelty(tokens, gold, pred[:1], seen)
