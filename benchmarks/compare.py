@@ -240,6 +240,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except CompressError as exc:
             print(exc, file=sys.stderr)
             return 2
+    if args.trend:  # refuse a key the runs lack, or x a line cannot be fitted to, before predicting
+        try:
+            trends.check_xs([trends.meta_value(read_meta(d) or {}, args.trend, str(d)) for _, dirs in specs for d in dirs])
+        except CompressError as exc:
+            print(exc, file=sys.stderr)
+            return 2
     task = DataOptions(args.data).load_any()
     if getattr(task, "task", None) == "token-classification":
         return _main_tagging(args, specs, wanted, task)
@@ -263,14 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def pooled(run: Run) -> float:
         return _acc(np.concatenate([run.pred[s] for s in SPLITS]), pooled_labels)
 
-    fitted = None
-    if args.trend:
-        try:
-            fitted = _print_trend(args, [(r.name, [(x.path, x.meta, pooled(x)) for x in r.runs]) for r in rows],
-                                  pooled(teacher) if teacher else None, "validation + test accuracy")
-        except CompressError as exc:
-            print(exc, file=sys.stderr)
-            return 2
+    fitted = _print_trend(args, [(r.name, [(x.path, x.meta, pooled(x)) for x in r.runs]) for r in rows],
+                          pooled(teacher) if teacher else None, "validation + test accuracy") if args.trend else None
     if args.json:
         payload = {r.name: {"runs": [str(x.path) for x in r.runs],
                             **{s: [_acc(x.pred[s], labels[s]) for x in r.runs] for s in SPLITS}} for r in rows}
@@ -284,7 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _print_trend(args: argparse.Namespace, rows: list[tuple[str, list[tuple[Path, dict, float]]]],
                  teacher_metric: float | None, metric: str) -> dict:
-    """Fit, print and (with ``--trend-plot``) draw ``--trend``; the fit as a JSON-ready dict."""
+    """Fit, print and (with ``--trend-plot``) draw ``--trend``; the fit as a JSON-ready dict. :func:`main` has
+    checked the runs' x before predicting, so the fit cannot be refused here."""
     groups = [trends.TrendGroup(name, [(trends.meta_value(meta, args.trend, str(path)), value)
                                        for path, meta, value in runs]) for name, runs in rows]
     fit = trends.fit_groups(groups)
@@ -321,14 +322,8 @@ def _main_tagging(args: argparse.Namespace, specs: list[tuple[str, list[Path]]],
     if decisions:
         print()
         print(protocol_table(decisions, baseline.name))
-    fitted = None
-    if args.trend:
-        try:
-            fitted = _print_trend(args, [(r.name, [(x.path, x.meta, ct.pooled_f1(x)) for x in r.runs]) for r in rows],
-                                  ct.pooled_f1(teacher) if teacher else None, "validation + test entity F1")
-        except CompressError as exc:
-            print(exc, file=sys.stderr)
-            return 2
+    fitted = _print_trend(args, [(r.name, [(x.path, x.meta, ct.pooled_f1(x)) for x in r.runs]) for r in rows],
+                          ct.pooled_f1(teacher) if teacher else None, "validation + test entity F1") if args.trend else None
     if args.json:
         out = ct.payload(rows)
         for name, d in decisions:

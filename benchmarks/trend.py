@@ -69,15 +69,8 @@ def fit_log_trend(xs: Sequence[float], ys: Sequence[float], level: float = 0.95)
 
     if len(xs) != len(ys):
         raise CompressError(f"a trend needs one metric per x: got {len(xs)} x and {len(ys)} metrics")
-    if len(xs) < 3:
-        raise CompressError(f"a trend needs at least 3 runs (it fits 2 numbers and keeps 1 for the noise); got {len(xs)}")
-    bad = [x for x in xs if not x > 0]
-    if bad:
-        raise CompressError(f"a log-scale trend needs every x > 0; got {bad[0]!r}: use a count that includes the "
-                            "labelled rows, such as transfer.total")
+    check_xs(xs)
     logs = [math.log10(x) for x in xs]
-    if len(set(logs)) < 2:
-        raise CompressError(f"a trend needs runs at 2 or more different x; every run has x = {xs[0]:g}")
     fit = stats.linregress(logs, ys)
     dof = len(xs) - 2
     half = float(stats.t.ppf(0.5 + level / 2, dof) * fit.stderr) if dof > 0 else math.inf
@@ -86,6 +79,18 @@ def fit_log_trend(xs: Sequence[float], ys: Sequence[float], level: float = 0.95)
     return Trend(points=len(xs), slope=float(fit.slope), slope_low=float(fit.slope) - half,
                  slope_high=float(fit.slope) + half, centre_log_x=centre_log_x, centre_y=centre_y,
                  r_squared=float(fit.rvalue ** 2), level=level)
+
+
+def check_xs(xs: Sequence[float]) -> None:
+    """Refuse, in words, the x a log-scale line cannot be fitted to (called before any model is run)."""
+    if len(xs) < 3:
+        raise CompressError(f"a trend needs at least 3 runs (it fits 2 numbers and keeps 1 for the noise); got {len(xs)}")
+    bad = [x for x in xs if not x > 0]
+    if bad:
+        raise CompressError(f"a log-scale trend needs every x > 0; got {bad[0]!r}: use a count that includes the "
+                            "labelled rows, such as transfer.total")
+    if len({math.log10(x) for x in xs}) < 2:
+        raise CompressError(f"a trend needs runs at 2 or more different x; every run has x = {xs[0]:g}")
 
 
 def meta_value(meta: dict[str, Any], key: str, where: str) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 
 import numpy as np
@@ -92,3 +93,21 @@ def test_print_trend_reads_each_runs_x_prints_the_fit_and_draws_it(tmp_path, cap
         expected.x_reaching(0.882))
     assert out["x_reaching"] > 54796 and "extrapolation past the largest measured (54,796)" in printed
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_refuses_a_trend_key_the_runs_lack_before_predicting(tmp_path, capsys):
+    from benchmarks.compare import main
+
+    runs = []
+    for i, total in enumerate((100, 200, None)):
+        run = tmp_path / f"r{i}"
+        run.mkdir()
+        meta = {"complete": True, "transfer": {"total": total} if total else {}}
+        (run / "compress.json").write_text(json.dumps(meta))
+        runs.append(str(run))
+    # the data name is never read: the refusal comes before any data or model is loaded
+    assert main(["--data", "no-such-data", "--trend", "transfer.total", *runs]) == 2
+    err = capsys.readouterr().err
+    assert f"{runs[2]}: compress.json has no 'transfer.total' (missing 'total')" in err
+    assert main(["--data", "no-such-data", "--trend", "transfer.total", *runs[:2]]) == 2
+    assert "at least 3 runs" in capsys.readouterr().err
