@@ -22,11 +22,11 @@ power, and the verdict::
         base=runs/b-s0,runs/b-s1,runs/b-s2 lever=runs/l-s0,runs/l-s1,runs/l-s2
 
 ``--trend KEY`` fits the pooled metric of every run against a number its ``compress.json`` records
-(``transfer.total``, the rows a student was distilled on) on a log scale (:mod:`benchmarks.trend`): the gain per
+(``rows``: the rows a student was distilled on, labelled ones included; or a dotted key) on a log scale (:mod:`benchmarks.trend`): the gain per
 tenfold with its interval, and with ``--trend-target SHARE`` (of the teacher's pooled metric) the x at which the
 line would reach it; ``--trend-plot PNG`` draws it::
 
-    python -m benchmarks.compare --teacher runs/t --trend transfer.total --trend-target 0.98 --trend-plot trend.png \\
+    python -m benchmarks.compare --teacher runs/t --trend rows --trend-target 0.98 --trend-plot trend.png \\
         none=runs/u0-s0,runs/u0-s1,runs/u0-s2 10k=runs/b-s0,runs/b-s1,runs/b-s2 all=runs/u46-s0,runs/u46-s1,runs/u46-s2
 
 Predictions are cached per artifact weights and data fingerprint, so a table is cheap to rebuild.
@@ -207,9 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="decide every group against the --baseline group: pooled paired permutation test and "
                              f"seed-level t-test over validation + test (at least {MIN_SEEDS} seeds each)")
     parser.add_argument("--trend", default=None, metavar="KEY",
-                        help="fit every run's validation + test metric against the number at this dotted key of its "
-                             f"compress.json on a log scale (for example {trends.DEFAULT_KEY}: the rows it was "
-                             "distilled on)")
+                        help=f"fit every run's validation + test metric on a log scale against {trends.DEFAULT_KEY} (the "
+                             "rows it was distilled on, labelled ones included) or the number at a dotted key of its "
+                             "compress.json (training.global_steps)")
     parser.add_argument("--trend-target", type=float, default=None, metavar="SHARE",
                         help="with --trend and --teacher: say where the fitted line reaches this share of the "
                              "teacher's validation + test metric (for example 0.98)")
@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     if args.trend:  # refuse a key the runs lack, or x a line cannot be fitted to, before predicting
         try:
-            trends.check_xs([trends.meta_value(read_meta(d) or {}, args.trend, str(d)) for _, dirs in specs for d in dirs])
+            trends.check_xs([trends.run_x(read_meta(d) or {}, args.trend, str(d)) for _, dirs in specs for d in dirs])
         except CompressError as exc:
             print(exc, file=sys.stderr)
             return 2
@@ -286,7 +286,7 @@ def _print_trend(args: argparse.Namespace, rows: list[tuple[str, list[tuple[Path
                  teacher_metric: float | None, metric: str) -> dict:
     """Fit, print and (with ``--trend-plot``) draw ``--trend``; the fit as a JSON-ready dict. :func:`main` has
     checked the runs' x before predicting, so the fit cannot be refused here."""
-    groups = [trends.TrendGroup(name, [(trends.meta_value(meta, args.trend, str(path)), value)
+    groups = [trends.TrendGroup(name, [(trends.run_x(meta, args.trend, str(path)), value)
                                        for path, meta, value in runs]) for name, runs in rows]
     fit = trends.fit_groups(groups)
     target = teacher_metric * args.trend_target if args.trend_target is not None else None

@@ -12,8 +12,9 @@ honest one for that fit; it leaves out the uncertainty of the centre itself and 
 it passes the largest ``x`` measured, which :func:`trend_lines` says in words. A line fitted to three sizes is a
 trend, not a law: a curve that flattens would need more rows than the line says.
 
-The x of each run is read from its ``compress.json`` by a dotted key (``transfer.total``: the rows a student
-was distilled on), so the figure cannot disagree with what the run recorded.
+The x of each run is read from its ``compress.json``, so the figure cannot disagree with what the run recorded:
+``rows`` (:func:`training_rows`, the rows a student was distilled on, labelled ones included, for a
+classifier's or a tagger's distillation) or any dotted key holding a number (``training.global_steps``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from typing import Any, Sequence
 
 from compress.errors import CompressError
 
-#: The default x of a trend: the rows a student was distilled on (labelled + augmented + transfer).
-DEFAULT_KEY = "transfer.total"
+#: The x a trend is usually drawn against: the rows a student was distilled on (labelled + augmented + transfer),
+#: read by :func:`training_rows` from whichever record its distiller wrote.
+DEFAULT_KEY = "rows"
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def fit_log_trend(xs: Sequence[float], ys: Sequence[float], level: float = 0.95)
     """Least squares of ``ys`` on ``log10(xs)`` (scipy ``linregress``) with the slope's t interval at ``level``.
 
     Refused with a clear error for fewer than 3 points, fewer than 2 distinct x, or an x that is not positive
-    (a log scale has no place for it: count the labelled rows in x, as ``transfer.total`` does)."""
+    (a log scale has no place for it: count the labelled rows in x, as ``rows`` does)."""
     from scipy import stats
 
     if len(xs) != len(ys):
@@ -88,9 +90,30 @@ def check_xs(xs: Sequence[float]) -> None:
     bad = [x for x in xs if not x > 0]
     if bad:
         raise CompressError(f"a log-scale trend needs every x > 0; got {bad[0]!r}: use a count that includes the "
-                            "labelled rows, such as transfer.total")
+                            f"labelled rows, such as {DEFAULT_KEY}")
     if len({math.log10(x) for x in xs}) < 2:
         raise CompressError(f"a trend needs runs at 2 or more different x; every run has x = {xs[0]:g}")
+
+
+def training_rows(meta: dict[str, Any], where: str) -> float:
+    """The rows a run was distilled on: a classifier's ``transfer.total``; the labelled sentences alone when it
+    had no transfer data (``transfer`` is null); for a tagger, its labelled sentences plus ``transfer.training_rows``
+    (the transfer text's sentences it trained on)."""
+    transfer = meta.get("transfer")
+    if isinstance(transfer, dict) and "total" in transfer:
+        return meta_value(meta, "transfer.total", where)
+    labelled = meta_value(meta, "data.sizes.train", where)
+    if transfer is None:
+        return labelled
+    if isinstance(transfer, dict) and "training_rows" in transfer:
+        return labelled + meta_value(meta, "transfer.training_rows", where)
+    raise CompressError(f"{where}: compress.json's transfer record does not say how many rows it trained on; give "
+                        "--trend a dotted key that does (for example training.global_steps)")
+
+
+def run_x(meta: dict[str, Any], key: str, where: str) -> float:
+    """A run's x for ``--trend KEY``: :func:`training_rows` for ``rows``, else the number at dotted ``key``."""
+    return training_rows(meta, where) if key == DEFAULT_KEY else meta_value(meta, key, where)
 
 
 def meta_value(meta: dict[str, Any], key: str, where: str) -> float:
@@ -99,7 +122,7 @@ def meta_value(meta: dict[str, Any], key: str, where: str) -> float:
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
             raise CompressError(f"{where}: compress.json has no {key!r} (missing {part!r}); give --trend a key the "
-                                f"run records, for example {DEFAULT_KEY}")
+                                f"run records, or {DEFAULT_KEY}")
         node = node[part]
     if isinstance(node, bool) or not isinstance(node, (int, float)):
         raise CompressError(f"{where}: compress.json's {key!r} is {node!r}, not a number")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from benchmarks.compare import _print_trend
-from benchmarks.trend import TrendGroup, fit_groups, fit_log_trend, meta_value, trend_lines
+from benchmarks.trend import TrendGroup, fit_groups, fit_log_trend, meta_value, run_x, training_rows, trend_lines
 from compress.errors import CompressError
 
 
@@ -111,3 +111,14 @@ def test_compare_refuses_a_trend_key_the_runs_lack_before_predicting(tmp_path, c
     assert f"{runs[2]}: compress.json has no 'transfer.total' (missing 'total')" in err
     assert main(["--data", "no-such-data", "--trend", "transfer.total", *runs[:2]]) == 2
     assert "at least 3 runs" in capsys.readouterr().err
+
+
+def test_training_rows_counts_the_labelled_rows_whatever_the_distiller_recorded():
+    sizes = {"data": {"sizes": {"train": 8452, "validation": 1056, "test": 1058}}}
+    assert training_rows({**sizes, "transfer": {"labelled": 8452, "unlabeled": 10000, "total": 18452}}, "c") == 18452
+    assert training_rows({**sizes, "transfer": None}, "labelled only") == 8452  # no transfer data: labelled rows
+    tagger = {"data": {"sizes": {"train": 3394}}, "transfer": {"kept": 10000, "training_rows": 10001}}
+    assert training_rows(tagger, "t") == 13395 and run_x(tagger, "rows", "t") == 13395
+    assert run_x(tagger, "transfer.kept", "t") == 10000  # any other key is a dotted path
+    with pytest.raises(CompressError, match="r: compress.json's transfer record does not say how many rows"):
+        training_rows({**sizes, "transfer": {"kept": 5}}, "r")
