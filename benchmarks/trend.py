@@ -146,7 +146,7 @@ def fit_groups(groups: Sequence[TrendGroup], level: float = 0.95) -> Trend:
 def _fmt_x(x: float | None) -> str:
     if x is None:
         return "never (the slope's interval reaches 0)"
-    return f"{x:,.0f}"
+    return f"{x:,.0f}" if x < 1e7 else f"{x:.1e}"
 
 
 def trend_lines(groups: Sequence[TrendGroup], trend: Trend, metric: str, key: str,
@@ -194,13 +194,14 @@ def plot_trend(groups: Sequence[TrendGroup], trend: Trend, path: Path, metric: s
         my = sum(y for _, y in g.points) / len(g.points)
         ax.scatter([mx], [100 * my], s=110, facecolors="none", edgecolors="tab:blue", zorder=3)
         ax.annotate(g.name, (mx, 100 * my), textcoords="offset points", xytext=(8, -14), fontsize=8)
-    hi = max(xs)
-    reach = trend.x_reaching(target) if target is not None else None
-    if reach is not None and reach > hi:
-        hi = min(reach, 1000 * max(xs))
-    span = [min(xs), hi]
-    ax.plot(span, [100 * trend.at(x) for x in span], color="tab:orange",
+    lo, hi = min(xs), max(xs)
+    ax.plot([lo, hi], [100 * trend.at(lo), 100 * trend.at(hi)], color="tab:orange",
             label=f"fit: {100 * trend.slope:+.2f} pt per tenfold")
+    reach = trend.x_reaching(target) if target is not None else None
+    if reach is not None and reach > hi:  # the extrapolation, dotted, and cut at 1000x what was measured
+        far = min(reach, 1000 * hi)
+        ax.plot([hi, far], [100 * trend.at(hi), 100 * trend.at(far)], color="tab:orange", linestyle=":",
+                label="the same line, extrapolated")
     if target is not None:
         ax.axhline(100 * target, color="tab:green", linestyle="--", label=target_label)
     ax.set_xscale("log")
