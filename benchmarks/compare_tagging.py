@@ -5,9 +5,10 @@ type, :func:`compress.tasks.ner_metrics.sentence_counts`), because entity F1 is 
 mean over sentences. Every artifact tags the sentences through ``Predictor.predict`` (the serving path:
 whitespace words, first sub-token, windows past the model's length), like ``bench``. The table reports
 validation, test and pooled entity F1 (mean ± SD over a group's seeds) and the word agreement with the
-teacher on test; a second table splits test recall by whether an entity's surface form occurs in the training
-split (:func:`compress.tasks.ner_metrics.recall_by_novelty`), beside the count of entities each run predicts; ``--protocol`` decides each group against the baseline group with
-:func:`benchmarks.protocol.decide_f1` on validation + test pooled.
+teacher on test. A second table splits test recall by whether an entity's surface form occurs in the training
+split (:func:`compress.tasks.ner_metrics.recall_by_novelty`), beside the count of entities each run predicts.
+``--protocol`` decides each group against the baseline group with :func:`benchmarks.protocol.decide_f1` on
+validation + test pooled.
 """
 
 from __future__ import annotations

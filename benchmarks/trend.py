@@ -74,8 +74,8 @@ def fit_log_trend(xs: Sequence[float], ys: Sequence[float], level: float = 0.95)
     check_xs(xs)
     logs = [math.log10(x) for x in xs]
     fit = stats.linregress(logs, ys)
-    dof = len(xs) - 2
-    half = float(stats.t.ppf(0.5 + level / 2, dof) * fit.stderr) if dof > 0 else math.inf
+    dof = len(xs) - 2  # >= 1: check_xs wants 3 runs
+    half = float(stats.t.ppf(0.5 + level / 2, dof) * fit.stderr)
     half = 0.0 if math.isnan(half) else half  # a perfect fit: no residual spread
     centre_log_x, centre_y = sum(logs) / len(logs), sum(ys) / len(ys)
     return Trend(points=len(xs), slope=float(fit.slope), slope_low=float(fit.slope) - half,
@@ -180,8 +180,8 @@ def trend_lines(groups: Sequence[TrendGroup], trend: Trend, metric: str, key: st
 
 def plot_trend(groups: Sequence[TrendGroup], trend: Trend, path: Path, metric: str, key: str,
                target: float | None = None, target_label: str = "target") -> Path:
-    """Every run as a point, each group's mean as a ring, the fitted line (extended to the target's x when it
-    is past the measured ones), on a log x axis."""
+    """Every run as a point, each group's mean as a ring, the fitted line over the measured x and, dotted, on to
+    the target's x when that is past them, on a log x axis."""
     from benchmarks.report import agg_figure
 
     fig = agg_figure(7, 4.5)

@@ -160,8 +160,9 @@ def recall_by_novelty(tokens: Sequence[Sequence[str]], true: Sequence[Sequence[s
                       seen: set[str]) -> dict[str, tuple[int, int]]:
     """``{"seen": (found, gold), "unseen": (found, gold)}``: gold entities whose surface form is / is not in
     ``seen`` (the training split's :func:`surface_forms`), and how many of them ``pred`` finds exactly (span and
-    type). WNUT-17 was built so that almost every test entity is unseen; a student that keeps its teacher's recall
-    on seen names but not on new ones lacks what the teacher's pretraining knew, not the task's labels."""
+    type). WNUT-17 was built so that almost every test entity is unseen. A student that keeps its teacher's recall
+    on seen names but not on new ones falls short in generalising, which more labels of the same names would not
+    show."""
     _check_pairs(true, pred)
     out = {"seen": [0, 0], "unseen": [0, 0]}
     for words, t, p in zip(tokens, true, pred):
