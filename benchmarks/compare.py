@@ -138,7 +138,7 @@ def table(rows: list[Row], labels: dict[str, np.ndarray], baseline: Row | None, 
     for row in rows:
         val = [_acc(r.pred["validation"], labels["validation"]) for r in row.runs]
         test = [_acc(r.pred["test"], labels["test"]) for r in row.runs]
-        pooled = [_acc(np.concatenate([r.pred[s] for s in SPLITS]), pooled_labels) for r in row.runs]
+        pooled = [_pooled_accuracy(r, labels) for r in row.runs]
         agree = [float((r.pred["test"] == teacher.pred["test"]).mean()) for r in row.runs] if teacher else []
         p_test, p_pooled = [], []
         if baseline is not None and row is not baseline:
@@ -151,6 +151,11 @@ def table(rows: list[Row], labels: dict[str, np.ndarray], baseline: Row | None, 
                  _fmt(pooled), _fmt(agree) if agree else "-", _p(p_test), _p(p_pooled)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _pooled_accuracy(run: Run, labels: dict[str, np.ndarray]) -> float:
+    """One run's accuracy over validation and test together."""
+    return _acc(np.concatenate([run.pred[s] for s in SPLITS]), np.concatenate([labels[s] for s in SPLITS]))
 
 
 def _pooled_correct(row: Row, labels: dict[str, np.ndarray]) -> np.ndarray:
@@ -264,13 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         decisions = protocol_decisions(rows, labels, baseline)
         print()
         print(protocol_table(decisions, baseline.name))
-    pooled_labels = np.concatenate([labels[s] for s in SPLITS])
-
-    def pooled(run: Run) -> float:
-        return _acc(np.concatenate([run.pred[s] for s in SPLITS]), pooled_labels)
-
-    fitted = _print_trend(args, [(r.name, [(x.path, x.meta, pooled(x)) for x in r.runs]) for r in rows],
-                          pooled(teacher) if teacher else None, "validation + test accuracy") if args.trend else None
+    fitted = None
+    if args.trend:
+        points = [(r.name, [(x.path, x.meta, _pooled_accuracy(x, labels)) for x in r.runs]) for r in rows]
+        fitted = _print_trend(args, points, _pooled_accuracy(teacher, labels) if teacher else None,
+                              "validation + test accuracy")
     if args.json:
         payload = {r.name: {"runs": [str(x.path) for x in r.runs],
                             **{s: [_acc(x.pred[s], labels[s]) for x in r.runs] for s in SPLITS}} for r in rows}
@@ -322,8 +325,10 @@ def _main_tagging(args: argparse.Namespace, specs: list[tuple[str, list[Path]]],
     if decisions:
         print()
         print(protocol_table(decisions, baseline.name))
-    fitted = _print_trend(args, [(r.name, [(x.path, x.meta, ct.pooled_f1(x)) for x in r.runs]) for r in rows],
-                          ct.pooled_f1(teacher) if teacher else None, "validation + test entity F1") if args.trend else None
+    fitted = None
+    if args.trend:
+        points = [(r.name, [(x.path, x.meta, ct.pooled_f1(x)) for x in r.runs]) for r in rows]
+        fitted = _print_trend(args, points, ct.pooled_f1(teacher) if teacher else None, "validation + test entity F1")
     if args.json:
         out = ct.payload(rows)
         for name, d in decisions:

@@ -23,8 +23,7 @@ from benchmarks.protocol import Decision, decide_f1, require_seeds
 from benchmarks.stats import _micro_f1
 from compress.artifact import read_meta
 from compress.quality import SplitScorer
-from compress.tasks.ner_metrics import (extract_entities, recall_by_novelty, sentence_counts, surface_forms,
-                                        token_agreement)
+from compress.tasks.ner_metrics import recall_by_novelty, sentence_counts, surface_forms, token_agreement
 
 SPLITS = ("validation", "test")
 
@@ -101,10 +100,11 @@ def novelty_table(rows: list[TaggerRow], teacher: TaggerRun | None, task: Any, s
     by = [[recall_by_novelty(tokens, gold, r.tags[split], seen) for r in group] for _, group in runs]
     first = by[0][0]
     head = ["run", "seeds", f"recall, name seen in training ({first['seen'][1]:,})",
-            f"recall, new name ({first['unseen'][1]:,})", f"entities predicted (gold {sum(v[1] for v in first.values()):,})"]
+            f"recall, new name ({first['unseen'][1]:,})",
+            f"entities predicted (gold {sum(v[1] for v in first.values()):,})"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (name, group), recalls in zip(runs, by):
-        predicted = [float(sum(len(extract_entities(t)) for t in r.tags[split])) for r in group]
+        predicted = [float(r.counts[split][:, 1].sum()) for r in group]  # (correct, predicted, gold) per sentence
         cells = [name, str(len(group))]
         for side in ("seen", "unseen"):
             cells.append(_fmt([f / g if g else 0.0 for f, g in (x[side] for x in recalls)]) + "%")

@@ -86,7 +86,8 @@ def fit_log_trend(xs: Sequence[float], ys: Sequence[float], level: float = 0.95)
 def check_xs(xs: Sequence[float]) -> None:
     """Refuse, in words, the x a log-scale line cannot be fitted to (called before any model is run)."""
     if len(xs) < 3:
-        raise CompressError(f"a trend needs at least 3 runs (it fits 2 numbers and keeps 1 for the noise); got {len(xs)}")
+        raise CompressError("a trend needs at least 3 runs (it fits 2 numbers and keeps 1 for the noise); "
+                            f"got {len(xs)}")
     bad = [x for x in xs if not x > 0]
     if bad:
         raise CompressError(f"a log-scale trend needs every x > 0; got {bad[0]!r}: use a count that includes the "
@@ -136,6 +137,14 @@ class TrendGroup:
     name: str
     points: list[tuple[float, float]]
 
+    @property
+    def mean_x(self) -> float:
+        return sum(x for x, _ in self.points) / len(self.points)
+
+    @property
+    def mean_y(self) -> float:
+        return sum(y for _, y in self.points) / len(self.points)
+
 
 def fit_groups(groups: Sequence[TrendGroup], level: float = 0.95) -> Trend:
     xs = [x for g in groups for x, _ in g.points]
@@ -153,12 +162,10 @@ def trend_lines(groups: Sequence[TrendGroup], trend: Trend, metric: str, key: st
                 target: float | None = None, target_label: str = "") -> list[str]:
     """The Markdown table of the groups (x, runs, mean metric, the line's value) and the fit in words."""
     lines = [f"| run | {key} | runs | {metric} (mean) | the fitted line |", "|---|---:|---:|---:|---:|"]
-    for g in sorted(groups, key=lambda g: sum(x for x, _ in g.points) / len(g.points)):
-        xs = sorted({x for x, _ in g.points})
-        x_text = ", ".join(f"{x:,.0f}" for x in xs)
-        mean_y = sum(y for _, y in g.points) / len(g.points)
-        mean_x = sum(x for x, _ in g.points) / len(g.points)
-        lines.append(f"| {g.name} | {x_text} | {len(g.points)} | {100 * mean_y:.2f} | {100 * trend.at(mean_x):.2f} |")
+    for g in sorted(groups, key=lambda g: g.mean_x):
+        x_text = ", ".join(f"{x:,.0f}" for x in sorted({x for x, _ in g.points}))
+        lines.append(f"| {g.name} | {x_text} | {len(g.points)} | {100 * g.mean_y:.2f} "
+                     f"| {100 * trend.at(g.mean_x):.2f} |")
     pct = int(round(100 * trend.level))
     lines += ["", f"- fit over {trend.points} runs: {metric} = {100 * trend.centre_y:.2f} "
               f"{'+' if trend.slope >= 0 else '-'} {100 * abs(trend.slope):.2f} pt x log10({key} / "
@@ -190,10 +197,8 @@ def plot_trend(groups: Sequence[TrendGroup], trend: Trend, path: Path, metric: s
     ax.scatter(xs, [100 * y for g in groups for _, y in g.points], color="tab:blue", s=18, zorder=3,
                label="one run (seed)")
     for g in groups:
-        mx = sum(x for x, _ in g.points) / len(g.points)
-        my = sum(y for _, y in g.points) / len(g.points)
-        ax.scatter([mx], [100 * my], s=110, facecolors="none", edgecolors="tab:blue", zorder=3)
-        ax.annotate(g.name, (mx, 100 * my), textcoords="offset points", xytext=(8, -14), fontsize=8)
+        ax.scatter([g.mean_x], [100 * g.mean_y], s=110, facecolors="none", edgecolors="tab:blue", zorder=3)
+        ax.annotate(g.name, (g.mean_x, 100 * g.mean_y), textcoords="offset points", xytext=(8, -14), fontsize=8)
     lo, hi = min(xs), max(xs)
     ax.plot([lo, hi], [100 * trend.at(lo), 100 * trend.at(hi)], color="tab:orange",
             label=f"fit: {100 * trend.slope:+.2f} pt per tenfold")
