@@ -97,9 +97,12 @@ def check_xs(xs: Sequence[float]) -> None:
 
 
 def training_rows(meta: dict[str, Any], where: str) -> float:
-    """The rows a run was distilled on: a classifier's ``transfer.total``; the labelled sentences alone when it
-    had no transfer data (``transfer`` is null); for a tagger, its labelled sentences plus ``transfer.training_rows``
-    (the transfer text's sentences it trained on)."""
+    """The rows a run was distilled on, labelled + transfer: ``training.rows``, which every distiller writes (a
+    long text's windows count one each). Artifacts written before it was recorded give what their transfer record
+    holds: a classifier's ``transfer.total``, a tagger's labelled sentences plus ``transfer.training_rows``, or
+    the labelled sentences alone when ``transfer`` is null."""
+    if isinstance(meta.get("training"), dict) and "rows" in meta["training"]:
+        return meta_value(meta, "training.rows", where)
     transfer = meta.get("transfer")
     if isinstance(transfer, dict) and "total" in transfer:
         return meta_value(meta, "transfer.total", where)
@@ -108,8 +111,8 @@ def training_rows(meta: dict[str, Any], where: str) -> float:
         return labelled
     if isinstance(transfer, dict) and "training_rows" in transfer:
         return labelled + meta_value(meta, "transfer.training_rows", where)
-    raise CompressError(f"{where}: compress.json's transfer record does not say how many rows it trained on; give "
-                        "--trend a dotted key that does (for example training.global_steps)")
+    raise CompressError(f"{where}: compress.json records neither training.rows nor how many transfer rows it trained "
+                        "on; give --trend a dotted key that does (for example training.global_steps)")
 
 
 def run_x(meta: dict[str, Any], key: str, where: str) -> float:

@@ -485,7 +485,7 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
         "stride": stride, "allow_null": allow_null,  # the windows it was trained and scored in; Predictor reads them
         "data": data.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
-                     "training_windows": len(train_ds), "soft_labels_reused": reused},
+                     "rows": len(train_ds), "soft_labels_reused": reused},
         "transfer": None if transfer is None else {**transfer.info, "windows": transfer_windows,
                                                    "weight": transfer.weight,
                                                    "soft_labels_reused": reused_by.get("transfer", False)},

@@ -295,6 +295,8 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     train_log = _train(module, teacher, train_ds, cfg, want_inter, out, s_tok.pad_token_id, store, device,
                        precision.precision)
     timings["train_s"] = round(time.perf_counter() - t0, 1)
+    # the rows it trained on, labelled + transfer (a long text's windows one each), as every distiller records them
+    train_log["rows"] = len(train_ds)
     if store is not None:
         train_log["soft_labels"] = {"filled_during_training": not all(store.loaded.values()),
                                     "cached_parts": dict(store.loaded)}

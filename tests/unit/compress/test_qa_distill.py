@@ -384,6 +384,6 @@ def test_transfer_questions_teach_a_student_that_has_few_labelled_ones(mpnet_rea
     assert alone["transfer"] is None
     transfer = with_log["transfer"]
     assert transfer["source"] == str(log) and transfer["kept"] == 200 and transfer["weight"] == 1.0
-    assert with_log["training"]["training_windows"] == alone["training"]["training_windows"] + transfer["windows"]
+    assert with_log["training"]["rows"] == alone["training"]["rows"] + transfer["windows"]
     assert with_log["metrics"]["test"]["exact_match"] > 0.8 > alone["metrics"]["test"]["exact_match"] + 0.2, (
         alone["metrics"]["test"], with_log["metrics"]["test"])

@@ -311,12 +311,14 @@ def test_distill_with_augmentation_and_an_unlabeled_file(world, tmp_path, capsys
     assert meta["config"]["augment"] == 2 and meta["config"]["unlabeled_weight"] == 0.5
     assert meta["distillation"]["intermediate"] is True  # augmented [MASK]s still line up
     assert meta["training"]["global_steps"] == math.ceil(transfer["total"] / 16)
+    assert meta["training"]["rows"] == transfer["total"]  # the x benchmarks.trend reads, as every distiller writes it
     # Without transfer flags the run is the labelled-only one it always was.
     rc = main(["distill", "--teacher", str(world["teacher"]), "--data", str(world["data"]), "--student", "2x32",
                "--init", "random", "--epochs", "1", "--batch-size", "16", "--out", str(tmp_path / "plain"),
                "--allow-untrained-teacher"])
     meta = json.loads((tmp_path / "plain" / "compress.json").read_text())
     assert rc == 0 and meta["transfer"] is None and meta["training"]["global_steps"] == 6
+    assert meta["training"]["rows"] == 96
     assert main(["distill", "--teacher", str(world["teacher"]), "--data", str(world["data"]), "--out",
                  str(tmp_path / "x"), "--augment", "-1", "--unlabeled-weight", "0"]) == 2
     err = capsys.readouterr().err
