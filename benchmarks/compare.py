@@ -29,7 +29,8 @@ line would reach it; ``--trend-plot PNG`` draws it::
     python -m benchmarks.compare --teacher runs/t --trend rows --trend-target 0.98 --trend-plot trend.png \\
         none=runs/u0-s0,runs/u0-s1,runs/u0-s2 10k=runs/b-s0,runs/b-s1,runs/b-s2 all=runs/u46-s0,runs/u46-s1,runs/u46-s2
 
-Predictions are cached per artifact weights and data fingerprint, so a table is cheap to rebuild.
+Predictions (label ids, or a tagger's word tags) are cached per artifact and data (:mod:`benchmarks.prediction_cache`),
+so a table is cheap to rebuild.
 On tagging data (``--data wnut17``, a CoNLL file) the same command compares entity F1 instead
 (:mod:`benchmarks.compare_tagging`), and ``--protocol`` decides on it (:func:`benchmarks.protocol.decide_f1`).
 """
@@ -37,9 +38,7 @@ On tagging data (``--data wnut17``, a CoNLL file) the same command compares enti
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,9 +49,9 @@ import numpy as np
 from benchmarks.accuracy import mcnemar_p, split_texts_and_labels
 from benchmarks.protocol import MIN_SEEDS, Decision, decide, require_seeds
 from benchmarks import trend as trends
+from benchmarks.prediction_cache import cache_key, cached
 from compress.errors import CompressError
-from compress.artifact import read_meta, weights_sha256
-from compress.assets import cache_dir
+from compress.artifact import read_meta
 from compress.config import DataOptions
 from compress.runtime import Predictor
 from compress.transfer.texts import atomic_write_text
@@ -76,25 +75,16 @@ class Row:
 
 
 def _predictions(path: Path, task, texts: dict[str, list], batch_size: int = 64) -> dict[str, np.ndarray]:
-    meta = read_meta(path) or {}
-    weights = meta.get("weights_sha256") or weights_sha256(path)
-    key = hashlib.sha256(f"{weights}|{task.fingerprint}".encode()).hexdigest()[:32]
-    folder = cache_dir() / "predictions"
-    folder.mkdir(parents=True, exist_ok=True)
-    out: dict[str, np.ndarray] = {}
-    predictor = None
-    for split in SPLITS:
-        cached = folder / f"{key}-{split}.npy"
-        if cached.exists():
-            out[split] = np.load(cached, allow_pickle=False)
-            continue
-        if predictor is None:
-            predictor = Predictor.load(path)
-        out[split] = predictor.logits(texts[split], batch_size=batch_size).argmax(-1)
-        tmp = cached.with_suffix(".tmp.npy")
-        np.save(tmp, out[split], allow_pickle=False)
-        os.replace(tmp, cached)  # a cache file is whole or absent
-    return out
+    """Label ids on each split, from :mod:`benchmarks.prediction_cache` where this artifact already ran."""
+    key = cache_key(path, task.fingerprint)
+    loaded: list[Predictor] = []
+
+    def compute(split: str) -> np.ndarray:
+        if not loaded:
+            loaded.append(Predictor.load(path))
+        return loaded[0].logits(texts[split], batch_size=batch_size).argmax(-1)
+
+    return {split: cached(key, split, "labels", lambda: compute(split)) for split in SPLITS}
 
 
 def parse_rows(specs: Sequence[str]) -> list[tuple[str, list[Path]]]:
@@ -312,8 +302,8 @@ def _main_tagging(args: argparse.Namespace, specs: list[tuple[str, list[Path]]],
 
     scoring, types = ct.scorers(task), task.entity_types
     try:
-        rows = [ct.TaggerRow(name, [ct.tagger_run(d, scoring, types) for d in dirs]) for name, dirs in specs]
-        teacher = ct.tagger_run(Path(args.teacher), scoring, types) if args.teacher else None
+        rows = [ct.TaggerRow(name, [ct.tagger_run(d, scoring, types, task.fingerprint) for d in dirs]) for name, dirs in specs]
+        teacher = ct.tagger_run(Path(args.teacher), scoring, types, task.fingerprint) if args.teacher else None
     except CompressError as exc:
         print(exc, file=sys.stderr)
         return 2

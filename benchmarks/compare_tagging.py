@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from benchmarks.prediction_cache import cache_key, cached
 from benchmarks.protocol import Decision, decide_f1, require_seeds
 from benchmarks.stats import _micro_f1
 from compress.artifact import read_meta
@@ -48,15 +49,23 @@ def scorers(task: Any) -> dict[str, SplitScorer]:
     return {split: SplitScorer(task, split) for split in SPLITS}
 
 
-def tagger_run(path: Path, scoring: dict[str, SplitScorer], types: Sequence[str]) -> TaggerRun:
-    """Tag both splits with the artifact at ``path`` (refused in one line when it is not a tagger of these tags)."""
+def tagger_run(path: Path, scoring: dict[str, SplitScorer], types: Sequence[str], fingerprint: str) -> TaggerRun:
+    """Tag both splits with the artifact at ``path`` (refused in one line when it is not a tagger of these tags);
+    the word tags come from :mod:`benchmarks.prediction_cache` where it already tagged the data of
+    ``fingerprint``."""
     from compress.runtime import Predictor
 
-    predictor = Predictor.load(path)
+    loaded: list[Any] = []
+
+    def compute(scorer: SplitScorer) -> list[list[str]]:
+        if not loaded:
+            loaded.append(Predictor.load(path))
+        scorer.check_model(loaded[0])
+        return scorer.predict(loaded[0])
+
     tags, counts = {}, {}
     for split, scorer in scoring.items():
-        scorer.check_model(predictor)
-        tags[split] = scorer.predict(predictor)
+        tags[split] = cached(cache_key(path, fingerprint), split, "tags", lambda: compute(scorer))
         counts[split] = sentence_counts(scorer.gold, tags[split], types)[1].sum(axis=1)
     return TaggerRun(path, tags, counts, read_meta(path) or {})
 

@@ -43,6 +43,23 @@ def test_compare_reports_entity_f1_and_decides_a_tagger_lever(taggers, tmp_path,
     assert protocol["pooled"]["sentences"] == len(task.splits["validation"]["tokens"]) + len(words)
 
 
+def test_a_second_table_reads_the_cached_tags_without_loading_a_model(taggers, monkeypatch, capsys):
+    from benchmarks.compare import main
+    from compress.runtime import Predictor
+
+    data, good, weak = taggers
+    args = ["--data", str(data), "--teacher", str(good), f"base={weak}", f"lever={good}"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a model was loaded although its tags were cached")
+
+    monkeypatch.setattr(Predictor, "load", refuse)
+    assert main(args) == 0
+    assert capsys.readouterr().out == first
+
+
 def test_compare_refuses_a_model_it_cannot_score_in_one_line(taggers, tmp_path, capsys):
     from benchmarks.compare import main
     from tests.conftest import make_bert as _make
