@@ -14,7 +14,14 @@ and within bands of the teacher's confidence, and the diagnosis of
 already there on the training rows (optimisation) and the part lost from the training rows to new text
 (data), the training rows taken at the test split's mix of teacher confidence (transfer sentences are
 far more often borderline for the teacher than the task's own, and a borderline row's agreement is near
-a coin toss). Predictions are cached per model weights and texts.
+a coin toss). Predictions are cached per model weights and texts (:mod:`benchmarks.prediction_cache`).
+
+For a tagger (a ``distill`` artifact of tagging data) the origins are its labelled training sentences, its
+transfer sentences (rebuilt from the recorded ``--unlabeled*`` settings, as ``distill`` drew them) and the held-out
+splits, and the unit is an **entity** either model finds: it agrees when the other model finds the same span
+with the same type. Word agreement would not do: nine words in ten are ``O`` for both models, so it reads 98%
+for a student that misses a fifth of its teacher's entities. No confidence bands for taggers (the diagnosis is
+then unmatched): an entity's confidence is not one probability.
 """
 
 from __future__ import annotations
@@ -22,7 +29,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import random
 import sys
 from pathlib import Path
@@ -31,10 +37,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from benchmarks.agreement import agreement_by_band, agreement_by_origin, gap_diagnosis
+from benchmarks.prediction_cache import cache_key, cached
 from compress.errors import CompressError
-from compress.artifact import read_meta, weights_sha256
-from compress.assets import cache_dir
+from compress.artifact import read_meta
 from compress.config import DataOptions
+from compress.tasks.task_choice import SEQUENCE, TOKEN
+from compress.tasks.ner_metrics import extract_entities
 from compress.runtime import Predictor, softmax
 from compress.transfer.augment import MASK
 from compress.transfer.corpus import filter_unlabeled, load_unlabeled
@@ -107,31 +115,106 @@ def _with_mask_token(texts: list[Any], tokenizer) -> list[Any]:
     return [(swap(t[0]), swap(t[1])) if isinstance(t, tuple) else swap(t) for t in texts]
 
 
+def _texts_digest(texts: list[Any]) -> str:
+    digest = hashlib.sha256()
+    for t in texts:
+        digest.update(json.dumps(t, ensure_ascii=False).encode("utf-8") + b"\x00")
+    return digest.hexdigest()
+
+
 def predicted_probabilities(path: Path, texts_by_origin: dict[str, list[Any]],
                             batch_size: int = 64) -> dict[str, np.ndarray]:
-    """Label probabilities of one artifact per origin (``[rows, labels]``), cached under ``cache_dir()/predictions``
-    by weights and texts."""
+    """Label probabilities of one artifact per origin (``[rows, labels]``), cached by weights and texts."""
 
-    meta = read_meta(path) or {}
-    weights = meta.get("weights_sha256") or weights_sha256(path)
-    folder = cache_dir() / "predictions"
-    folder.mkdir(parents=True, exist_ok=True)
-    predictor, out = None, {}
-    for origin, texts in texts_by_origin.items():
-        digest = hashlib.sha256(weights.encode())
-        for t in texts:
-            digest.update(json.dumps(t, ensure_ascii=False).encode("utf-8") + b"\x00")
-        cached = folder / f"origin-probs-{digest.hexdigest()[:32]}.npy"
-        if cached.exists():
-            out[origin] = np.load(cached, allow_pickle=False)
-            continue
-        if predictor is None:
-            predictor = Predictor.load(path)
-        out[origin] = softmax(predictor.logits(_with_mask_token(texts, predictor.tokenizer), batch_size=batch_size))
-        tmp = cached.with_suffix(".tmp.npy")
-        np.save(tmp, out[origin], allow_pickle=False)
-        os.replace(tmp, cached)  # a cache file is whole or absent
-    return out
+    loaded: list[Predictor] = []
+
+    def compute(texts: list[Any]) -> np.ndarray:
+        if not loaded:
+            loaded.append(Predictor.load(path))
+        return softmax(loaded[0].logits(_with_mask_token(texts, loaded[0].tokenizer), batch_size=batch_size))
+
+    return {origin: cached(cache_key(path, _texts_digest(texts)), "origin", "probabilities", lambda: compute(texts))
+            for origin, texts in texts_by_origin.items()}
+
+
+def predicted_tags(path: Path, sentences_by_origin: dict[str, list[str]],
+                   batch_size: int = 64) -> dict[str, list[list[str]]]:
+    """A tagger's word tags per origin (through ``Predictor.predict``, the serving path), cached by weights and
+    sentences."""
+
+    loaded: list[Predictor] = []
+
+    def compute(sentences: list[str]) -> list[list[str]]:
+        if not loaded:
+            loaded.append(Predictor.load(path))
+        return [r["word_tags"] for r in loaded[0].predict(sentences, batch_size=batch_size, word_tags=True)]
+
+    return {origin: cached(cache_key(path, _texts_digest(texts)), "origin", "tags", lambda: compute(texts))
+            for origin, texts in sentences_by_origin.items()}
+
+
+def tagger_origin_texts(meta: dict[str, Any], task, where: str = "STUDENT") -> tuple[dict[str, list[str]], list[str]]:
+    """``({origin: sentences}, notes)`` for a tagger's distill artifact: its labelled training sentences, the
+    transfer sentences drawn again from the recorded settings, and the held-out splits, each sentence its words
+    joined by spaces (the text ``Predictor`` splits back into the same words)."""
+    from compress.token_distill import transfer_sentences
+    from compress.transfer.assemble import TransferOptions
+
+    cfg, transfer = meta.get("config") or {}, meta.get("transfer") or {}
+    out: dict[str, list[str]] = {"train": [" ".join(w) for w in task.splits["train"]["tokens"]]}
+    notes: list[str] = []
+    if transfer.get("training_rows") and cfg.get("unlabeled"):
+        options = TransferOptions(unlabeled=cfg["unlabeled"], unlabeled_text_column=cfg.get("unlabeled_text_column",
+                                                                                              "text"),
+                                  unlabeled_limit=cfg.get("unlabeled_limit"), unlabeled_balance=cfg.get("unlabeled_balance"),
+                                  unlabeled_select=cfg.get("unlabeled_select", "random"),
+                                  seed=int((cfg.get("train") or {}).get("seed", 0)))
+        sentences, _ = transfer_sentences(options, task)
+        if len(sentences) != transfer.get("kept"):
+            notes.append(f"{where}: the unlabelled corpus {cfg['unlabeled']} now gives {len(sentences)} sentences, the "
+                         f"student trained on {transfer.get('kept')} (the corpus changed); its agreement is on today's")
+        out["unlabeled"] = [" ".join(words) for words in sentences]
+    for split in ("validation", "test"):
+        if split in task.splits:
+            out[split] = [" ".join(w) for w in task.splits[split]["tokens"]]
+    return out, notes
+
+
+def entity_agreement_rows(tags: Sequence[Sequence[str]],
+                          reference_tags: Sequence[Sequence[str]]) -> tuple[list[int], list[int]]:
+    """``(found by the model, found by the reference)`` for every entity (span and type) either finds, sentence by
+    sentence: 1/1 where both find it, so ``agreement_by_origin`` on them is the share of the union found by both."""
+    ours, theirs = [], []
+    for mine, ref in zip(tags, reference_tags, strict=True):
+        a, b = set(extract_entities(mine)), set(extract_entities(ref))
+        for entity in sorted(a | b, key=lambda e: (e.start, e.end, e.type)):
+            ours.append(int(entity in a))
+            theirs.append(int(entity in b))
+    return ours, theirs
+
+
+def _tagger_report(student: Path, teacher: Path, meta: dict[str, Any], task, per_origin: int,
+                   seed: int) -> dict[str, Any]:
+    texts, notes = tagger_origin_texts(meta, task, str(student))
+    chosen = {o: sample(texts[o], per_origin, seed) for o in ORIGINS if texts.get(o)}
+    ours, theirs = predicted_tags(student, chosen), predicted_tags(teacher, chosen)
+    pred, ref, origins = [], [], []
+    for origin in chosen:
+        a, b = entity_agreement_rows(ours[origin], theirs[origin])
+        pred += a
+        ref += b
+        origins += [origin] * len(a)
+    by_origin = agreement_by_origin(pred, ref, origins)
+    for o in by_origin:
+        by_origin[o]["of"] = len(texts[o])
+        by_origin[o]["sentences"] = len(chosen[o])
+    trained, held_out = [o for o in TRAINED if o in by_origin], [o for o in HELD_OUT if o in by_origin]
+    diagnosis = gap_diagnosis(by_origin, trained, held_out) if trained and held_out else None
+    if diagnosis is None:
+        notes.append(f"{student}: no diagnosis without entities on both the training rows and the test split")
+    return {"student": str(student), "teacher": str(teacher), "unit": "entities either model finds",
+            "by_origin": by_origin, "by_band": {}, "diagnosis": diagnosis, "notes": notes, "per_origin": per_origin,
+            "seed": seed}
 
 
 def origin_report(student: Path, teacher: Path, per_origin: int = DEFAULT_PER_ORIGIN, seed: int = 0) -> dict[str, Any]:
@@ -142,12 +225,17 @@ def origin_report(student: Path, teacher: Path, per_origin: int = DEFAULT_PER_OR
         raise CompressError(f"{student}: not a distill artifact (its compress.json records stage "
                             f"{(meta or {}).get('stage')!r}); give the folder bert-compress distill wrote, whose "
                             "compress.json says what it was trained on.")
+    if meta.get("task") not in (None, SEQUENCE, TOKEN):
+        raise CompressError(f"{student}: a {meta.get('task')} student; the origins report reads classifiers and "
+                            "taggers (their rows and labels are one answer per text or per word)")
     options = DataOptions.from_dict((meta.get("config") or {}).get("data") or {}, where="config.data", check=False)
-    task = options.load()
+    task = options.load_any() if meta.get("task") == TOKEN else options.load()
     recorded = (meta.get("data") or {}).get("fingerprint")
     if recorded and recorded != task.fingerprint:
         raise CompressError(f"{student}: its data {options.data!r} no longer loads the rows it was trained on "
                             "(the data fingerprint in compress.json differs). Run this where that data is unchanged.")
+    if meta.get("task") == TOKEN:
+        return _tagger_report(student, teacher, meta, task, per_origin, seed)
     texts, notes = origin_texts(meta, task, str(student))
     chosen = {o: sample(texts[o], per_origin, seed) for o in ORIGINS if texts.get(o)}
     ours, theirs = predicted_probabilities(student, chosen), predicted_probabilities(teacher, chosen)
@@ -174,7 +262,9 @@ def render(reports: Sequence[dict[str, Any]]) -> str:
     for rep in reports:
         name = Path(rep["student"]).name
         for origin, row in rep["by_origin"].items():
-            lines.append(f"| {name} | {origin} | {row['n']:,} ({row['of']:,}) | {100 * row['agreement']:.2f}% | "
+            rows = (f"{row['n']:,} entities in {row['sentences']:,} sentences (of {row['of']:,})" if "sentences" in row
+                    else f"{row['n']:,} ({row['of']:,})")
+            lines.append(f"| {name} | {origin} | {rows} | {100 * row['agreement']:.2f}% | "
                          f"[{100 * row['low']:.2f}, {100 * row['high']:.2f}] |")
     lines += ["", "| student | origin | teacher's confidence | share of the rows | agreement |", "|---|---|---|---:|---:|"]
     for rep in reports:

@@ -1,8 +1,8 @@
 """Each artifact's predictions on a split, kept on disk so that ``benchmarks.compare`` rebuilds a table cheaply.
 
 A decision table is read many times: another row is added, the baseline changes, ``--trend`` is asked for. The
-models behind it do not change, so their predictions are computed once: a classifier's label ids (``.npy``), a
-tagger's word tags (``.json``). The key is the artifact's weights, its ``compress.json`` (which holds the windows
+models behind it do not change, so their predictions are computed once: a classifier's label ids or
+probabilities (``.npy``), a tagger's word tags (``.json``); ``benchmarks.origins`` keys them by the texts it samples. The key is the artifact's weights, its ``compress.json`` (which holds the windows
 and stride ``Predictor`` reads with) and the data's fingerprint, so a retrained model, a changed record or other
 data never reads another's predictions. :data:`VERSION` is part of the key too: raise it when the serving path
 changes what a model predicts. A file is written whole or not at all (a temporary file, then ``os.replace``).
@@ -33,12 +33,12 @@ def cache_key(path: Path, fingerprint: str) -> str:
     return hashlib.sha256(f"{VERSION}|{weights}|{record}|{fingerprint}".encode()).hexdigest()[:32]
 
 
-def _save_labels(file: Path, value: np.ndarray) -> None:
+def _save_array(file: Path, value: np.ndarray) -> None:
     with open(file, "wb") as handle:
         np.save(handle, np.asarray(value), allow_pickle=False)
 
 
-def _load_labels(file: Path) -> np.ndarray:
+def _load_array(file: Path) -> np.ndarray:
     return np.load(file, allow_pickle=False)
 
 
@@ -52,13 +52,14 @@ def _load_tags(file: Path) -> list[list[str]]:
 
 #: kind -> (file suffix, save, load)
 _CODECS: dict[str, tuple[str, Callable[[Path, Any], None], Callable[[Path], Any]]] = {
-    "labels": (".npy", _save_labels, _load_labels),
+    "labels": (".npy", _save_array, _load_array),
+    "probabilities": (".npy", _save_array, _load_array),
     "tags": (".json", _save_tags, _load_tags),
 }
 
 
 def cached(key: str, split: str, kind: str, compute: Callable[[], Any]) -> Any:
-    """The ``kind`` (``labels`` or ``tags``) predictions stored under ``key`` for ``split``, from ``compute()``
+    """The ``kind`` (``labels``, ``probabilities`` or ``tags``) predictions stored under ``key`` for ``split``, from ``compute()``
     the first time."""
     suffix, save, load = _CODECS[kind]
     folder = cache_dir() / "predictions"

@@ -69,6 +69,35 @@ def test_the_transfer_sample_can_be_drawn_evenly_across_a_source_column(trained,
     assert meta["config"]["unlabeled_balance"] == "channel"
 
 
+def test_origins_rebuilds_a_taggers_rows_and_counts_entities_either_model_finds(trained, tmp_path, capsys):
+    from benchmarks.origins import entity_agreement_rows, main
+    from compress.cli import main as cli
+    from compress.runtime import Predictor
+    from compress.tasks.token_data import load_token_data
+
+    corpus, unseen = _corpus(trained, tmp_path)
+    student = tmp_path / "student"
+    assert cli(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
+                "--init", "random", "--out", str(student), "--max-length", "48", "--epochs", "1", "--batch-size", "8",
+                "--unlabeled", str(corpus), "--allow-untrained-teacher"]) == 0  # a weak student: some disagreement
+    capsys.readouterr()
+    out = tmp_path / "origins.json"
+    assert main(["--teacher", str(trained.path), str(student), "--per-origin", "0", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())[0]
+    by = report["by_origin"]
+    assert list(by) == ["train", "unlabeled", "validation", "test"] and by["unlabeled"]["sentences"] == unseen
+    assert report["unit"] == "entities either model finds" and report["diagnosis"]["trained"] == ["train", "unlabeled"]
+    assert f"entities in {by['test']['sentences']:,} sentences" in printed
+    # the test row by hand: both models through Predictor on the test sentences, entity by entity
+    task = load_token_data(str(trained.data))
+    words = [" ".join(w) for w in task.splits["test"]["tokens"]]
+    tags = [[r["word_tags"] for r in Predictor.load(p).predict(words, word_tags=True)] for p in (student, trained.path)]
+    ours, theirs = entity_agreement_rows(*tags)
+    assert by["test"]["n"] == len(ours) and by["test"]["agreeing"] == sum(a == b for a, b in zip(ours, theirs))
+    assert by["test"]["n"] > by["test"]["agreeing"]  # one random-init epoch does not reproduce the teacher
+
+
 def test_transfer_rows_carry_the_teachers_word_labels_and_no_gold(trained):
     from compress.modeling import load_classifier
     from compress.tasks.alignment import IGNORE_INDEX

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.agreement import (agreement_by_band, agreement_by_origin, band_of, gap_diagnosis, matched_agreement,
                                   wilson_interval)
-from benchmarks.origins import main, origin_texts, sample
+from benchmarks.origins import entity_agreement_rows, main, origin_texts, sample
 from compress.config import DataOptions
 from tests.conftest import make_bert, sentiment_rows, write_csv
 from tests.support.models import shifted_copy
@@ -133,6 +133,19 @@ def test_origin_texts_rebuild_the_transfer_rows(task_and_meta):
     texts, notes = origin_texts(meta, task)
     assert "augmented" not in texts and "augmentation cache was cleared" in notes[0]
     assert "now gives 2 rows, the student trained on 3" in notes[1]
+
+
+def test_entity_agreement_counts_the_union_of_both_models_entities_by_hand():
+    ours = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "O"], ["B-ORG", "O"]]
+    theirs = [["B-PER", "I-PER", "O", "B-ORG"], ["O", "O"], ["B-ORG", "B-LOC"]]
+    # sentence 1: PER 0-2 in both; LOC 3 ours only; ORG 3 theirs only. Sentence 2: nothing (O/O words are no rows).
+    # sentence 3: ORG 0 in both, LOC 1 theirs only.
+    found, reference = entity_agreement_rows(ours, theirs)
+    assert (found, reference) == ([1, 1, 0, 1, 0], [1, 0, 1, 1, 1])
+    agreement = agreement_by_origin(found, reference, ["x"] * 5)["x"]
+    assert (agreement["agreeing"], agreement["n"]) == (2, 5)  # 2 of the 5 entities either finds
+    with pytest.raises(ValueError):
+        entity_agreement_rows(ours, theirs[:2])
 
 
 def test_sample_is_seeded_and_keeps_order():
