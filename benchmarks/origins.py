@@ -266,7 +266,8 @@ def render(reports: Sequence[dict[str, Any]]) -> str:
                     else f"{row['n']:,} ({row['of']:,})")
             lines.append(f"| {name} | {origin} | {rows} | {100 * row['agreement']:.2f}% | "
                          f"[{100 * row['low']:.2f}, {100 * row['high']:.2f}] |")
-    lines += ["", "| student | origin | teacher's confidence | share of the rows | agreement |", "|---|---|---|---:|---:|"]
+    if any(rep.get("by_band") for rep in reports):  # taggers have none (module docstring)
+        lines += ["", "| student | origin | teacher's confidence | share of the rows | agreement |", "|---|---|---|---:|---:|"]
     for rep in reports:
         for origin, bands in (rep.get("by_band") or {}).items():
             for band, row in bands.items():

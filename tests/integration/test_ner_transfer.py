@@ -89,6 +89,7 @@ def test_origins_rebuilds_a_taggers_rows_and_counts_entities_either_model_finds(
     assert list(by) == ["train", "unlabeled", "validation", "test"] and by["unlabeled"]["sentences"] == unseen
     assert report["unit"] == "entities either model finds" and report["diagnosis"]["trained"] == ["train", "unlabeled"]
     assert f"entities in {by['test']['sentences']:,} sentences" in printed
+    assert "teacher's confidence" not in printed  # no bands for entities: no empty table
     # the test row by hand: both models through Predictor on the test sentences, entity by entity
     task = load_token_data(str(trained.data))
     words = [" ".join(w) for w in task.splits["test"]["tokens"]]

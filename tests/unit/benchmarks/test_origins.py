@@ -183,6 +183,7 @@ def test_origins_command_on_tiny_models(task_and_meta, tmp_path, capsys):
     bands = report["by_band"]["test"]
     assert sum(b["n"] for b in bands.values()) == row["n"] and sum(b["share"] for b in bands.values()) == pytest.approx(1)
     assert report["diagnosis"]["matched"]["to"] == "the held-out rows' mix of teacher confidence"
+    assert "| student | origin | teacher's confidence |" in printed
     assert "| student | test | " in printed and "the trained rows' agreement is taken at" in printed
 
 
