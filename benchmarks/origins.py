@@ -20,8 +20,8 @@ For a tagger (a ``distill`` artifact of tagging data) the origins are its labell
 transfer sentences (rebuilt from the recorded ``--unlabeled*`` settings, as ``distill`` drew them) and the held-out
 splits, and the unit is an **entity** either model finds: it agrees when the other model finds the same span
 with the same type. Word agreement would not do: nine words in ten are ``O`` for both models, so it reads 98%
-for a student that misses a fifth of its teacher's entities. No confidence bands for taggers (the diagnosis is
-then unmatched): an entity's confidence is not one probability.
+for a student that shares only half of the entities either model finds on test. No confidence bands for
+taggers (the diagnosis is then unmatched): an entity's confidence is not one probability.
 """
 
 from __future__ import annotations
