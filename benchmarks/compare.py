@@ -49,11 +49,10 @@ import numpy as np
 from benchmarks.accuracy import mcnemar_p, split_texts_and_labels
 from benchmarks.protocol import MIN_SEEDS, Decision, decide, require_seeds
 from benchmarks import trend as trends
-from benchmarks.prediction_cache import cache_key, cached
+from benchmarks.prediction_cache import LazyPredictor, cache_key, cached
 from compress.errors import CompressError
 from compress.artifact import read_meta
 from compress.config import DataOptions
-from compress.runtime import Predictor
 from compress.transfer.texts import atomic_write_text
 
 SPLITS = ("validation", "test")
@@ -76,15 +75,9 @@ class Row:
 
 def _predictions(path: Path, task, texts: dict[str, list], batch_size: int = 64) -> dict[str, np.ndarray]:
     """Label ids on each split, from :mod:`benchmarks.prediction_cache` where this artifact already ran."""
-    key = cache_key(path, task.fingerprint)
-    loaded: list[Predictor] = []
-
-    def compute(split: str) -> np.ndarray:
-        if not loaded:
-            loaded.append(Predictor.load(path))
-        return loaded[0].logits(texts[split], batch_size=batch_size).argmax(-1)
-
-    return {split: cached(key, split, "labels", lambda: compute(split)) for split in SPLITS}
+    key, model = cache_key(path, task.fingerprint), LazyPredictor(path)
+    return {split: cached(key, split, "labels", lambda: model().logits(texts[split], batch_size=batch_size).argmax(-1))
+            for split in SPLITS}
 
 
 def parse_rows(specs: Sequence[str]) -> list[tuple[str, list[Path]]]:

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from benchmarks.prediction_cache import cache_key, cached
+from benchmarks.prediction_cache import LazyPredictor, cache_key, cached
 from benchmarks.protocol import Decision, decide_f1, require_seeds
 from benchmarks.stats import _micro_f1
 from compress.artifact import read_meta
@@ -53,15 +53,11 @@ def tagger_run(path: Path, scoring: dict[str, SplitScorer], types: Sequence[str]
     """Tag both splits with the artifact at ``path`` (refused in one line when it is not a tagger of these tags);
     the word tags come from :mod:`benchmarks.prediction_cache` where it already tagged the data of
     ``fingerprint``."""
-    from compress.runtime import Predictor
-
-    loaded: list[Any] = []
+    model = LazyPredictor(path)
 
     def compute(scorer: SplitScorer) -> list[list[str]]:
-        if not loaded:
-            loaded.append(Predictor.load(path))
-        scorer.check_model(loaded[0])
-        return scorer.predict(loaded[0])
+        scorer.check_model(model())
+        return scorer.predict(model())
 
     tags, counts = {}, {}
     for split, scorer in scoring.items():

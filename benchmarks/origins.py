@@ -37,13 +37,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from benchmarks.agreement import agreement_by_band, agreement_by_origin, gap_diagnosis
-from benchmarks.prediction_cache import cache_key, cached
+from benchmarks.prediction_cache import LazyPredictor, cache_key, cached
 from compress.errors import CompressError
 from compress.artifact import read_meta
 from compress.config import DataOptions
 from compress.tasks.task_choice import SEQUENCE, TOKEN
 from compress.tasks.ner_metrics import extract_entities
-from compress.runtime import Predictor, softmax
+from compress.tasks.token_data import word_texts
+from compress.runtime import softmax
 from compress.transfer.augment import MASK
 from compress.transfer.corpus import filter_unlabeled, load_unlabeled
 from compress.transfer.texts import atomic_write_text, joined_texts, split_keys
@@ -126,12 +127,10 @@ def predicted_probabilities(path: Path, texts_by_origin: dict[str, list[Any]],
                             batch_size: int = 64) -> dict[str, np.ndarray]:
     """Label probabilities of one artifact per origin (``[rows, labels]``), cached by weights and texts."""
 
-    loaded: list[Predictor] = []
+    model = LazyPredictor(path)
 
     def compute(texts: list[Any]) -> np.ndarray:
-        if not loaded:
-            loaded.append(Predictor.load(path))
-        return softmax(loaded[0].logits(_with_mask_token(texts, loaded[0].tokenizer), batch_size=batch_size))
+        return softmax(model().logits(_with_mask_token(texts, model().tokenizer), batch_size=batch_size))
 
     return {origin: cached(cache_key(path, _texts_digest(texts)), "origin", "probabilities", lambda: compute(texts))
             for origin, texts in texts_by_origin.items()}
@@ -142,12 +141,10 @@ def predicted_tags(path: Path, sentences_by_origin: dict[str, list[str]],
     """A tagger's word tags per origin (through ``Predictor.predict``, the serving path), cached by weights and
     sentences."""
 
-    loaded: list[Predictor] = []
+    model = LazyPredictor(path)
 
     def compute(sentences: list[str]) -> list[list[str]]:
-        if not loaded:
-            loaded.append(Predictor.load(path))
-        return [r["word_tags"] for r in loaded[0].predict(sentences, batch_size=batch_size, word_tags=True)]
+        return [r["word_tags"] for r in model().predict(sentences, batch_size=batch_size, word_tags=True)]
 
     return {origin: cached(cache_key(path, _texts_digest(texts)), "origin", "tags", lambda: compute(texts))
             for origin, texts in sentences_by_origin.items()}
@@ -155,13 +152,13 @@ def predicted_tags(path: Path, sentences_by_origin: dict[str, list[str]],
 
 def tagger_origin_texts(meta: dict[str, Any], task, where: str = "STUDENT") -> tuple[dict[str, list[str]], list[str]]:
     """``({origin: sentences}, notes)`` for a tagger's distill artifact: its labelled training sentences, the
-    transfer sentences drawn again from the recorded settings, and the held-out splits, each sentence its words
-    joined by spaces (the text ``Predictor`` splits back into the same words)."""
+    transfer sentences drawn again from the recorded settings, and the held-out splits, each sentence as the one
+    text ``Predictor`` splits back into the same words (:func:`compress.tasks.token_data.word_texts`)."""
     from compress.token_distill import transfer_sentences
     from compress.transfer.assemble import TransferOptions
 
     cfg, transfer = meta.get("config") or {}, meta.get("transfer") or {}
-    out: dict[str, list[str]] = {"train": [" ".join(w) for w in task.splits["train"]["tokens"]]}
+    out: dict[str, list[str]] = {"train": task.texts("train")}
     notes: list[str] = []
     if transfer.get("training_rows") and cfg.get("unlabeled"):
         options = TransferOptions(unlabeled=cfg["unlabeled"], unlabeled_text_column=cfg.get("unlabeled_text_column",
@@ -173,10 +170,10 @@ def tagger_origin_texts(meta: dict[str, Any], task, where: str = "STUDENT") -> t
         if len(sentences) != transfer.get("kept"):
             notes.append(f"{where}: the unlabelled corpus {cfg['unlabeled']} now gives {len(sentences)} sentences, the "
                          f"student trained on {transfer.get('kept')} (the corpus changed); its agreement is on today's")
-        out["unlabeled"] = [" ".join(words) for words in sentences]
+        out["unlabeled"] = word_texts(sentences)
     for split in ("validation", "test"):
         if split in task.splits:
-            out[split] = [" ".join(w) for w in task.splits[split]["tokens"]]
+            out[split] = task.texts(split)
     return out, notes
 
 

@@ -25,6 +25,21 @@ from compress.assets import cache_dir
 VERSION = 2
 
 
+class LazyPredictor:
+    """``Predictor.load(path)``, done the first time it is called: a model whose predictions are all cached is
+    never loaded."""
+
+    def __init__(self, path: Path):
+        self.path, self._predictor = Path(path), None
+
+    def __call__(self) -> Any:
+        if self._predictor is None:
+            from compress.runtime import Predictor
+
+            self._predictor = Predictor.load(self.path)
+        return self._predictor
+
+
 def cache_key(path: Path, fingerprint: str) -> str:
     """The key of ``path``'s predictions on the data whose fingerprint is ``fingerprint``."""
     meta_file = Path(path) / META_FILE
