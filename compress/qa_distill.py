@@ -339,6 +339,7 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     from ``--student``/``--init`` as a reader, then distilled on the teacher's window logits."""
 
     cfg.validate()
+    cfg.refuse_tagger_only("question answering")
     cfg.refuse_beyond_logits("a span reader is not augmented (a word edit can move or break the answer span); "
                              "leave --augment out for QA data, or give transfer questions with --unlabeled.",
                              allowed=("unlabeled", "intermediate", "losses", "kd_loss", "schedule"))

@@ -159,6 +159,10 @@ class DistillConfig(ConfigBase, KDSettings):
     ensemble: str | None = field(default=None, metadata={
         "help": "comma list of more teacher folders (other seeds, pooling or schedules): the soft labels are the mean "
                 "of their and --teacher's logits; the student is scored against both the ensemble and --teacher"})
+    #: Entity-word weighting (compress.token_distill.entity_weights): nine words in ten of a tagging set are ``O``.
+    entity_weight: float = field(default=1.0, metadata={
+        "help": "tagging data: how much harder a word inside an entity (by its gold tag or the teacher's top tag) pulls "
+                "in the soft and hard losses than an O word (1: every word alike)"})
     #: Branch, tag or commit of ``teacher`` when it is a Hugging Face Hub id (compress.hub).
     revision: str | None = None
     #: Distil even from a teacher no better than chance on validation (compress.head_check).
@@ -179,6 +183,8 @@ class DistillConfig(ConfigBase, KDSettings):
     CLASSIFIER_ONLY: ClassVar[dict[str, tuple[str, Any]]] = {
         "gold_labels": ("soft gold labels", None), "ensemble": ("teacher ensembles", None),
         "alpha_pooled": ("sentence-vector losses", 0.0), "average_tail": ("tail-averaged weights", 0.0)}
+    #: Settings only a tagger's distillation applies: what each is, and its value that means "off".
+    TAGGER_ONLY: ClassVar[dict[str, tuple[str, Any]]] = {"entity_weight": ("entity-word weights", 1.0)}
     #: Loss signals only a sentence classifier's distillation computes (the data's gold probabilities, sentence vectors).
     CLASSIFIER_ONLY_SIGNALS: ClassVar[tuple[str, ...]] = ("gold", "pooled")
 
@@ -199,8 +205,18 @@ class DistillConfig(ConfigBase, KDSettings):
             if name not in allowed and getattr(self, name) != off:
                 raise CompressError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: distilling {what}")
 
+    def refuse_tagger_only(self, task: str) -> None:
+        """One line naming the first :attr:`TAGGER_ONLY` setting that is on, for the distillation of ``task``
+        (``"sentence classification"``, ``"question answering"``), which does not apply it."""
+        for name, (kind, off) in self.TAGGER_ONLY.items():
+            if getattr(self, name) != off:
+                raise CompressError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: {kind} apply to token "
+                                    f"classification (tagging data) only; leave it out for {task}")
+
     def problems(self) -> list[Problem]:
         problems = self._nested_problems("train") + self._nested_problems("student") + self.kd_problems()
+        if not self.entity_weight > 0:
+            problems.append(_problem("entity_weight", f"--entity-weight must be > 0, got {self.entity_weight}"))
         for name in ("alpha_embedding", "alpha_hidden", "alpha_attention"):
             if getattr(self, name) < 0:
                 problems.append(_problem(name, f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"))

@@ -164,6 +164,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     if data_task(cfg.data.data) == QA:  # SQuAD-format data: the teacher's logits on the student's windows
 
         return distill_reader_stage(cfg, out)
+    cfg.refuse_tagger_only("sentence classification")
     cfg.validate()
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)

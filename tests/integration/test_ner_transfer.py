@@ -139,3 +139,23 @@ def test_augmentation_is_still_refused_for_a_tagger_in_one_line(trained, tmp_pat
                  "--init", "teacher-layers", "--out", str(out), "--augment", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--augment 2" in err[0] and "--unlabeled" in err[0] and not out.exists()
+
+
+def test_entity_weight_is_recorded_for_a_tagger_and_refused_for_a_classifier_in_one_line(trained, tmp_path, capsys):
+    from compress.cli import main
+    from tests.conftest import sentiment_rows, write_csv
+
+    out = tmp_path / "weighted"
+    assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
+                 "--init", "teacher-layers", "--out", str(out), "--max-length", "48", "--epochs", "1",
+                 "--batch-size", "8", "--entity-weight", "4"]) == 0
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["distillation"]["entity_weight"] == 4.0 and meta["config"]["entity_weight"] == 4.0
+    capsys.readouterr()
+    data = write_csv(tmp_path / "reviews.csv", sentiment_rows(20))
+    refused = tmp_path / "refused"
+    assert main(["distill", "--teacher", str(trained.path), "--data", str(data), "--out", str(refused),
+                 "--entity-weight", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--entity-weight 2.0" in err[0] and "sentence classification" in err[0]
+    assert not refused.exists()
