@@ -296,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
             "beats chance on validation; yes; no", choices=("auto", "yes", "no"))
     _add_data_flags(p)
     _add_train_flags(p, TeacherConfig)
+    _option(p.add_argument_group("fine-tuning"), TeacherConfig, "freeze_layers")
     _add_device_flag(p, "training")
     _add_precision_flag(p, "training and evaluation", bf16_alias=True)
     p.set_defaults(func=cmd_stage)

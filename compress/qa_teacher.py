@@ -41,8 +41,8 @@ from compress.tasks import get_task
 from compress.tasks.qa_data import QATaskData, load_qa_data
 from compress.tasks.qa_features import decode_spans, encode_qa, qa_features
 from compress.tasks.task_choice import QA, check_model_task
-from compress.training import (checkpoint_dir, checkpoint_fingerprint, guarded_trainer, interrupt_callback,
-                               is_main_process, resume_point, run_trainer, training_arguments, write_trained_artifact)
+from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
+                               interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments, write_trained_artifact)
 from compress.assets import cache_dir
 from compress.device import device_name, resolve_precision, training_device
 from compress.modeling import accepts_token_types, autocast, model_device
@@ -262,6 +262,7 @@ def _fine_tune(model, tokenizer, data: QATaskData, cfg: TeacherConfig, out, devi
     train_ds = qa_training_rows(data.splits["train"], tokenizer, cfg.max_length, stride)
     print(f"training windows: {len(train_ds)} for {len(data.splits['train'])} questions "
           f"({cfg.max_length} tokens, passages overlapping by {stride})")
+    frozen = freeze_bottom_layers(model, cfg.freeze_layers)
     args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device, precision=precision)
     resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     stop = interrupt_callback()
@@ -274,7 +275,8 @@ def _fine_tune(model, tokenizer, data: QATaskData, cfg: TeacherConfig, out, devi
     trainer = guarded_trainer(out, model=model, args=args, train_dataset=train_ds, data_collator=qa_collator(tokenizer),
                               callbacks=callbacks)
     result = run_trainer(trainer, resume, Path(out), stop)
-    log: dict[str, Any] = {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
+    log: dict[str, Any] = {**frozen, "global_steps": result.global_step,
+                           "train_loss": round(float(result.training_loss), 5),
                            "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size,
                            "training_windows": len(train_ds)}
     if scorer is not None:

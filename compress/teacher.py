@@ -31,8 +31,8 @@ from compress.errors import CompressError
 from compress.head_check import check_head, judge_existing_head
 from compress.hub import snapshot_origin
 from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
-from compress.training import (checkpoint_dir, checkpoint_fingerprint, gather_rows, guarded_trainer,
-                               interrupt_callback, is_main_process, print_metrics, resume_point, run_trainer,
+from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, gather_rows,
+                               guarded_trainer, interrupt_callback, is_main_process, print_metrics, resume_point, run_trainer,
                                training_arguments, world)
 from compress.device import device_name, resolve_precision, training_device
 from compress.qa_teacher import train_qa_teacher
@@ -154,13 +154,14 @@ def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out, device=None,
                precision: str = "fp32") -> dict[str, Any]:
     keep = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label", "length") if c in train_ds.column_names]
     train_ds = train_ds.select_columns(keep)
+    frozen = freeze_bottom_layers(model, cfg.freeze_layers)
     args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device, precision=precision)
     resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     stop = interrupt_callback()
     trainer = guarded_trainer(out, model=model, args=args, train_dataset=train_ds,
                               data_collator=DynamicPaddingCollator({"": tokenizer.pad_token_id}), callbacks=[stop])
     result = run_trainer(trainer, resume, Path(out), stop)
-    return {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
+    return {**frozen, "global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
             "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size}
 
 

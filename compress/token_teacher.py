@@ -34,8 +34,8 @@ from compress.modeling import count_parameters, load_classifier
 from compress.tasks.task_choice import TOKEN, check_model_task
 from compress.tasks.token_data import TokenTaskData, load_token_data
 from compress.tasks.token_training import entity_f1_callback, evaluate_tagger, token_collator, tokenize_tagged_split
-from compress.training import (checkpoint_dir, checkpoint_fingerprint, guarded_trainer, interrupt_callback,
-                               is_main_process, resume_point, run_trainer, training_arguments)
+from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
+                               interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments)
 from compress.windows import default_stride
 from compress.device import device_name, resolve_precision, training_device
 
@@ -124,6 +124,7 @@ def _fine_tune(model, tokenizer, tokenized, data: TokenTaskData, cfg: TeacherCon
     train_ds = tokenized["train"]
     keep = [c for c in ("input_ids", "attention_mask", "token_type_ids", "labels", "length") if c in train_ds.column_names]
     train_ds = train_ds.select_columns(keep)
+    frozen = freeze_bottom_layers(model, cfg.freeze_layers)
     args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device, precision=precision)
     resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     stop = interrupt_callback()
@@ -135,7 +136,8 @@ def _fine_tune(model, tokenizer, tokenized, data: TokenTaskData, cfg: TeacherCon
     trainer = guarded_trainer(out, model=model, args=args, train_dataset=train_ds,
                               data_collator=token_collator(tokenizer), callbacks=callbacks)
     result = run_trainer(trainer, resume, Path(out), stop)
-    log: dict[str, Any] = {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
+    log: dict[str, Any] = {**frozen, "global_steps": result.global_step,
+                           "train_loss": round(float(result.training_loss), 5),
                            "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size}
     if scorer is not None:
         log["validation_by_epoch"] = scorer.history

@@ -405,3 +405,45 @@ def guarded_trainer(out: str | os.PathLike, **trainer_kwargs: Any) -> Any:
             return result
 
     return GuardedTrainer(**trainer_kwargs)
+
+
+def _encoder_layers(model: Any) -> tuple[Any, Any]:
+    """``(encoder, layers)``: the module holding the transformer blocks and their ``ModuleList``.
+
+    BERT, RoBERTa and MPNet keep them in ``encoder.layer``, DistilBERT in ``transformer.layer``.
+    """
+    base = model.base_model
+    for name in ("encoder", "transformer"):
+        encoder = getattr(base, name, None)
+        layers = getattr(encoder, "layer", None)
+        if layers is not None:
+            return encoder, layers
+    raise CompressError(f"--freeze-layers: no encoder layers found in this {model.config.model_type} model "
+                        "(looked for encoder.layer and transformer.layer); fine-tune it with --freeze-layers 0.")
+
+
+def freeze_bottom_layers(model: Any, count: int) -> dict[str, int]:
+    """Keep the embeddings and the bottom ``count`` encoder layers fixed while fine-tuning (``--freeze-layers``).
+
+    Why: with nothing below layer ``count`` trainable, autograd stops there, so the backward pass (about
+    two thirds of a training step) and the optimiser skip those layers. Encoder weights shared by every
+    layer (MPNet's relative position bias) are frozen too: a trainable tensor feeding the bottom layers
+    would send the backward pass through all of them again. The pooler and the task head stay trainable.
+    Returns what the stage records in its training log (nothing when ``count`` is 0).
+    """
+    if count <= 0:
+        return {}
+    encoder, layers = _encoder_layers(model)
+    if count > len(layers):
+        raise CompressError(f"--freeze-layers {count}: the model has {len(layers)} encoder layers; give at most "
+                            f"{len(layers)} (0 trains every layer).")
+    frozen = [p for module in (model.base_model.embeddings, *layers[:count]) for p in module.parameters()]
+    frozen += [p for name, p in encoder.named_parameters() if not name.startswith("layer.")]
+    for param in frozen:
+        param.requires_grad_(False)
+    trainable = int(sum(p.numel() for p in model.parameters() if p.requires_grad))
+    total = int(sum(p.numel() for p in model.parameters()))
+    if is_main_process():
+        print(f"--freeze-layers {count}: the embeddings and encoder layers 1-{count} of {len(layers)} stay fixed; "
+              f"{trainable / 1e6:.1f}M of {total / 1e6:.1f}M parameters train")
+    return {"freeze_layers": count, "trainable_parameters": trainable}

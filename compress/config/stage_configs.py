@@ -81,9 +81,17 @@ class TeacherConfig(ConfigBase, RunSettings):
     finetune: bool | None = field(default=None, metadata={"parse": _finetune})
     #: Branch, tag or commit of ``model`` when it is a Hugging Face Hub id (compress.hub).
     revision: str | None = None
+    #: Keep the embeddings and the bottom N encoder layers fixed while fine-tuning: the backward pass stops
+    #: above them, so each step costs less (compress.modeling.freeze_bottom_layers; docs/ner.md measures it).
+    freeze_layers: int = field(default=0, metadata={"help": (
+        "keep the embeddings and the bottom N encoder layers fixed while fine-tuning (0: train all); the backward "
+        "pass skips them, so a step is cheaper")})
 
     def problems(self) -> list[Problem]:
-        return self._nested_problems("train") + self.run_problems()
+        problems = self._nested_problems("train") + self.run_problems()
+        if self.freeze_layers < 0:
+            problems.append(_problem("freeze_layers", f"--freeze-layers must be 0 or more, got {self.freeze_layers}"))
+        return problems
 
 
 @dataclass
