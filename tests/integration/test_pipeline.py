@@ -68,7 +68,7 @@ gate: {{rules: 3}}
 
 
 def test_shipped_recipes_are_valid():
-    for name in ("default", "quick", "prune", "ner"):
+    for name in ("default", "quick", "prune", "ner", "ner-best"):
         recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
         stages = [c.stage for c in plan(recipe)]
         assert stages[:2] == ["teacher", "distill"]
