@@ -42,7 +42,8 @@ from compress.tasks.qa_data import QATaskData, load_qa_data
 from compress.tasks.qa_features import decode_spans, encode_qa, qa_features
 from compress.tasks.task_choice import QA, check_model_task
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
-                               interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments, write_trained_artifact)
+                               interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
+                               write_trained_artifact)
 from compress.assets import cache_dir
 from compress.device import device_name, resolve_precision, training_device
 from compress.modeling import accepts_token_types, autocast, model_device

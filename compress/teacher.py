@@ -32,8 +32,8 @@ from compress.head_check import check_head, judge_existing_head
 from compress.hub import snapshot_origin
 from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, gather_rows,
-                               guarded_trainer, interrupt_callback, is_main_process, print_metrics, resume_point, run_trainer,
-                               training_arguments, world)
+                               guarded_trainer, interrupt_callback, is_main_process, print_metrics, resume_point,
+                               run_trainer, training_arguments, world)
 from compress.device import device_name, resolve_precision, training_device
 from compress.qa_teacher import train_qa_teacher
 from compress.tasks.task_choice import QA, SEQUENCE, TOKEN, check_model_task, data_task
