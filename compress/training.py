@@ -431,6 +431,8 @@ def freeze_bottom_layers(model: Any, count: int) -> dict[str, int]:
     would send the backward pass through all of them again. The pooler and the task head stay trainable.
     Returns what the stage records in its training log (nothing when ``count`` is 0).
     """
+    from compress.modeling import count_parameters  # here: compress.modeling's imports reach back to this module
+
     if count <= 0:
         return {}
     encoder, layers = _encoder_layers(model)
@@ -442,8 +444,7 @@ def freeze_bottom_layers(model: Any, count: int) -> dict[str, int]:
     for param in frozen:
         param.requires_grad_(False)
     trainable = int(sum(p.numel() for p in model.parameters() if p.requires_grad))
-    total = int(sum(p.numel() for p in model.parameters()))
     if is_main_process():
         print(f"--freeze-layers {count}: the embeddings and encoder layers 1-{count} of {len(layers)} stay fixed; "
-              f"{trainable / 1e6:.1f}M of {total / 1e6:.1f}M parameters train")
+              f"{trainable / 1e6:.1f}M of {count_parameters(model) / 1e6:.1f}M parameters train")
     return {"freeze_layers": count, "trainable_parameters": trainable}
