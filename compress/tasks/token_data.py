@@ -17,7 +17,11 @@ sources, all ending in the same checks:
 - ``wnut17``, shipped inside the package (``compress/builtin_data/wnut17``) and checked against
   its recorded sha256 at every load.
 
-Tags are BIO/IOB2 or BIOES (detected, or named with ``scheme``). The label list comes from the
+Tags are BIO/IOB2 or BIOES (detected, or named with ``scheme``), or IOB1, CoNLL-2003's original scheme (an
+entity opens with ``I-``; ``B-`` only opens one right after another of the same type), which is converted to
+IOB2 as it is read: every entity keeps its words and type, only its first tag's prefix changes. A file is read
+as IOB1 when ``I-`` opens entities and no ``B-`` does (then the two readings give the same entities, so nothing
+is guessed); a file where both do is an IOB2 file with invalid sequences. The label list comes from the
 training split: ``O`` first, then each entity type (sorted) with every prefix of the scheme, so
 an ``I-X`` that occurs only in the test split of a type that train has is not an error, while a
 type train never saw is. Invalid sequences (``I-X`` after ``O`` or after ``B-Y`` in IOB2; an
@@ -44,9 +48,11 @@ from compress.hub import load_hub_dataset
 
 CONLL_SUFFIXES = (".conll", ".iob", ".iob2", ".bio", ".bioes", ".tsv", ".txt")
 JSONL_SUFFIXES = (".jsonl",)
-SCHEMES = ("iob2", "bioes")
+SCHEMES = ("iob2", "bioes", "iob1")
 #: The prefixes each scheme uses, in the order they appear in the label list.
 SCHEME_PREFIXES = {"iob2": ("B", "I"), "bioes": ("B", "I", "E", "S")}
+#: Read as this scheme, then converted to the scheme it maps to (the one the label list and the model use).
+CONVERTED_SCHEMES = {"iob1": "iob2"}
 #: Column names tried, in order, when a dataset's word or tag column is not named.
 TOKEN_COLUMNS = ("tokens", "words")
 TAG_COLUMNS = ("tags", "ner_tags", "ner")
@@ -84,6 +90,8 @@ class TokenTaskData:
     fingerprint: str = ""
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: The scheme the files were written in when it is not ``scheme`` (``iob1``, converted as read), else "".
+    converted_from: str = ""
 
     task = "token-classification"
 
@@ -117,12 +125,13 @@ class TokenTaskData:
         cut = DatasetDict({name: split.shuffle(seed=seed).select(range(min(limit, len(split))))
                            for name, split in self.splits.items()})
         return TokenTaskData(cut, self.label_names, self.scheme, f"{self.source}[:{limit}]", self.files,
-                             _fingerprint(cut), self.problems, self.notes)
+                             _fingerprint(cut), self.problems, self.notes, self.converted_from)
 
     def describe(self) -> dict[str, Any]:
         """What ``compress.json`` records about the data (the label list is saved with the model)."""
         return {"task": self.task, "source": self.source, "fingerprint": self.fingerprint, "sizes": self.sizes(),
                 "label_names": self.label_names, "scheme": self.scheme,
+                **({"converted_from": self.converted_from} if self.converted_from else {}),
                 "invalid_sequences": len(self.problems), "invalid_examples": self.problems[:SHOWN_PROBLEMS]}
 
 
@@ -318,20 +327,41 @@ def _parse(tag: str, path: str, sentence: Sentence, i: int) -> tuple[str, str]:
 
 
 def detect_scheme(splits: dict[str, list[Sentence]], files: dict[str, str], scheme: str = "auto") -> str:
-    """``bioes`` when any tag is ``E-``/``S-``, else ``iob2``; with a named scheme, a tag outside it is an error."""
+    """``bioes`` when any tag is ``E-``/``S-``; ``iob1`` when ``I-`` opens an entity (after ``O``, the sentence
+    start or another type) and ``B-`` never does, the one case where the IOB1 and the conlleval readings of the
+    tags give the same entities; else ``iob2``. With a named scheme, a tag outside it is an error."""
     if scheme not in ("auto", *SCHEMES):
         raise CompressError(f"unknown tag scheme {scheme!r}. Use one of: auto, {', '.join(SCHEMES)}.")
     found = "iob2"
+    opened_by = {"B": 0, "I": 0}
     for split, sentences in splits.items():
         for sentence in sentences:
+            before = ""  # the type of the previous word's tag ("" for O or the sentence start)
             for i, tag in enumerate(sentence.tags):
-                prefix, _ = _parse(tag, files[split], sentence, i)
+                prefix, type_ = _parse(tag, files[split], sentence, i)
                 if prefix in ("E", "S"):
-                    if scheme == "iob2":
+                    if scheme in ("iob2", "iob1"):
                         raise CompressError(f"{_where(files[split], sentence, i)}: tag {tag!r} belongs to BIOES, but "
-                                            "the scheme iob2 was asked. Ask for bioes (or auto), or convert the tags.")
+                                            f"the scheme {scheme} was asked. Ask for bioes (or auto), or convert the "
+                                            "tags.")
                     found = "bioes"
+                elif prefix in opened_by and type_ != before:
+                    opened_by[prefix] += 1
+                before = type_
+    if found == "iob2" and opened_by["I"] and not opened_by["B"]:
+        found = "iob1"
     return found if scheme == "auto" else scheme
+
+
+def iob1_to_iob2(sentence: Sentence) -> Sentence:
+    """The sentence with each IOB1 ``I-X`` that opens an entity (after ``O``, the start or another type) written
+    ``B-X``: the IOB2 spelling of the same entities. Other tags, the words and their lines are unchanged."""
+    tags, before = [], ""
+    for tag in sentence.tags:
+        type_ = tag[2:] if tag != "O" else ""
+        tags.append(f"B-{type_}" if tag.startswith("I-") and type_ != before else tag)
+        before = type_
+    return Sentence(sentence.tokens, tags, sentence.lines)
 
 
 def invalid_transitions(sentence: Sentence, scheme: str, path: str) -> list[str]:
@@ -340,6 +370,13 @@ def invalid_transitions(sentence: Sentence, scheme: str, path: str) -> list[str]
     open_type = None  # the type of an entity that must continue (IOB2: may continue)
     for i, tag in enumerate(sentence.tags):
         prefix, type_ = _parse(tag, path, sentence, i)
+        if scheme == "iob1":  # I- opens or continues; B- only opens an entity right after one of its type
+            if prefix == "B" and open_type != type_:
+                after = sentence.tags[i - 1] if i else "the sentence start"
+                out.append(f"{_where(path, sentence, i)}: {tag} follows {after}; in IOB1 an entity starts with "
+                           f"I-{type_} (B-{type_} only right after another {type_} entity)")
+            open_type = type_ or None
+            continue
         if prefix in ("I", "E") and open_type != type_:
             after = sentence.tags[i - 1] if i else "the sentence start"
             out.append(f"{_where(path, sentence, i)}: {tag} follows {after}; an entity starts with B-{type_}"
@@ -405,18 +442,27 @@ def build_task(splits: dict[str, list[Sentence]], files: dict[str, str], source:
     ``label_names`` (a teacher's tags, say) replaces the list taken from the training split; a
     missing validation or test split is carved out of train (80/10/10, seeded).
     """
-    files = dict(files)
+    files, notes = dict(files), list(notes or [])
     scheme = detect_scheme(splits, files, scheme)
-    names = list(label_names) if label_names else label_list(splits["train"], scheme, files["train"])
     problems = [p for split in SPLIT_NAMES if split in splits for s in splits[split]
                 for p in invalid_transitions(s, scheme, files[split])]
+    converted_from = ""
+    if scheme in CONVERTED_SCHEMES:
+        converted_from, scheme = scheme, CONVERTED_SCHEMES[scheme]
+        splits = {split: [iob1_to_iob2(s) for s in sentences] for split, sentences in splits.items()}
+        note = (f"{source}: tags read as IOB1 (I- opens an entity, B- only between two adjacent entities of one "
+                "type, as in CoNLL-2003's original files) and converted to IOB2: the same entities, each now "
+                "opening with B-")
+        notes.append(note)
+        print(f"note: {note}", file=sys.stderr)
+    names = list(label_names) if label_names else label_list(splits["train"], scheme, files["train"])
     if problems and strict:
         raise CompressError(f"{problems[0]} ({len(problems)} invalid tag sequence(s) in all). Fix the tags; "
                             "nothing is repaired automatically.")
     if problems:
         shown = "; ".join(problems[:SHOWN_PROBLEMS])
-        print(f"warning: {source}: {len(problems)} invalid {scheme.upper()} tag sequence(s), kept as they are (scored "
-              f"the conlleval way: an I- tag without its B- starts an entity): {shown}"
+        print(f"warning: {source}: {len(problems)} invalid {(converted_from or scheme).upper()} tag sequence(s), kept "
+              f"as they are (scored the conlleval way: an I- tag without its B- starts an entity): {shown}"
               + (" ..." if len(problems) > SHOWN_PROBLEMS else ""), file=sys.stderr)
     index = {name: i for i, name in enumerate(names)}
     whence = "that was given" if label_names else f"taken from the training data {files['train']}"
@@ -431,7 +477,7 @@ def build_task(splits: dict[str, list[Sentence]], files: dict[str, str], source:
     from datasets import Dataset, DatasetDict
 
     dd = DatasetDict({split: Dataset.from_dict(rows[split]) for split in SPLIT_NAMES if split in rows})
-    return TokenTaskData(dd, names, scheme, source, files, _fingerprint(dd), problems, list(notes or []))
+    return TokenTaskData(dd, names, scheme, source, files, _fingerprint(dd), problems, notes, converted_from)
 
 
 def load_token_data(spec: str, token_column: str | None = None, tag_column: str | None = None, scheme: str = "auto",

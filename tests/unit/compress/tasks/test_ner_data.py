@@ -266,3 +266,61 @@ def test_wnut17_is_a_registered_builtin_of_the_tagging_task():
                                             "sentence classifiers"):
         load_task_data("wnut17")
     assert data_fingerprint("wnut17").startswith("builtin:wnut17:") and "731820e1" in data_fingerprint("wnut17")
+
+
+# IOB1 (CoNLL-2003's original files, WikiGold): I- opens an entity, B- only right after another of the same type.
+IOB1 = ("The\tO\nMad\tI-ORG\nCapsule\tI-ORG\nMarkets\tI-ORG\n.\tO\n\n"
+        "Ann\tI-PER\nBob\tB-PER\nLee\tI-PER\nin\tO\nParis\tI-LOC\nFC\tI-ORG\n\n")
+
+
+def test_an_iob1_file_is_read_as_iob1_and_converted_to_iob2_with_the_same_entities(tmp_path, capsys):
+    path = _write(tmp_path / "wiki.conll", IOB1 * 10)
+    task = load_token_data(str(path))
+    assert task.scheme == "iob2" and task.converted_from == "iob1" and task.problems == []
+    assert task.label_names == ["O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
+    converted = {tuple(t) for split in ("train", "validation", "test") for t in task.tags(split)}
+    assert converted == {("O", "B-ORG", "I-ORG", "I-ORG", "O"),
+                         ("B-PER", "B-PER", "I-PER", "O", "B-LOC", "B-ORG")}  # Ann | Bob Lee: two people
+    assert task.describe()["converted_from"] == "iob1" and "read as IOB1" in task.notes[0]
+    err = capsys.readouterr().err
+    assert "tags read as IOB1" in err and "invalid" not in err
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_iob1_conversion_keeps_seqeval_s_iob1_entities(seed):
+    """On random IOB1 sequences, the entities of the converted tags (our decoder) are seqeval's strict IOB1 ones."""
+    import random
+
+    from seqeval.scheme import IOB1 as SEQEVAL_IOB1, Entities
+
+    from compress.tasks.ner_metrics import extract_entities
+
+    rng = random.Random(seed)
+    for _ in range(200):
+        tags, before = [], ""
+        for _ in range(rng.randint(1, 12)):
+            type_ = rng.choice(["A", "B"])
+            # B- only right after a tag of the same type: the IOB1 rule
+            choices = ["O", f"I-{type_}"] + ([f"B-{type_}"] if before == type_ else [])
+            tag = rng.choice(choices)
+            tags.append(tag)
+            before = tag[2:] if tag != "O" else ""
+        sentence = token_data.Sentence([f"w{i}" for i in range(len(tags))], tags, list(range(1, len(tags) + 1)))
+        ours = [(e.start, e.end, e.type) for e in extract_entities(token_data.iob1_to_iob2(sentence).tags)]
+        theirs = [(e.start, e.end, e.tag) for e in Entities([tags], SEQEVAL_IOB1).entities[0]]
+        assert ours == theirs, tags
+
+
+def test_a_file_where_b_opens_entities_too_stays_iob2_and_b_after_o_is_an_iob1_error_when_asked(tmp_path):
+    mixed = _write(tmp_path / "mixed.conll", "Ann\tI-PER\nx\tO\n\nBo\tB-PER\ny\tO\n\n" * 10)
+    task = load_token_data(str(mixed))  # I- and B- both open entities: IOB2 with invalid sequences, reported
+    assert task.scheme == "iob2" and task.converted_from == "" and len(task.problems) == 10
+    asked = load_token_data(str(mixed), scheme="iob1")
+    assert asked.converted_from == "iob1" and len(asked.problems) == 10
+    assert asked.problems[0].endswith(":4: B-PER follows the sentence start; in IOB1 an entity starts with I-PER "
+                                      "(B-PER only right after another PER entity)")
+    with pytest.raises(CompressError, match=r"mixed\.conll:4: B-PER follows the sentence start"):
+        load_token_data(str(mixed), scheme="iob1", strict=True)
+    bioes = _write(tmp_path / "t.bioes", "Ann\tS-PER\n\n" * 10)
+    with pytest.raises(CompressError, match=r"belongs to BIOES, but the scheme iob1 was asked"):
+        load_token_data(str(bioes), scheme="iob1")
