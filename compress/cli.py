@@ -237,7 +237,7 @@ def cmd_summary(a: argparse.Namespace) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    recipe = load_recipe(a.recipe, a.out)
+    recipe = load_recipe(a.recipe, a.out, a.data)
     force = tuple(x.strip() for x in a.force.split(",") if x.strip()) if a.force else ()
     status = run_recipe(recipe, force=force, debug=a.debug)
     print("\nstage      status      seconds  output")
@@ -471,6 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run the stages a recipe (YAML) names, skipping finished ones")
     p.add_argument("recipe", help="recipe file, e.g. recipes/default.yaml")
     p.add_argument("--out", default=None, help="output folder (overrides the recipe's out:)")
+    p.add_argument("--data", default=None, help="data name or path (overrides the recipe's data:, e.g. your own "
+                   "CoNLL file with recipes/ner.yaml)")
     p.add_argument("--force", default=None, help="comma-separated stages to run again even if up to date")
     p.set_defaults(func=cmd_run)
 

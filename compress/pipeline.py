@@ -130,8 +130,11 @@ def _report(problems: list[str], where: _Where, section: tuple[str, ...], error:
         problems.append(f"{where(*section, *p.keys)}: {message}")
 
 
-def load_recipe(path: str | os.PathLike, out: str | None = None) -> Recipe:
-    """Parse and validate a recipe; raise one error listing every problem with its line."""
+def load_recipe(path: str | os.PathLike, out: str | None = None, data: str | None = None) -> Recipe:
+    """Parse and validate a recipe; raise one error listing every problem with its line.
+
+    ``out`` and ``data`` replace the recipe's ``out:`` and its data name or path (other keys of a ``data:`` mapping
+    stay), so one recipe runs on a user's own file: ``bert-compress run recipes/ner.yaml --data my.conll``."""
     import yaml
 
     path = Path(path)
@@ -163,6 +166,12 @@ def load_recipe(path: str | os.PathLike, out: str | None = None) -> Recipe:
         if key not in stage_names and key not in ("out", "data"):
             problems.append(f"{where(key)}: unknown key {key!r}; a recipe has out, data and the stages "
                             f"{', '.join(stage_names)}")
+    if data is not None:
+        if data not in BUILTIN_DATASETS and not Path(data).expanduser().exists():
+            raise CompressError(f"--data {data!r} is neither a built-in dataset ({', '.join(BUILTIN_DATASETS)}) nor "
+                                "an existing file or folder. Check the path.")
+        given = norm.get("data")
+        norm["data"] = {**given, "data": data} if isinstance(given, dict) else data
     data = _data_section(norm.get("data", "movie-reviews"), where, problems)
     out_dir = Path(out or norm.get("out") or Path("runs") / path.stem)
 

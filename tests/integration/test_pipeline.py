@@ -282,3 +282,19 @@ def test_a_recipe_changed_after_a_kill_does_not_resume_the_old_checkpoint(tmp_pa
     assert (aside / old[-1].name / "trainer_state.json").exists()  # renamed, not deleted
     meta = json.loads((tmp_path / "run" / "student" / "compress.json").read_text())
     assert meta["config"]["train"]["lr"] == 0.001 and meta["training"]["global_steps"] < 40
+
+
+def test_run_data_replaces_the_recipe_s_data_so_a_recipe_runs_on_a_user_s_file(tmp_path):
+    from tests.support.toy_ner import toy_sentences, write_conll
+
+    conll = write_conll(tmp_path / "mine.conll", toy_sentences(30))
+    recipe = load_recipe(ROOT / "recipes" / "ner.yaml", data=str(conll))
+    assert recipe.data.data == str(conll)
+    assert {c.stage: c.config.data.data for c in plan(recipe) if c.stage in ("teacher", "distill", "bench")} == {
+        "teacher": str(conll), "distill": str(conll), "bench": str(conll)}
+    assert load_recipe(ROOT / "recipes" / "ner.yaml").data.data == "wnut17"
+    with pytest.raises(CompressError, match=r"--data 'nope\.conll' is neither a built-in dataset"):
+        load_recipe(ROOT / "recipes" / "ner.yaml", data="nope.conll")
+    mapped = _recipe(tmp_path, "data: {data: wnut17, limit: 20}\nteacher: {model: minilm}\n")
+    replaced = load_recipe(mapped, data=str(conll)).data
+    assert (replaced.data, replaced.limit) == (str(conll), 20)  # the mapping's other keys stay
