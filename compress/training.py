@@ -12,7 +12,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from compress.config import TrainSettings
 from compress.errors import CompressError, NonFiniteLossError
@@ -69,6 +69,10 @@ def drop_incomplete_checkpoints(folder: Path) -> list[str]:
 
 #: Beside the checkpoints: the fingerprint of the settings and inputs they were trained under.
 FINGERPRINT_FILE = "fingerprint.json"
+#: A last epoch that lifts the validation metric by more than this (on its 0-1 scale) means the model was still
+#: learning when training stopped. WikiGold's 1,356 sentences at 4 epochs: validation entity F1 44.8 -> 54.6 in
+#: the last epoch, 83.3 at 10 (docs/ner.md); epoch-to-epoch noise near the end of a schedule is ~1.5 points.
+STILL_LEARNING = 0.03
 
 
 def checkpoint_fingerprint(cfg: Any) -> str:
@@ -313,7 +317,30 @@ def epoch_validation_callback(evaluate: Callable[[Any, int], dict[str, float]], 
             print(f"epoch {entry['epoch']:g}: {describe(values)}")
             return control
 
+        def on_train_end(self, args, state, control, **kwargs):
+            if len(self.history) >= 2:
+                warning = still_learning(self.history, int(state.max_steps or 0))
+                if warning:
+                    print(f"warning: {warning}", file=sys.stderr)
+            return control
+
     return EpochValidation()
+
+
+def still_learning(history: Sequence[dict[str, float]], steps: int = 0) -> str | None:
+    """A warning when the last epoch lifted the first validation metric of ``history`` (the
+    :func:`epoch_validation_callback` entries) by more than :data:`STILL_LEARNING`, else None. Why: a schedule
+    given in epochs is few steps on a small training set, and the metric then stops mid-climb without a sign."""
+    name = next((k for k in history[-1] if k not in ("epoch", "step")), None)
+    if name is None or len(history) < 2:
+        return None
+    before, last = float(history[-2][name]), float(history[-1][name])
+    if last - before <= STILL_LEARNING:
+        return None
+    return (f"{name.replace('_', ' ')} rose {100 * (last - before):.1f} points in the last epoch ({100 * before:.1f} -> "
+            f"{100 * last:.1f}): the model was still learning when training stopped"
+            + (f" after {steps} optimiser steps" if steps else "") + ". More --epochs will likely help; a small "
+            "training set gives few steps an epoch.")
 
 
 def _disk_full(exc: BaseException, folder: Path) -> bool:

@@ -1,0 +1,42 @@
+"""The end-of-training warning when the last epoch still lifted the validation metric a lot."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from compress.training import STILL_LEARNING, epoch_validation_callback, still_learning
+
+
+def _history(values):
+    return [{"epoch": i + 1, "step": 85 * (i + 1), "validation_entity_f1": v, "validation_token_accuracy": 0.9}
+            for i, v in enumerate(values)]
+
+
+def test_a_last_epoch_gain_above_the_line_warns_with_the_numbers():
+    message = still_learning(_history([0.0, 0.1361, 0.4482, 0.5462]), steps=340)  # WikiGold at 4 epochs
+    assert message.startswith("validation entity f1 rose 9.8 points in the last epoch (44.8 -> 54.6)")
+    assert "after 340 optimiser steps" in message and "More --epochs" in message
+
+
+def test_small_gains_noise_and_falls_do_not_warn():
+    assert still_learning(_history([0.0, 0.55, 0.633, 0.6596])) is None           # +2.7: WNUT-17's teacher
+    assert still_learning(_history([0.80, 0.80 + STILL_LEARNING / 2])) is None   # under the line
+    assert still_learning(_history([0.84, 0.82])) is None
+    assert still_learning(_history([0.5])) is None and still_learning([{"epoch": 1, "step": 3}] * 2) is None
+
+
+def test_the_callback_warns_at_the_end_of_training(capsys):
+    values = iter([0.2, 0.5])
+    callback = epoch_validation_callback(lambda model, batch: {"validation_f1": next(values)},
+                                         lambda v: f"validation F1 {v['validation_f1']:.4f}")
+    model = SimpleNamespace(training=False, train=lambda: None)
+    args = SimpleNamespace(per_device_eval_batch_size=8)
+    for epoch in (1, 2):
+        state = SimpleNamespace(is_world_process_zero=True, epoch=epoch, global_step=10 * epoch, log_history=[],
+                                max_steps=20)
+        callback.on_epoch_end(args, state, None, model=model)
+    callback.on_train_end(args, state, None)
+    captured = capsys.readouterr()
+    assert "epoch 2: validation F1 0.5000" in captured.out
+    assert "warning: validation f1 rose 30.0 points in the last epoch (20.0 -> 50.0)" in captured.err
+    assert "after 20 optimiser steps" in captured.err
