@@ -337,7 +337,8 @@ def still_learning(history: Sequence[dict[str, float]], steps: int = 0) -> str |
     before, last = float(history[-2][name]), float(history[-1][name])
     if last - before <= STILL_LEARNING:
         return None
-    return (f"{name.replace('_', ' ')} rose {100 * (last - before):.1f} points in the last epoch ({100 * before:.1f} -> "
+    metric = name.replace("_", " ").replace(" f1", " F1")
+    return (f"{metric} rose {100 * (last - before):.1f} points in the last epoch ({100 * before:.1f} -> "
             f"{100 * last:.1f}): the model was still learning when training stopped"
             + (f" after {steps} optimiser steps" if steps else "") + ". More --epochs will likely help; a small "
             "training set gives few steps an epoch.")

@@ -14,7 +14,7 @@ def _history(values):
 
 def test_a_last_epoch_gain_above_the_line_warns_with_the_numbers():
     message = still_learning(_history([0.0, 0.1361, 0.4482, 0.5462]), steps=340)  # WikiGold at 4 epochs
-    assert message.startswith("validation entity f1 rose 9.8 points in the last epoch (44.8 -> 54.6)")
+    assert message.startswith("validation entity F1 rose 9.8 points in the last epoch (44.8 -> 54.6)")
     assert "after 340 optimiser steps" in message and "More --epochs" in message
 
 
@@ -38,5 +38,5 @@ def test_the_callback_warns_at_the_end_of_training(capsys):
     callback.on_train_end(args, state, None)
     captured = capsys.readouterr()
     assert "epoch 2: validation F1 0.5000" in captured.out
-    assert "warning: validation f1 rose 30.0 points in the last epoch (20.0 -> 50.0)" in captured.err
+    assert "warning: validation F1 rose 30.0 points in the last epoch (20.0 -> 50.0)" in captured.err
     assert "after 20 optimiser steps" in captured.err
