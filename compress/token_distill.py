@@ -55,8 +55,8 @@ from compress.tasks import get_task
 from compress.tasks.alignment import IGNORE_INDEX
 from compress.tasks.task_choice import TOKEN, check_model_task, model_head
 from compress.tasks.token_data import TokenTaskData, load_token_data
-from compress.tasks.token_training import (sentence_word_logits, token_collator, token_logits, tokenize_tagged_split,
-                                           word_tags)
+from compress.tasks.token_training import (entity_f1_callback, sentence_word_logits, token_collator, token_logits,
+                                           tokenize_tagged_split, word_tags)
 from compress.training import (checkpoint_dir, interrupt_callback, is_main_process, resume_point, run_trainer,
                                training_arguments, write_trained_artifact)
 from compress.windows import default_stride
@@ -444,7 +444,13 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     trainer_class = head_distillation_trainer(lambda epoch: objective.terms(epoch, want_inter), read_teacher,
                                               temperature, train.seed, projections, objective.projection_lr, out)
     t_pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
-    trainer = trainer_class(model=module, args=args, train_dataset=s_train, callbacks=[stop],
+    callbacks: list[Any] = [stop]
+    if "validation" in task.splits:  # the student's entity F1 after each epoch, and a warning if still climbing
+        s_pad = s_tok.pad_token_id if s_tok.pad_token_id is not None else 0
+        rows = tokenize_tagged_split(task.splits["validation"], s_tok, max_length, what="student")
+        callbacks.append(entity_f1_callback(rows, task.tags("validation"), task.label_names, s_pad, precision,
+                                            tagger=s_model))
+    trainer = trainer_class(model=module, args=args, train_dataset=s_train, callbacks=callbacks,
                             data_collator=_collator(s_tok, task.num_labels, t_pad))
     result = run_trainer(trainer, resume_point(out, resume, fingerprint), Path(out), stop)
 

@@ -379,7 +379,9 @@ def test_distill_command_on_tagging_data_builds_a_tagger_student(trained, tmp_pa
     assert meta["task"] == "token-classification" and config["architectures"] == ["BertForTokenClassification"]
     assert config["num_hidden_layers"] == 1 and meta["student"]["copied_teacher_layers"] == {"0": 1}
     assert meta["metrics"]["validation"]["entity_f1"] >= 0.7, meta["metrics"]["validation"]
-    assert "student: validation entity F1" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "student: validation entity F1" in printed
+    assert "epoch 1: validation entity F1" in printed  # scored after each epoch, like the teacher
 
 
 def test_a_word_without_tokens_is_outside_every_entity():
