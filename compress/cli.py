@@ -90,7 +90,7 @@ def _add_train_flags(p: argparse.ArgumentParser, cls: type) -> None:
     """The optimiser flags of a training stage, with that stage's defaults (``cls``: its config)."""
     g = p.add_argument_group("training")
     for key in ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "max_length", "seed", "max_steps",
-                "save_steps", "sampling", "resume", "allow_pickle"):
+                "min_steps", "save_steps", "sampling", "resume", "allow_pickle"):
         _option(g, cls, key)
 
 

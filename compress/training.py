@@ -176,6 +176,19 @@ def gather_rows(local: "Any", indices: "Any", total: int) -> "Any":
     return out
 
 
+def schedule_epochs(settings: TrainSettings, steps_per_epoch: int) -> float:
+    """The epochs to train: ``settings.epochs``, raised to the whole epochs that reach ``settings.min_steps``
+    optimiser steps where an epoch has too few (said on stdout); ``--max-steps`` still overrides both."""
+    epochs = settings.epochs
+    if settings.min_steps > 0 and settings.max_steps <= 0 and epochs > 0 and steps_per_epoch > 0 \
+            and steps_per_epoch * epochs < settings.min_steps:
+        epochs = float(math.ceil(settings.min_steps / steps_per_epoch))
+        if is_main_process():
+            print(f"--min-steps {settings.min_steps}: {epochs:g} epochs instead of {settings.epochs:g} "
+                  f"({steps_per_epoch} optimiser steps an epoch on this training set)")
+    return epochs
+
+
 def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: int, device: Any = None,
                        precision: str = "fp32", **extra: Any):
     """``TrainingArguments`` for a CPU-or-GPU run with our defaults (no hub, no external loggers).
@@ -191,7 +204,9 @@ def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: 
     from transformers import TrainingArguments
 
     effective = settings.batch_size * settings.grad_accum * int(os.environ.get("WORLD_SIZE", "1"))
-    total = int(-(-num_examples // effective) * max(settings.epochs, 0))
+    per_epoch = -(-num_examples // effective)
+    epochs = schedule_epochs(settings, per_epoch)
+    total = int(per_epoch * max(epochs, 0))
     if settings.max_steps > 0:
         total = settings.max_steps
     warmup = int(settings.warmup_ratio * total)
@@ -205,7 +220,7 @@ def training_arguments(settings: TrainSettings, output_dir: Path, num_examples: 
               f"{settings.grad_accum} accumulation); {total} optimiser steps, {warmup} warm-up")
     return TrainingArguments(
         output_dir=str(output_dir),
-        num_train_epochs=settings.epochs,
+        num_train_epochs=epochs,
         max_steps=settings.max_steps,
         learning_rate=settings.lr,
         per_device_train_batch_size=settings.batch_size,

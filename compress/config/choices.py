@@ -40,8 +40,8 @@ AUGMENT_OPS = ("replace", "mask", "delete", "swap")
 #: The flags of the data a stage reads; a recipe gives them once, in its ``data:`` section.
 DATA_KEYS = ("data", "text_column", "text_pair_column", "label_column", "limit", "split_seed")
 #: The training flags every training command has (``prune`` has a subset, see :class:`PruneConfig`).
-TRAIN_FLAGS = ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "max_steps", "save_steps",
-               "sampling")
+TRAIN_FLAGS = ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "max_steps", "min_steps",
+               "save_steps", "sampling")
 PRUNE_TRAIN_FLAGS = ("lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "save_steps", "sampling")
 #: The help of ``--precision``, the one setting every stage that trains or runs a model has (:func:`_precision`).
 PRECISION_HELP = ("auto (default): bf16 autocast only where the device runs it natively (a CPU with avx512_bf16 or "
