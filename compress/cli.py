@@ -17,8 +17,9 @@ from compress.losses import names as loss_names
 from compress.data import BUILTIN_UNLABELED
 from benchmarks.report import demo_table
 from compress.artifact import read_meta
-from compress.config import (BenchConfig, DATA_KEYS, DataOptions, DistillConfig, ExportConfig, OptimizeConfig,
-                             PretrainConfig, PruneConfig, QuantizeConfig, TeacherConfig, flag_options, setting)
+from compress.config import (TRAIN_FLAGS, BenchConfig, DATA_KEYS, DataOptions, DistillConfig, ExportConfig,
+                             OptimizeConfig, PretrainConfig, PruneConfig, QuantizeConfig, TeacherConfig, flag_options,
+                             setting)
 from compress.device import check_device_spec
 from compress.optimize import format_decision
 from compress.pipeline import load_recipe, run_recipe
@@ -89,8 +90,7 @@ def _add_data_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
 def _add_train_flags(p: argparse.ArgumentParser, cls: type) -> None:
     """The optimiser flags of a training stage, with that stage's defaults (``cls``: its config)."""
     g = p.add_argument_group("training")
-    for key in ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "max_length", "seed", "max_steps",
-                "min_steps", "save_steps", "sampling", "resume", "allow_pickle"):
+    for key in (*TRAIN_FLAGS, "max_length", "resume", "allow_pickle"):  # TRAIN_FLAGS: the one list of them
         _option(g, cls, key)
 
 

@@ -167,7 +167,7 @@ def load_recipe(path: str | os.PathLike, out: str | None = None, data: str | Non
             problems.append(f"{where(key)}: unknown key {key!r}; a recipe has out, data and the stages "
                             f"{', '.join(stage_names)}")
     if data is not None:
-        if data not in BUILTIN_DATASETS and not Path(data).expanduser().exists():
+        if not _data_exists(data):
             raise CompressError(f"--data {data!r} is neither a built-in dataset ({', '.join(BUILTIN_DATASETS)}) nor "
                                 "an existing file or folder. Check the path.")
         given = norm.get("data")
@@ -224,6 +224,11 @@ def load_recipe(path: str | os.PathLike, out: str | None = None, data: str | Non
     return Recipe(path, out_dir, data, calls, lines)
 
 
+def _data_exists(spec: str) -> bool:
+    """Whether a data name or path names something: a built-in dataset or an existing file or folder."""
+    return spec in BUILTIN_DATASETS or Path(spec).expanduser().exists()
+
+
 def _data_section(value: Any, where: _Where, problems: list[str]) -> DataOptions:
     """The recipe's ``data:`` (a name/path or a mapping of the data flags), checked like ``--data``."""
 
@@ -236,7 +241,7 @@ def _data_section(value: Any, where: _Where, problems: list[str]) -> DataOptions
     if found:
         _report(problems, where, prefix, ConfigError(found))
     spec = data.data
-    if spec not in BUILTIN_DATASETS and not Path(spec).expanduser().exists():
+    if not _data_exists(spec):
         problems.append(f"{where('data', *(('data',) if prefix else ()))}: data {spec!r} is neither a built-in dataset "
                         f"({', '.join(BUILTIN_DATASETS)}) nor an existing file or folder")
     return data

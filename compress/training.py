@@ -333,10 +333,9 @@ def epoch_validation_callback(evaluate: Callable[[Any, int], dict[str, float]], 
             return control
 
         def on_train_end(self, args, state, control, **kwargs):
-            if len(self.history) >= 2:
-                warning = still_learning(self.history, int(state.max_steps or 0))
-                if warning:
-                    print(f"warning: {warning}", file=sys.stderr)
+            warning = still_learning(self.history, int(state.max_steps or 0))
+            if warning:
+                print(f"warning: {warning}", file=sys.stderr)
             return control
 
     return EpochValidation()
@@ -346,8 +345,10 @@ def still_learning(history: Sequence[dict[str, float]], steps: int = 0) -> str |
     """A warning when the last epoch lifted the first validation metric of ``history`` (the
     :func:`epoch_validation_callback` entries) by more than :data:`STILL_LEARNING`, else None. Why: a schedule
     given in epochs is few steps on a small training set, and the metric then stops mid-climb without a sign."""
+    if len(history) < 2:
+        return None
     name = next((k for k in history[-1] if k not in ("epoch", "step")), None)
-    if name is None or len(history) < 2:
+    if name is None:
         return None
     before, last = float(history[-2][name]), float(history[-1][name])
     if last - before <= STILL_LEARNING:
