@@ -406,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
             "(needs the openvino extra)")
     _option(p, QuantizeConfig, "max_accuracy_drop", "largest drop of the task's metric on validation (accuracy, "
             "entity F1, SQuAD F1; 0.01 = one point) accepted before fallbacks are tried")
+    _option(p, QuantizeConfig, "max_type_f1_drop")
     _option(p, QuantizeConfig, "per_channel", "per-channel weight scales from the start")
     _option(p, QuantizeConfig, "reduce_range", "7-bit weights (CPUs without VNNI; ONNX Runtime only)")
     _option(p, QuantizeConfig, "graph", "ONNX graph quantized: fused (ORT transformer fusions; ort-dynamic default) "
@@ -434,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(p, OptimizeConfig, "runs", "timed interleaved rounds per batch size")
     _option(p, OptimizeConfig, "max_accuracy_drop", "drop of the task's metric on validation (accuracy, entity F1, "
             "SQuAD F1) against the fp32 model beyond which a candidate is out")
+    _option(p, OptimizeConfig, "max_type_f1_drop")
     _option(p, OptimizeConfig, "min_agreement", "also drop candidates whose answers agree with the fp32 model on less "
             "than this share (e.g. 0.98)")
     _option(p, OptimizeConfig, "calibration_size", "training texts that calibrate ort-static and openvino-int8")

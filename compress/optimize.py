@@ -43,7 +43,7 @@ from typing import Any, Callable, Sequence
 
 
 from compress.artifact import read_meta, weights_sha256, write_artifact
-from compress.config import OPTIMIZE_CANDIDATES, OptimizeConfig
+from compress.config import MAX_TYPE_F1_DROP, OPTIMIZE_CANDIDATES, OptimizeConfig
 from compress.errors import CompressError, describe
 from compress.formats.openvino import openvino_missing
 from compress.progress import bars_enabled
@@ -75,7 +75,8 @@ DECISIVE_FLAGS = ("avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile
 def _builders(parent: Path, cfg: OptimizeConfig) -> dict[str, Callable[[Path, dict[str, Path]], Path]]:
     """How each candidate is made, from the parent or from a candidate built before it."""
 
-    common = {"data": cfg.data, "max_accuracy_drop": cfg.max_accuracy_drop, "device": cfg.device}
+    common = {"data": cfg.data, "max_accuracy_drop": cfg.max_accuracy_drop, "max_type_f1_drop": cfg.max_type_f1_drop,
+              "device": cfg.device}
 
     def onnx_fp32(out: Path, built: dict[str, Path]) -> Path:
         return export_onnx(parent, out)
@@ -152,11 +153,12 @@ def _unique_names(paths: Sequence[Path]) -> list[str]:
 def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], data, batch_sizes: Sequence[int] = (1, 32),
            seq_len: int = 128, threads: int | None = None, warmup: int = 10, runs: int = 60,
            max_accuracy_drop: float = 0.01, min_agreement: float | None = None,
-           progress: bool = True, device: str = "auto") -> dict[str, Any]:
+           progress: bool = True, device: str = "auto", max_type_f1_drop: float = MAX_TYPE_F1_DROP) -> dict[str, Any]:
     """Score and time ``candidates`` against their fp32 ``parent``; return the decision and the table.
 
     The parent is candidate ``pytorch`` (the reference of every speedup). Nothing is written.
-    ``device`` (``--device``): where every candidate runs (:meth:`Predictor.load`).
+    ``device`` (``--device``): where every candidate runs (:meth:`Predictor.load`); ``max_type_f1_drop`` a
+    tagger's per-type budget (:func:`compress.quality.types_over_budget`).
     """
 
     threads = threads if threads is not None else available_cpus()  # fixed: a timing means nothing without it
@@ -189,7 +191,7 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
         rows[name] = {"name": name, "kind": predictor.kind, "path": str(paths[name]),
                       **scorer.compare(pred, ref_pred, ref_metrics), "size_bytes": predictor.size_bytes}
     for row in rows.values():
-        reasons = scorer.failures(row, max_accuracy_drop, min_agreement)
+        reasons = scorer.failures(row, max_accuracy_drop, min_agreement, max_type_f1_drop)
         row["eligible"] = not reasons
         row["excluded_because"] = "; ".join(reasons) or None
         row["latency"] = []
@@ -230,6 +232,7 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
         "settings": {"device": device, "batch_sizes": list(batch_sizes), "seq_len": seq_len, "threads": threads,
                      "warmup": warmup,
                      "runs": runs, "max_accuracy_drop": max_accuracy_drop, "min_agreement": min_agreement,
+                     **({"max_type_f1_drop": max_type_f1_drop} if scorer.tagging else {}),
                      "split": "validation", "n": scorer.n,
                      "order": "interleaved, starting variant rotating each round; speedup = median of per-round "
                               "ratios against the PyTorch fp32 parent",
@@ -332,7 +335,8 @@ def optimize(cfg: OptimizeConfig, out: str | os.PathLike, progress: bool = True)
             built, errors = build_candidates(parent, cfg, work)
         t0 = time.perf_counter()
         decision = choose(parent, built, cfg.data, cfg.batch_sizes, cfg.seq_len, cfg.threads, cfg.warmup, cfg.runs,
-                          cfg.max_accuracy_drop, cfg.min_agreement, progress, device=cfg.device)
+                          cfg.max_accuracy_drop, cfg.min_agreement, progress, device=cfg.device,
+                          max_type_f1_drop=cfg.max_type_f1_drop)
         measure_s = round(time.perf_counter() - t0, 2)
         for name, error in errors.items():
             decision["table"].append({"name": name, "error": error, "eligible": False,

@@ -16,7 +16,11 @@ For a tagger the split's words are joined by single spaces and tagged by ``Predi
 each gold word is one predicted word. Overall F1 can hold while one entity type collapses (INT8 saturating
 the logits of a rare tag: onnxruntime issues report a tagger at F1 0.8 falling to 0.05), so a
 candidate also fails when a type with at least :data:`COLLAPSE_MIN_SUPPORT` gold entities keeps
-less than :data:`COLLAPSE_FRACTION` of the reference's F1 on that type.
+less than :data:`COLLAPSE_FRACTION` of the reference's F1 on that type, or loses more than the per-type
+budget (``max_type_f1_drop``, :data:`compress.config.MAX_TYPE_F1_DROP` by default) by a loss the split can
+tell from noise: the lower bound of its paired 95% bootstrap interval over sentences is above zero. A type
+of 30 gold entities moves by about 3 points with one of them, so a one-entity change alone is never read
+as a loss; a type that loses ten of them is.
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.stats import type_f1_drop_intervals
+from compress.config import MAX_TYPE_F1_DROP
 from compress.errors import CompressError
 from compress.tasks import get_task
-from compress.tasks.ner_metrics import token_agreement
+from compress.tasks.ner_metrics import sentence_counts, split_tag, token_agreement
 
 #: How each task's primary metric is named for people (messages, tables).
 METRIC_NAMES = {"accuracy": "accuracy", "entity_f1": "entity F1", "f1": "F1"}
@@ -131,10 +137,24 @@ class SplitScorer:
             out["per_type_f1_drop"] = {t: round(f - got["per_type_f1"].get(t, 0.0), 6)
                                        for t, f in ref["per_type_f1"].items()}
             out["collapsed_types"] = collapsed_types(ref["per_type_f1"], got["per_type_f1"], ref["support"])
+            out["per_type_support"] = dict(ref["support"])
+            out["per_type_f1_drop_interval"] = self.type_drop_intervals(predictions, reference, ref["support"])
         return out
 
-    def failures(self, record: dict[str, Any], max_drop: float, min_agreement: float | None = None) -> list[str]:
-        """Why a candidate's record is out of budget (empty when it is within)."""
+    def type_drop_intervals(self, predictions: Any, reference: Any, support: dict[str, int]) -> dict[str, list[float]]:
+        """``{type: [low, high]}``: the paired 95% bootstrap interval over sentences of the F1 drop (reference
+        minus candidate) of each type with gold entities (``support``); a type never gold is not judged."""
+        types = sorted({split_tag(tag)[1] for tag in self.label_names} - {""})  # every type a model can predict
+        _, ref_counts = sentence_counts(self.gold, reference, types=types)
+        _, got_counts = sentence_counts(self.gold, predictions, types=types)
+        return {t: [round(i.low, 6), round(i.high, 6)]
+                for t, i in type_f1_drop_intervals(types, ref_counts, got_counts).items() if support.get(t, 0) > 0}
+
+    def failures(self, record: dict[str, Any], max_drop: float, min_agreement: float | None = None,
+                 max_type_drop: float | None = MAX_TYPE_F1_DROP) -> list[str]:
+        """Why a candidate's record is out of budget (empty when it is within). ``max_type_drop`` (a tagger's
+        per-type F1 budget; ``None``: types are judged for collapse only) fails a type of at least
+        :data:`COLLAPSE_MIN_SUPPORT` gold entities whose drop is over it with its interval above zero."""
         reasons = []
         name = METRIC_NAMES.get(self.metric, self.metric)
         if record[self.drop_key] > max_drop:
@@ -143,7 +163,25 @@ class SplitScorer:
             reasons.append(f"agreement {record['agreement']:.4f} < {min_agreement:g}")
         for t, (before, after) in (record.get("collapsed_types") or {}).items():
             reasons.append(f"type {t} collapsed: F1 {before:.3f} -> {after:.3f}")
+        if max_type_drop is not None:
+            reasons += [f"type {t} lost F1 {drop:.3f} [{low:.3f}, {high:.3f}] > budget {max_type_drop:g}"
+                        for t, (drop, low, high) in types_over_budget(record, max_type_drop).items()
+                        if t not in (record.get("collapsed_types") or {})]
         return reasons
+
+
+def types_over_budget(record: dict[str, Any], max_type_drop: float,
+                      min_support: int = COLLAPSE_MIN_SUPPORT) -> dict[str, tuple[float, float, float]]:
+    """``{type: (drop, low, high)}`` for each type of ``record`` (:meth:`SplitScorer.compare`) with at least
+    ``min_support`` gold entities whose F1 drop is over ``max_type_drop`` and whose 95% interval lies above
+    zero (a loss the split tells from noise)."""
+    out = {}
+    support = record.get("per_type_support") or {}
+    for t, (low, high) in (record.get("per_type_f1_drop_interval") or {}).items():
+        drop = record["per_type_f1_drop"].get(t, 0.0)
+        if support.get(t, 0) >= min_support and drop > max_type_drop and low > 0:
+            out[t] = (drop, low, high)
+    return out
 
 
 def collapsed_types(reference: dict[str, float], candidate: dict[str, float], support: dict[str, int],

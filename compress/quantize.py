@@ -50,7 +50,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from compress.artifact import folder_size_bytes, read_meta, weights_sha256, write_artifact
-from compress.config import QUANTIZE_GRAPHS, QUANTIZE_METHODS, DataOptions, QuantizeConfig
+from compress.config import MAX_TYPE_F1_DROP, QUANTIZE_GRAPHS, QUANTIZE_METHODS, DataOptions, QuantizeConfig
 from compress.errors import CompressError, describe
 from compress.export import PARITY_PAIRS, PARITY_TEXTS, check_out_is_not_input, count_fused_ops, export_onnx
 from compress.formats.onnx import INT8_OPS, ONNX_FILE
@@ -150,6 +150,7 @@ def quantize_stage(cfg: QuantizeConfig, out: str | os.PathLike) -> Path:
     cfg.validate()
     op_types = [x.strip() for x in cfg.op_types.split(",") if x.strip()] if cfg.op_types else None
     return quantize(cfg.model, out, method=cfg.method, data=cfg.data, max_accuracy_drop=cfg.max_accuracy_drop,
+                    max_type_f1_drop=cfg.max_type_f1_drop,
                     per_channel=cfg.per_channel, reduce_range=cfg.reduce_range, graph=cfg.graph, op_types=op_types,
                     calibration_size=cfg.calibration_size, device=cfg.device, precision=cfg.precision)
 
@@ -158,13 +159,15 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
              data: DataOptions | None = None,
              max_accuracy_drop: float = 0.01, per_channel: bool = False, reduce_range: bool = False,
              graph: str | None = None, op_types: Sequence[str] | None = None,
-             calibration_size: int = DEFAULT_CALIBRATION_SIZE, device: str = "auto", precision: str = "fp32") -> Path:
+             calibration_size: int = DEFAULT_CALIBRATION_SIZE, device: str = "auto", precision: str = "fp32",
+             max_type_f1_drop: float = MAX_TYPE_F1_DROP) -> Path:
     """Quantize an fp32 artifact to INT8 (or bf16) and write it at ``out``.
 
     ``model_dir`` is a PyTorch fp32 folder (any method) or an ``onnx-fp32`` artifact
     (``ort-dynamic``, ``ort-static``). ``data`` (a :class:`compress.config.DataOptions`) enables the accuracy check
     on its validation split and the fallbacks; ``max_accuracy_drop`` is in accuracy points
-    (0.01 = one percentage point; a negative budget forces every fallback to be tried).
+    (0.01 = one percentage point; a negative budget forces every fallback to be tried); for a tagger
+    ``max_type_f1_drop`` is the per-type budget (:func:`compress.quality.types_over_budget`; 1 turns it off).
     ``graph`` picks the fp32 ONNX graph quantized by the ORT methods (``fused``: ORT's transformer
     fusions, the ort-dynamic default; ``unfused``: plain MatMuls, the ort-static default);
     ``op_types`` the ONNX operator types quantized; ``calibration_size`` how many training texts
@@ -286,7 +289,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                 record["max_abs_logit_diff"] = probe.max_diff(candidate)
                 if evaluation is not None:
                     record.update(evaluation.score(candidate))
-                    over = evaluation.scorer.failures(record, max_accuracy_drop)
+                    over = evaluation.scorer.failures(record, max_accuracy_drop, max_type_drop=max_type_f1_drop)
                     record["within_budget"] = not over
                 record["seconds"] = round(time.perf_counter() - c0, 2)
             except CompressError:
@@ -321,6 +324,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             "candidates": candidates,
             "chosen": chosen["name"],
             "max_accuracy_drop": max_accuracy_drop, "within_budget": within,
+            **({"max_type_f1_drop": max_type_f1_drop} if metric == "entity_f1" else {}),
             # The task's primary metric: accuracy_fp32/int8/drop for a classifier, entity_f1_... for a tagger.
             "metric": metric, f"{metric}_fp32": evaluation.fp32 if evaluation else None,
             f"{metric}_int8": chosen.get(metric), f"{metric}_drop": chosen.get(f"{metric}_drop"),
@@ -341,6 +345,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                                                             "onnx", "parity") if k in parent_meta},
             **reading_settings(parent_meta),
             "config": QuantizeConfig(model=str(model_dir), method=method, data=data, max_accuracy_drop=max_accuracy_drop,
+                                     max_type_f1_drop=max_type_f1_drop,
                                      per_channel=per_channel, reduce_range=reduce_range, **requested,
                                      calibration_size=calibration_size, device=device, precision=precision).to_dict(),
             "device": run_on,

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Mapping
 
 from compress.config.choices import (SOFT_LABEL_RUNTIMES, UNLABELED_SELECTIONS, SOFT_LABELS_HELP, UNLABELED_BALANCE_HELP, SCHEDULES, IMPORTANCES, SCOPES,
                                      QUANTIZE_METHODS, QUANTIZE_GRAPHS, AUGMENT_OPS, TRAIN_FLAGS, PRUNE_TRAIN_FLAGS,
-                                     FULL, QUICK)
+                                     FULL, QUICK, MAX_TYPE_F1_DROP, MAX_TYPE_F1_DROP_HELP)
 from compress.config.engine import (Problem, _choices, _Bad, _is_int, ConfigBase, _problem, _device_problems,
                                     _precision)
 from compress.config.shared import DataOptions, KDSettings, RunSettings, TrainSettings, StudentSpec, transfer_problems
@@ -434,6 +434,15 @@ class ExportConfig(ConfigBase):
         return problems
 
 
+def _type_budget_problems(cfg: Any) -> list[Problem]:
+    """``max_type_f1_drop``, shared by quantize and optimize: an F1 share in [0, 1]."""
+    budget = cfg.max_type_f1_drop
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 <= budget <= 1:
+        return [_problem("max_type_f1_drop", f"--max-type-f1-drop must be an F1 share in [0, 1] (0.03 = three points; "
+                                             f"1 turns the per-type rule off), got {budget!r}.")]
+    return []
+
+
 @dataclass
 class QuantizeConfig(ConfigBase):
     """Settings of the quantize stage (``bert-compress quantize``): INT8 or bf16 checked against fp32."""
@@ -443,6 +452,8 @@ class QuantizeConfig(ConfigBase):
     #: Data whose validation split checks the accuracy change (``None``: not measured, no fallbacks).
     data: DataOptions | None = None
     max_accuracy_drop: float = 0.01
+    #: A tagger's per-type F1 budget on validation (compress.quality.types_over_budget; other tasks ignore it).
+    max_type_f1_drop: float = field(default=MAX_TYPE_F1_DROP, metadata={"help": MAX_TYPE_F1_DROP_HELP})
     per_channel: bool = False
     reduce_range: bool = False
     #: ONNX graph quantized by ort-dynamic / ort-static: fused or unfused (``None``: fused for ort-dynamic,
@@ -476,6 +487,7 @@ class QuantizeConfig(ConfigBase):
         if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not math.isfinite(drop):
             problems.append(_problem("max_accuracy_drop", f"--max-accuracy-drop must be a finite number (0.01 = one "
                                                           f"point), got {drop!r}."))
+        problems += _type_budget_problems(self)
         if self.method.startswith("openvino-") and (self.graph is not None or self.op_types or self.reduce_range):
             problems.append(_problem("graph" if self.graph is not None else "op_types" if self.op_types else
                                      "reduce_range", f"--method {self.method} converts the unfused fp32 graph and lets "
@@ -664,6 +676,8 @@ class OptimizeConfig(ConfigBase):
     warmup: int = 10
     runs: int = 60
     max_accuracy_drop: float = 0.01
+    #: A tagger's per-type F1 budget on validation (compress.quality.types_over_budget; other tasks ignore it).
+    max_type_f1_drop: float = field(default=MAX_TYPE_F1_DROP, metadata={"help": MAX_TYPE_F1_DROP_HELP})
     min_agreement: float | None = None
     calibration_size: int = 256
     #: ``--device``: where the candidates are measured (PyTorch ones on it; ONNX ones on its provider).
@@ -698,6 +712,7 @@ class OptimizeConfig(ConfigBase):
         if self.min_agreement is not None and not 0 <= self.min_agreement <= 1:
             problems.append(_problem("min_agreement", f"--min-agreement must be a share in [0, 1] (0.98 = 98%), got "
                                                       f"{self.min_agreement}."))
+        problems += _type_budget_problems(self)
         problems += _device_problems(self)
         names = self.candidate_names()
         unknown = [c for c in names if c not in OPTIMIZE_CANDIDATES]
