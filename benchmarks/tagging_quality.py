@@ -6,7 +6,8 @@ the model's length: the serving path), via :class:`compress.quality.SplitScorer`
 scored with strict span-and-type matching (:mod:`compress.tasks.ner_metrics`, equal to seqeval's
 default). What the gate's statistics need is kept per sentence: the ``(correct, predicted, gold)``
 entity counts per type (a paired bootstrap over sentences resamples both models' counts of the
-same sentences, :func:`benchmarks.stats.f1_drop_interval`) and, against the reference, how many
+same sentences, :func:`benchmarks.stats.f1_drop_interval`; per type, :func:`benchmarks.stats.type_f1_drop_intervals`)
+and, against the reference, how many
 of each sentence's words got the reference's tag.
 """
 
@@ -17,7 +18,7 @@ from typing import Any, Mapping
 
 from compress.errors import CompressError
 from compress.progress import bars_enabled
-from benchmarks.stats import f1_drop_interval, f1_interval, ratio_interval
+from benchmarks.stats import f1_drop_interval, f1_interval, ratio_interval, type_f1_drop_intervals
 from compress.tasks.ner_metrics import scores_from_counts, sentence_counts, token_agreement
 
 
@@ -55,5 +56,7 @@ def evaluate_tagging_quality(predictors: Mapping[str, Any], reference: str, scor
             q["entity_f1_drop"] = f1_drop_interval(counts[reference], counts[name]).as_dict()
             ref_types = out[reference]["per_type_f1"]
             q["per_type_f1_drop"] = {t: round(f - q["per_type_f1"].get(t, 0.0), 6) for t, f in ref_types.items()}
+            q["per_type_f1_drop_interval"] = {t: [i.low, i.high] for t, i in type_f1_drop_intervals(
+                types, counts[reference], counts[name]).items() if scores["per_type"][t]["support"]}
         out[name] = q
     return {name: out[name] for name in predictors}

@@ -637,6 +637,8 @@ def test_bench_scores_a_tagger_on_entity_f1_per_sentence(trained, tagger_results
         if not art["is_reference"]:
             assert q["entity_f1_drop"]["estimate"] == pytest.approx(ref["entity_f1"] - q["entity_f1"])
             assert set(q["per_type_f1_drop"]) == {"LOC", "PER"}
+            for t, (low, high) in q["per_type_f1_drop_interval"].items():
+                assert low - 1e-9 <= q["per_type_f1_drop"][t] <= high + 1e-9
         assert art["latency"], f"{name} was not timed"
     report = (tagger_results / "report.md").read_text()
     assert "entity F1 [95%]" in report and "F1 LOC" in report and "word agreement" in report
