@@ -102,3 +102,18 @@ def test_the_budget_is_an_f1_share(cls, bad, tmp_path):
     problems = cls(model="m", max_type_f1_drop=bad).problems()
     assert [p for p in problems if "max_type_f1_drop" in p.keys], problems
     assert not [p for p in cls(model="m", max_type_f1_drop=1).problems() if "max_type_f1_drop" in p.keys]
+
+
+def test_a_type_the_reference_barely_finds_does_not_collapse_on_noise(tmp_path):
+    """40 PER entities of which the reference finds 3 (F1 0.140): a candidate that finds 1 keeps under half
+    (0.049), but that is two entities, inside the split's noise: no collapse. Losing all 8 of 8 found is one."""
+    scorer = _scorer(tmp_path, per=40)
+    gold = scorer.gold
+    barely = _losing(gold, 103, 37)  # PER found in sentences 100 to 102 only
+    record = scorer.compare(_losing(gold, 101, 39), barely)
+    assert record["per_type_f1"]["PER"] < 0.5 * scorer.metrics(barely)["per_type_f1"]["PER"]
+    assert record["per_type_f1_drop_interval"]["PER"][0] == 0.0
+    assert record["collapsed_types"] == {} and scorer.failures(record, 0.5) == []
+    eight = _losing(gold, 108, 32)
+    lost = scorer.compare(_losing(gold, 100, 40), eight)
+    assert list(lost["collapsed_types"]) == ["PER"] and len(scorer.failures(lost, 0.5)) == 1
