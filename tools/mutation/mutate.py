@@ -179,14 +179,16 @@ MODULES: dict[str, list[Target]] = {
                         timeout_constant=60.0,
                         preload=["torch", "transformers", "transformers.models.bert.modeling_bert", "onnx",
                                  "onnxruntime.quantization", "pandas", "datasets"]),
-                 # A candidate's record against the fp32 model and its budget verdict, for every task (entity F1 and
-                 # the per-type collapse of a tagger).
-                 Target("compress/quality.py", ["SplitScorer.compare", "SplitScorer.failures", "collapsed_types"],
+                 # A candidate's record against the fp32 model and its budget verdict, for every task (entity F1, and
+                 # a tagger's per-type rules: collapse and the per-type budget).
+                 Target("compress/quality.py", ["SplitScorer.compare", "SplitScorer.failures", "collapsed_types",
+                                                "SplitScorer.type_drop_intervals", "types_over_budget"],
                         [f"tests/integration/test_ner_chain.py::{t}" for t in (
                             "test_a_collapsed_type_fails_the_check_even_when_overall_f1_holds",
                             "test_collapse_is_judged_against_the_reference_f1_of_the_type",
                             "test_a_classifier_split_is_scored_on_accuracy_and_agreement",
-                            "test_a_type_only_the_reference_predicts_gets_its_drop_and_is_not_judged")],
+                            "test_a_type_only_the_reference_predicts_gets_its_drop_and_is_not_judged")]
+                        + ["tests/unit/compress/test_type_budget.py"],
                         optional=True),
                  # How a candidate's failure is quoted in the report (also optimize's, export's and OpenVINO's).
                  Target("compress/errors.py", ["first_line", "describe"], ["tests/unit/compress/test_errors.py"])],
