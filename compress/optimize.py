@@ -420,4 +420,18 @@ def format_decision(meta: dict[str, Any]) -> str:
                                                    else "slower"))
         lines.append(f"{row['name']:<{width}}{row['kind']:<12}{100 * row[metric]:>9.1f}%{100 * row[f'{metric}_drop']:>7.1f}"
                      f"{100 * row['agreement']:>7.1f}%{cells}  {status}")
+    worst = [f"{row['name']} {_worst_type(row)}" for row in opt["table"]
+             if row.get("per_type_f1_drop_interval") and row["name"] != opt.get("reference")]
+    if worst:
+        lines.append("the type that lost most F1 (points, paired 95% interval over sentences, gold entities): "
+                     + "; ".join(worst))
     return "\n".join(lines)
+
+
+def _worst_type(row: dict[str, Any]) -> str:
+    """A tagger candidate's largest per-type F1 loss against the fp32 model, with its interval and support."""
+    t = max(row["per_type_f1_drop_interval"], key=lambda k: row["per_type_f1_drop"].get(k, 0.0))
+    low, high = row["per_type_f1_drop_interval"][t]
+    support = (row.get("per_type_support") or {}).get(t)
+    return (f"{t} {-100 * row['per_type_f1_drop'][t]:+.1f} [{-100 * high:+.1f}, {-100 * low:+.1f}]"
+            + (f" ({support})" if support is not None else ""))

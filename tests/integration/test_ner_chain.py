@@ -591,7 +591,12 @@ def test_optimize_a_tagger_scores_candidates_on_entity_f1_and_serves_the_choice(
                                    and not types_over_budget(row, 0.03))
         assert set(row["per_type_f1_drop_interval"]) == {"LOC", "PER"}
     assert abs(rows["onnx-fp32"]["entity_f1"] - rows["pytorch"]["entity_f1"]) < 1e-9
-    assert "F1" in format_decision(meta).splitlines()[1]
+    table = format_decision(meta).splitlines()
+    assert "F1" in table[1]
+    worst = rows["onnx-int8-fused"]
+    t = max(worst["per_type_f1_drop_interval"], key=lambda k: worst["per_type_f1_drop"][k])
+    assert table[-1].startswith("the type that lost most F1") and f"onnx-int8-fused {t} " in table[-1]
+    assert "pytorch" not in table[-1]
     served = Predictor.load(out)
     assert served.task == "token-classification"
     assert [(e["type"], e["text"]) for e in served.predict(TEXT)[0]["entities"]] == [("LOC", "New York"), ("PER", "Alice")]
