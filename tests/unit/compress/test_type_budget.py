@@ -117,3 +117,35 @@ def test_a_type_the_reference_barely_finds_does_not_collapse_on_noise(tmp_path):
     eight = _losing(gold, 108, 32)
     lost = scorer.compare(_losing(gold, 100, 40), eight)
     assert list(lost["collapsed_types"]) == ["PER"] and len(scorer.failures(lost, 0.5)) == 1
+
+
+def test_the_budget_rule_on_constructed_records():
+    """A drop exactly at the budget passes, just over fails; a type without a recorded drop or support is not
+    judged (a drop read as 0, a support as 0), whatever ``min_support``."""
+    record = {"per_type_f1_drop": {"PER": 0.03}, "per_type_f1_drop_interval": {"PER": [0.01, 0.05]},
+              "per_type_support": {"PER": 40}}
+    assert types_over_budget(record, 0.03) == {}
+    record["per_type_f1_drop"]["PER"] = 0.0301
+    assert types_over_budget(record, 0.03) == {"PER": (0.0301, 0.01, 0.05)}
+    no_drop = {"per_type_f1_drop": {}, "per_type_f1_drop_interval": {"PER": [0.01, 0.05]}, "per_type_support": {"PER": 40}}
+    assert types_over_budget(no_drop, 0.03) == {}
+    no_support = {**record, "per_type_support": {}}
+    assert types_over_budget(no_support, 0.03, min_support=1) == {}
+
+
+def test_intervals_cover_every_gold_type_even_one_the_reference_never_predicts(tmp_path):
+    """The reference tags no PER at all (the candidate, gold, finds them: a gain, a negative drop); a type with
+    a single gold entity gets its interval; a type of the label set with no gold entity gets none."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    rows = ([(["we", "saw", "Paris"], ["O", "O", "B-LOC"])] * 50 + [(["we", "saw", "Alice"], ["O", "O", "B-PER"])] * 20
+            + [(["the", "Euro", "cup"], ["O", "B-MISC", "I-MISC"])])
+    write_conll(folder / "train.conll", rows + [(["a", "Cup", "b"], ["O", "B-EVT", "O"])])
+    for split in ("validation", "test"):
+        write_conll(folder / f"{split}.conll", rows)
+    scorer = SplitScorer(load_token_data(str(folder)), "validation")
+    gold = scorer.gold
+    record = scorer.compare(gold, _losing(gold, 50, 20))
+    assert set(record["per_type_f1_drop_interval"]) == {"LOC", "MISC", "PER"}
+    assert record["per_type_f1_drop"]["PER"] == -1.0 and record["per_type_f1_drop_interval"]["PER"] == [-1.0, -1.0]
+    assert record["per_type_f1_drop_interval"]["MISC"] == [0.0, 0.0] and record["per_type_support"]["MISC"] == 1
