@@ -15,7 +15,7 @@ For a tagger the split's words are joined by single spaces and tagged by ``Predi
 (whitespace words, first sub-token; :meth:`compress.tasks.token_data.TokenTaskData.texts`), so
 each gold word is one predicted word. Overall F1 can hold while one entity type collapses (INT8 saturating
 the logits of a rare tag: onnxruntime issues report a tagger at F1 0.8 falling to 0.05), so two per-type
-rules judge each type with at least :data:`COLLAPSE_MIN_SUPPORT` gold entities: a candidate fails when the
+rules judge each type with at least :data:`compress.config.MIN_TYPE_SUPPORT` gold entities: a candidate fails when the
 type keeps less than :data:`COLLAPSE_FRACTION` of the reference's F1 (it *collapsed*), or loses more than
 the per-type budget (``max_type_f1_drop``, :data:`compress.config.MAX_TYPE_F1_DROP` by default). Both count
 only a loss the split tells from noise: the lower bound of the paired 95% bootstrap interval of the type's
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.stats import type_f1_drop_intervals
-from compress.config import MAX_TYPE_F1_DROP
+from compress.config import MAX_TYPE_F1_DROP, MIN_TYPE_SUPPORT
 from compress.errors import CompressError
 from compress.tasks import get_task
 from compress.tasks.ner_metrics import sentence_counts, split_tag, token_agreement
@@ -39,9 +39,6 @@ from compress.tasks.ner_metrics import sentence_counts, split_tag, token_agreeme
 METRIC_NAMES = {"accuracy": "accuracy", "entity_f1": "entity F1", "f1": "F1"}
 #: A type collapses when its F1 falls below this share of the reference model's F1 on it.
 COLLAPSE_FRACTION = 0.5
-#: Types with fewer gold entities in the split are not judged for collapse (their F1 moves by whole
-#: tenths with one entity); their change is still reported.
-COLLAPSE_MIN_SUPPORT = 10
 
 
 class SplitScorer:
@@ -142,7 +139,7 @@ class SplitScorer:
             # like the per-type budget, a collapse counts only where its loss is above zero at 95%.
             out["collapsed_types"] = {t: pair for t, pair in collapsed_types(
                 ref["per_type_f1"], got["per_type_f1"], ref["support"]).items()
-                if out["per_type_f1_drop_interval"].get(t, [0.0])[0] > 0}
+                if out["per_type_f1_drop_interval"][t][0] > 0}
         return out
 
     def type_drop_intervals(self, predictions: Any, reference: Any, support: dict[str, int]) -> dict[str, list[float]]:
@@ -158,7 +155,7 @@ class SplitScorer:
                  max_type_drop: float | None = MAX_TYPE_F1_DROP) -> list[str]:
         """Why a candidate's record is out of budget (empty when it is within). ``max_type_drop`` (a tagger's
         per-type F1 budget; ``None``: types are judged for collapse only) fails a type of at least
-        :data:`COLLAPSE_MIN_SUPPORT` gold entities whose drop is over it with its interval above zero."""
+        :data:`compress.config.MIN_TYPE_SUPPORT` gold entities whose drop is over it with its interval above zero."""
         reasons = []
         name = METRIC_NAMES.get(self.metric, self.metric)
         if record[self.drop_key] > max_drop:
@@ -175,7 +172,7 @@ class SplitScorer:
 
 
 def types_over_budget(record: dict[str, Any], max_type_drop: float,
-                      min_support: int = COLLAPSE_MIN_SUPPORT) -> dict[str, tuple[float, float, float]]:
+                      min_support: int = MIN_TYPE_SUPPORT) -> dict[str, tuple[float, float, float]]:
     """``{type: (drop, low, high)}`` for each type of ``record`` (:meth:`SplitScorer.compare`) with at least
     ``min_support`` gold entities whose F1 drop is over ``max_type_drop`` and whose 95% interval lies above
     zero (a loss the split tells from noise)."""
@@ -189,7 +186,7 @@ def types_over_budget(record: dict[str, Any], max_type_drop: float,
 
 
 def collapsed_types(reference: dict[str, float], candidate: dict[str, float], support: dict[str, int],
-                    fraction: float = COLLAPSE_FRACTION, min_support: int = COLLAPSE_MIN_SUPPORT) -> dict[str, list[float]]:
+                    fraction: float = COLLAPSE_FRACTION, min_support: int = MIN_TYPE_SUPPORT) -> dict[str, list[float]]:
     """``{type: [reference F1, candidate F1]}`` for each type with ``min_support`` gold entities or more
     whose F1 fell below ``fraction`` of the reference's."""
     out = {}

@@ -444,12 +444,18 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     trainer_class = head_distillation_trainer(lambda epoch: objective.terms(epoch, want_inter), read_teacher,
                                               temperature, train.seed, projections, objective.projection_lr, out)
     t_pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
+    scored_rows: dict[tuple[str, str], Any] = {}  # (who, split): tokenized once, for the callback and the scores
+
+    def rows_of(who: str, tok, name: str):
+        if (who, name) not in scored_rows:
+            scored_rows[who, name] = tokenize_tagged_split(task.splits[name], tok, max_length, what=who)
+        return scored_rows[who, name]
+
     callbacks: list[Any] = [stop]
     if "validation" in task.splits:  # the student's entity F1 after each epoch, and a warning if still climbing
         s_pad = s_tok.pad_token_id if s_tok.pad_token_id is not None else 0
-        rows = tokenize_tagged_split(task.splits["validation"], s_tok, max_length, what="student")
-        callbacks.append(entity_f1_callback(rows, task.tags("validation"), task.label_names, s_pad, precision,
-                                            tagger=s_model))
+        callbacks.append(entity_f1_callback(rows_of("student", s_tok, "validation"), task.tags("validation"),
+                                            task.label_names, s_pad, precision, tagger=s_model))
     trainer = trainer_class(model=module, args=args, train_dataset=s_train, callbacks=callbacks,
                             data_collator=_collator(s_tok, task.num_labels, t_pad))
     result = run_trainer(trainer, resume_point(out, resume, fingerprint), Path(out), stop)
@@ -462,7 +468,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
                 continue
             tagged = {}
             for who, model, tok in (("teacher", t_model, t_tok), ("student", s_model, s_tok)):
-                rows = tokenize_tagged_split(task.splits[name], tok, max_length, what=who)
+                rows = rows_of(who, tok, name)
                 pad = tok.pad_token_id if tok.pad_token_id is not None else 0
                 tagged[who] = word_tags(token_logits(model, rows, pad_id=pad), rows, task.label_names)
             gold = task.tags(name)

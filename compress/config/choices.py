@@ -34,7 +34,10 @@ SCOPES = ("uniform", "global")
 #: A tagger's INT8 (or other compressed) candidate fails when one entity type loses more F1 than this against
 #: the fp32 model on validation, by a loss the split tells from noise (compress.quality.types_over_budget).
 MAX_TYPE_F1_DROP = 0.03
-MAX_TYPE_F1_DROP_HELP = ("a tagger's per-type budget: a candidate is out when an entity type with 10 or more gold "
+#: Types with fewer gold entities in the split are reported, never judged by the per-type rules (one entity
+#: moves their F1 by tenths).
+MIN_TYPE_SUPPORT = 10
+MAX_TYPE_F1_DROP_HELP = (f"a tagger's per-type budget: a candidate is out when an entity type with {MIN_TYPE_SUPPORT} or more gold "
                          "entities in validation loses more F1 than this (0.03 = three points) and its paired 95%% "
                          "bootstrap interval over sentences lies above zero; 1 turns the rule off")
 QUANTIZE_METHODS = ("ort-dynamic", "torch-dynamic", "ort-static", "torch-bf16", "openvino-fp32", "openvino-int8")
@@ -59,4 +62,4 @@ FULL = {"warmup": 50, "runs": 300, "batch_sizes": (1, 8, 32), "seq_lens": (32, 1
 QUICK = {"warmup": 3, "runs": 10, "batch_sizes": (1,), "seq_lens": (32,), "limit": 64}
 
 
-__all__ = ['SAMPLINGS', 'SOFT_LABEL_RUNTIMES', 'UNLABELED_SELECTIONS', 'SOFT_LABELS_AUTO_MIN_ROWS', 'SOFT_LABELS_HELP', 'UNLABELED_BALANCE_HELP', 'SCHEDULES', 'IMPORTANCES', 'SCOPES', 'MAX_TYPE_F1_DROP', 'MAX_TYPE_F1_DROP_HELP', 'QUANTIZE_METHODS', 'QUANTIZE_GRAPHS', 'INIT_CHOICES', 'AUGMENT_OPS', 'DATA_KEYS', 'TRAIN_FLAGS', 'PRUNE_TRAIN_FLAGS', 'PRECISION_HELP', 'FULL', 'QUICK']
+__all__ = ['SAMPLINGS', 'SOFT_LABEL_RUNTIMES', 'UNLABELED_SELECTIONS', 'SOFT_LABELS_AUTO_MIN_ROWS', 'SOFT_LABELS_HELP', 'UNLABELED_BALANCE_HELP', 'SCHEDULES', 'IMPORTANCES', 'SCOPES', 'MAX_TYPE_F1_DROP', 'MIN_TYPE_SUPPORT', 'MAX_TYPE_F1_DROP_HELP', 'QUANTIZE_METHODS', 'QUANTIZE_GRAPHS', 'INIT_CHOICES', 'AUGMENT_OPS', 'DATA_KEYS', 'TRAIN_FLAGS', 'PRUNE_TRAIN_FLAGS', 'PRECISION_HELP', 'FULL', 'QUICK']

@@ -425,8 +425,9 @@ def _scored_folder(tmp_path: Path, per: int, loc: int) -> Path:
 def test_a_collapsed_type_fails_the_check_even_when_overall_f1_holds(tmp_path):
     """100 LOC and 12 PER entities: a candidate that loses 9 of the 12 PER keeps overall F1 within a
     0.1 budget (0.958) but PER's F1 falls from 1.0 to 0.4, under half: it is out, and says why. The
-    same loss on a type with fewer than COLLAPSE_MIN_SUPPORT gold entities is reported, not judged."""
-    from compress.quality import COLLAPSE_MIN_SUPPORT, SplitScorer
+    same loss on a type with fewer than MIN_TYPE_SUPPORT gold entities is reported, not judged."""
+    from compress.config import MIN_TYPE_SUPPORT
+    from compress.quality import SplitScorer
     from compress.tasks.token_data import load_token_data
 
     scorer = SplitScorer(load_token_data(str(_scored_folder(tmp_path, per=12, loc=100))), "validation")
@@ -452,11 +453,11 @@ def test_a_collapsed_type_fails_the_check_even_when_overall_f1_holds(tmp_path):
     # Over budget overall too: both reasons.
     assert scorer.failures(record, 0.01)[0].startswith("entity F1 drop 0.0")
 
-    # Exactly COLLAPSE_MIN_SUPPORT gold entities are judged; one fewer are not.
-    at = SplitScorer(load_token_data(str(_scored_folder(tmp_path / "at", per=COLLAPSE_MIN_SUPPORT, loc=100))))
+    # Exactly MIN_TYPE_SUPPORT gold entities are judged; one fewer are not.
+    at = SplitScorer(load_token_data(str(_scored_folder(tmp_path / "at", per=MIN_TYPE_SUPPORT, loc=100))))
     lost_all = [["O", "O", "O"] if i >= 100 else list(t) for i, t in enumerate(at.gold)]
     assert at.compare(lost_all, at.gold)["collapsed_types"] == {"PER": [1.0, 0.0]}
-    few = SplitScorer(load_token_data(str(_scored_folder(tmp_path / "few", per=COLLAPSE_MIN_SUPPORT - 1, loc=100))))
+    few = SplitScorer(load_token_data(str(_scored_folder(tmp_path / "few", per=MIN_TYPE_SUPPORT - 1, loc=100))))
     lost = [["O", "O", "O"] if i >= 100 else list(t) for i, t in enumerate(few.gold)]
     small = few.compare(lost, few.gold)
     assert small["per_type_f1"]["PER"] == 0.0 and small["collapsed_types"] == {}
