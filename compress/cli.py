@@ -92,6 +92,8 @@ def _add_train_flags(p: argparse.ArgumentParser, cls: type) -> None:
     g = p.add_argument_group("training")
     for key in (*TRAIN_FLAGS, "max_length", "resume", "allow_pickle"):  # TRAIN_FLAGS: the one list of them
         _option(g, cls, key)
+    if "pooling" in {f.name for f in dataclasses.fields(cls)}:  # the stages that train a classifier
+        _option(g, cls, "pooling")
 
 
 def _add_precision_flag(p: argparse.ArgumentParser, what: str, bf16_alias: bool = False) -> None:
@@ -545,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, PruneConfig, "teacher", "teacher for recovery (default: the unpruned --model)")
     _option(g, PruneConfig, "lr", "peak learning rate of recovery")
     _option(g, PruneConfig, "batch_size", "batch size for scoring and recovery")
-    for key in ("grad_accum", "warmup_ratio", "max_length", "seed"):
+    for key in ("grad_accum", "warmup_ratio", "max_length", "pooling", "seed"):
         _option(g, PruneConfig, key)
     _option(g, PruneConfig, "sampling", "batch order during recovery")
     _option(g, PruneConfig, "save_steps", "checkpoint recovery every N steps")

@@ -30,6 +30,7 @@ from compress.distill.soft_labels import save_logits
 from compress.errors import CompressError
 from compress.head_check import check_head, judge_existing_head
 from compress.hub import snapshot_origin
+from compress.long_texts import window_texts, windows_record
 from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, gather_rows,
                                guarded_trainer, interrupt_callback, is_main_process, print_metrics, resume_point,
@@ -60,9 +61,12 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     model.to(device)  # the head check and evaluation run where training does
     timings: dict[str, float] = {}
 
-    tokenized = {name: tokenize_split(split, tokenizer, cfg.max_length, task.is_pair, with_length=(name == "train"),
-                                      what="teacher")
-                 for name, split in task.splits.items()}
+    # a text past --max-length is one row per window; scores pool the windows' logits (compress.long_texts)
+    windows = {name: window_texts(split, tokenizer, cfg.max_length, task.is_pair, what=f"teacher ({name})")
+               for name, split in task.splits.items()}
+    tokenized = {name: tokenize_split(windows[name].rows, tokenizer, cfg.max_length, task.is_pair,
+                                      with_length=(name == "train"), what="teacher")
+                 for name in task.splits}
     # A head that came with the model may never have been trained (a base model loaded into a
     # classification class): test it on validation before trusting it (compress.head_check).
     head_check, head_logits = None, None
@@ -70,7 +74,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         head_logits = predict_logits(model, tokenized["validation"], precision=precision.precision,
                                      pad_id=tokenizer.pad_token_id,
                                      desc="checking the existing head (validation)")
-        head_check = check_head(head_logits, np.asarray(task.splits["validation"]["label"]), task.num_labels)
+        head_check = check_head(windows["validation"].pool(head_logits, cfg.pooling), np.asarray(task.splits["validation"]["label"]), task.num_labels)
         untrained_head = judge_existing_head(head_check, cfg.finetune, cfg.model) == "fine-tune"
     else:
         untrained_head = False
@@ -97,8 +101,9 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
                 logits = predict_logits(model, tokenized[name], precision=precision.precision,
                                         pad_id=tokenizer.pad_token_id,
                                         desc=f"evaluating teacher ({name})")
+            eval_logits[name] = logits  # per row, as distill's soft-label cache keys them
+            logits = windows[name].pool(logits, cfg.pooling)
             metrics[name] = classification_metrics(logits, np.asarray(task.splits[name]["label"]))
-            eval_logits[name] = logits
             if name == "validation":
                 chance = check_head(logits, np.asarray(task.splits[name]["label"]), task.num_labels)
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
@@ -123,6 +128,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         "device": device_name(device),
         "precision": precision.to_dict(),
         "data": task.describe(),
+        **windows_record(windows, cfg.max_length, cfg.pooling),
         "metrics": metrics,
         "training": train_log,
         "timings": timings,

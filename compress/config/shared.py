@@ -13,6 +13,7 @@ from compress.data import load_task_data
 from compress.tasks.qa_data import load_qa_data
 from compress.tasks.task_choice import QA, TOKEN, data_task
 from compress.tasks.token_data import load_token_data
+from compress.windows import DEFAULT_POOLING, POOLINGS
 
 
 # ----------------------------------------------------------------------------- shared parts
@@ -137,7 +138,19 @@ class RunSettings:
 
 
 @dataclass
-class KDSettings(RunSettings):
+class ClassifierSettings(RunSettings):
+    """The settings of every stage that trains and scores a classifier (teacher, distill, prune), on top of
+    :class:`RunSettings`; declared once here."""
+
+    #: A text past ``--max-length`` is trained on and scored window by window (compress.long_texts); the
+    #: windows' logits become the text's as ``Predictor`` pools them, and the artifact records it for serving.
+    pooling: str = _helped(DEFAULT_POOLING, "sequence classification: how the windows' logits of a text longer than "
+                           "--max-length become its own, in scoring and serving: mean, or max (the largest per "
+                           "label)", **_choices(*POOLINGS))
+
+
+@dataclass
+class KDSettings(ClassifierSettings):
     """The settings of a distillation run that the prune stage's recovery hands to the distill stage:
     declared once here and inherited by ``DistillConfig`` and ``PruneConfig``, so recovery passes them on by
     name (:meth:`kd_values`). ``intermediate`` is not here: it defaults off for distillation (measured
@@ -191,4 +204,4 @@ def transfer_problems(augment: int, augment_ops: str, unlabeled: str | None, unl
     return problems
 
 
-__all__ = ['DataOptions', 'TrainSettings', 'StudentSpec', 'RunSettings', 'KDSettings', 'parse_augment_ops', 'transfer_problems']
+__all__ = ['DataOptions', 'TrainSettings', 'StudentSpec', 'RunSettings', 'ClassifierSettings', 'KDSettings', 'parse_augment_ops', 'transfer_problems']

@@ -11,7 +11,7 @@ from compress.config.choices import (SOFT_LABEL_RUNTIMES, UNLABELED_SELECTIONS, 
                                      FULL, QUICK, MAX_TYPE_F1_DROP, MAX_TYPE_F1_DROP_HELP)
 from compress.config.engine import (Problem, _choices, _Bad, _is_int, ConfigBase, _problem, _device_problems,
                                     _precision)
-from compress.config.shared import DataOptions, KDSettings, RunSettings, TrainSettings, StudentSpec, transfer_problems
+from compress.config.shared import DataOptions, ClassifierSettings, KDSettings, RunSettings, TrainSettings, StudentSpec, transfer_problems
 from compress.errors import CompressError
 from compress.losses import check_terms
 from compress.losses import names as loss_names
@@ -69,7 +69,7 @@ def _loss_list(value: Any, name: str) -> list[dict] | None:
 
 
 @dataclass
-class TeacherConfig(ConfigBase, RunSettings):
+class TeacherConfig(ConfigBase, ClassifierSettings):
     """Settings of the teacher stage (``bert-compress teacher``)."""
 
     FLAT: ClassVar[dict[str, tuple[str, str]]] = {k: ("train", k) for k in TRAIN_FLAGS}

@@ -32,6 +32,7 @@ from torch import nn
 from compress.artifact import write_model_artifact
 from compress.config import DistillConfig
 from compress.data import DynamicPaddingCollator, tokenize_split
+from compress.long_texts import window_texts, windows_record
 from compress.errors import CompressError
 from students.layer_map import format_layer_map, parse_layer_map
 from compress.losses import LOSSES, LossTerm, row_weighted
@@ -190,12 +191,16 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     # Teachers averaged with --teacher for the soft labels (compress.distill.ensemble); labelled up front.
     members = load_members(cfg.ensemble, teacher, task, cfg.allow_pickle, cfg.revision) if cfg.ensemble else []
 
-    # Each model tokenizes the text its own way; the teacher's ids feed its cached logits.
+    # Each model tokenizes the text its own way; the teacher's ids feed its cached logits. A text past
+    # --max-length is one row per student window, the teacher reading the same words (compress.long_texts).
+    windows = {name: window_texts(split, s_tok, cfg.max_length, task.is_pair, what=f"student ({name})")
+               for name, split in task.splits.items()}
     tokenized = {}
-    for name, split in task.splits.items():
-        ds = tokenize_split(split, s_tok, cfg.max_length, task.is_pair, prefix="s_", with_length=(name == "train"),
+    for name in task.splits:
+        rows = windows[name].rows
+        ds = tokenize_split(rows, s_tok, cfg.max_length, task.is_pair, prefix="s_", with_length=(name == "train"),
                             what="student")
-        t_ds = tokenize_split(split, teacher.tokenizer, cfg.max_length, task.is_pair, prefix="t_", what="teacher")
+        t_ds = tokenize_split(rows, teacher.tokenizer, cfg.max_length, task.is_pair, prefix="t_", what="teacher")
         for col in t_ds.column_names:
             if col.startswith("t_"):
                 ds = ds.add_column(col, t_ds[col][:])
@@ -243,10 +248,11 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
                                                       precision=precision.precision, what=name)
         if members:
             single[name] = soft[name]
-            soft[name] = averaged(soft[name], members, task.splits[name], cfg.max_length, task.is_pair,
+            soft[name] = averaged(soft[name], members, windows[name].rows, cfg.max_length, task.is_pair,
                                   precision.precision, name)
         if name == "validation":
-            check = check_head(soft[name], np.asarray(task.splits[name]["label"]), task.num_labels)
+            check = check_head(windows[name].pool(soft[name], cfg.pooling), np.asarray(task.splits[name]["label"]),
+                               task.num_labels)
             refuse_untrained_teacher(check, cfg.teacher, cfg.allow_untrained_teacher)
     reused = {name: reused[name] for name in tokenized if name in reused}
     timings["soft_labels_s"] = round(time.perf_counter() - t0, 1)
@@ -318,13 +324,16 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
         if name in tokenized:
             logits = predict_logits(student, tokenized[name], prefix="s_", pad_id=s_tok.pad_token_id,
                                     desc=f"evaluating student ({name})")
+            # one row per text: a long text's windows pooled, as Predictor serves it
+            logits, reference = (windows[name].pool(x, cfg.pooling) for x in (logits, soft[name]))
             labels = np.asarray(task.splits[name]["label"])
-            metrics[name] = classification_metrics(logits, labels, soft[name])
-            metrics[name]["teacher_accuracy"] = classification_metrics(soft[name], labels)["accuracy"]
+            metrics[name] = classification_metrics(logits, labels, reference)
+            metrics[name]["teacher_accuracy"] = classification_metrics(reference, labels)["accuracy"]
             if members:  # soft[name] is the ensemble's mean; the single teacher a user would deploy, beside it
-                metrics[name]["single_teacher_accuracy"] = classification_metrics(single[name], labels)["accuracy"]
+                single_pooled = windows[name].pool(single[name], cfg.pooling)
+                metrics[name]["single_teacher_accuracy"] = classification_metrics(single_pooled, labels)["accuracy"]
                 metrics[name]["agreement_with_single_teacher"] = classification_metrics(logits, labels,
-                                                                                        single[name])["agreement"]
+                                                                                        single_pooled)["agreement"]
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     timings["total_s"] = round(time.perf_counter() - started, 1)
 
@@ -363,6 +372,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
         "device": device_name(device),
         "precision": precision.to_dict(),
         "data": task.describe(),
+        **windows_record(windows, cfg.max_length, cfg.pooling),
         "transfer": transfer.describe() if transfer is not None else None,
         "metrics": metrics,
         "training": train_log,

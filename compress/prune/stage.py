@@ -14,6 +14,7 @@ import numpy as np
 from compress.artifact import folder_size_bytes, read_meta, weights_sha256, write_artifact
 from compress.config import DistillConfig, PruneConfig, StudentSpec
 from compress.data import DynamicPaddingCollator, tokenize_split
+from compress.long_texts import window_texts, windows_record
 from compress.errors import CompressError
 from compress.formats.layouts import encoder_parameters, layer_parts, structure
 from compress.formats.pruned import LOADER_COMPRESS, loader_of
@@ -78,9 +79,11 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     elif tagging:
         tokenized = {name: tokenize_tagged_split(split, tokenizer, cfg.max_length, what=name)
                      for name, split in task.splits.items()}
-    else:
-        tokenized = {name: tokenize_split(split, tokenizer, cfg.max_length, task.is_pair, what=name)
-                     for name, split in task.splits.items()}
+    else:  # a text past --max-length is one row per window, scored pooled (compress.long_texts)
+        windows = {name: window_texts(split, tokenizer, cfg.max_length, task.is_pair, what=name)
+                   for name, split in task.splits.items()}
+        tokenized = {name: tokenize_split(windows[name].rows, tokenizer, cfg.max_length, task.is_pair, what=name)
+                     for name in task.splits}
     eval_splits = [name for name in ("validation", "test") if name in tokenized]
     if tagging:
         evaluate_tagger_splits = _tagger_evaluation(task, tokenized, eval_splits, pad_id)
@@ -91,7 +94,8 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
             return _reader_evaluation(m, tokenizer, task, eval_splits, cfg.max_length, pad_id), {}
         if tagging:
             return evaluate_tagger_splits(m, reference)
-        logits = {name: predict_logits(m, tokenized[name], batch_size=64, pad_id=pad_id, desc=f"{desc} ({name})")
+        logits = {name: windows[name].pool(predict_logits(m, tokenized[name], batch_size=64, pad_id=pad_id,
+                                                          desc=f"{desc} ({name})"), cfg.pooling)
                   for name in eval_splits}
         metrics = {name: classification_metrics(logits[name], labels[name],
                                                 reference[name] if reference else None) for name in eval_splits}
@@ -196,7 +200,8 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
             "precision": (recovery or {}).get("precision"),
             "data": task.describe(),
             "task": task_name,
-            **({"stride": qa_stride(cfg.max_length), "allow_null": task.with_impossible} if reading else {}),
+            **({"stride": qa_stride(cfg.max_length), "allow_null": task.with_impossible} if reading
+               else {} if tagging else windows_record(windows, cfg.max_length, cfg.pooling)),
             "metrics": final_metrics,
             "timings": timings,
             "notes": notes,

@@ -15,6 +15,7 @@ from compress.transfer.candidates import candidate_source
 from compress.transfer.corpus import BUILTIN_CORPUS_STATS, filter_unlabeled, held_out_overlap, load_unlabeled
 from compress.transfer.texts import joined_texts, split_keys, split_texts
 from compress.data import map_fingerprint, tokenize_split
+from compress.long_texts import window_texts
 from compress.teacher import teacher_logits
 
 @dataclass
@@ -76,8 +77,10 @@ def with_mask_token(ds, tokenizer, is_pair: bool):
 
 
 def tokenize_for_distillation(ds, student_tokenizer, teacher_tokenizer, max_length: int, is_pair: bool):
-    """Tokenize rows for the student (``s_*`` + ``length``) and the teacher (``t_*``), as distill does."""
+    """Tokenize rows for the student (``s_*`` + ``length``) and the teacher (``t_*``), as distill does; a text past
+    ``max_length`` becomes one row per student window, both models reading its words (compress.long_texts)."""
 
+    ds = window_texts(ds, student_tokenizer, max_length, is_pair, what="student (transfer rows)").rows
     out = tokenize_split(with_mask_token(ds, student_tokenizer, is_pair), student_tokenizer, max_length, is_pair,
                          prefix="s_", with_length=True, what="student")
     t_ds = tokenize_split(with_mask_token(ds, teacher_tokenizer, is_pair), teacher_tokenizer, max_length, is_pair,
@@ -204,6 +207,8 @@ def build_transfer(options: TransferOptions, task, teacher, student_tokenizer, l
             continue
         tokenized = tokenize_for_distillation(ds, student_tokenizer, teacher.tokenizer, options.max_length, task.is_pair)
         n = len(tokenized)
+        if n != len(ds):  # texts past --max-length, one row per window
+            info.setdefault("rows", {})[name] = n
         if label:
             t0 = time.perf_counter()
             logits, reused_labels[name] = teacher_logits(teacher, tokenized, prefix="t_", precision=options.precision,
