@@ -101,8 +101,9 @@ def window_texts(split: Any, tokenizer: Any, max_length: int, is_pair: bool, str
         else:
             order.extend([i] * len(pieces))
             texts.extend(pieces)
-    rows = split.select(order).remove_columns(column).add_column(column, texts)
-    rows = rows.select_columns(split.column_names)  # the split's column order
+    # the window texts go in beside the old column before it leaves: a table is never left without columns
+    rows = (split.select(order).flatten_indices().add_column(f"{column}__window", texts).remove_columns(column)
+            .rename_column(f"{column}__window", column).select_columns(split.column_names))
     print(f"note: {len(long)} of {n} texts are longer than {max_length} tokens for the {what}; each is read in "
           f"windows overlapping by {windows.stride} tokens ({len(rows)} rows in all) and their logits are pooled",
           file=sys.stderr)

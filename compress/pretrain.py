@@ -31,6 +31,7 @@ from compress.artifact import check_model_folder, write_model_artifact
 from compress.assets import resolve_model
 from compress.config import PretrainConfig
 from compress.data import map_fingerprint
+from compress.long_texts import window_texts
 from compress.errors import CompressError
 from compress.training import (checkpoint_dir, guarded_trainer, interrupt_callback, is_main_process, resume_point,
                                run_trainer, training_arguments)
@@ -121,6 +122,8 @@ def _corpus(cfg: PretrainConfig) -> tuple[list[str], dict[str, Any]]:
 
 
 def _tokenize(texts: list[str], tokenizer, max_length: int):
+    """The corpus as masked-LM rows: a text past ``max_length`` becomes one row per window (compress.long_texts),
+    so no line of the corpus is cut."""
     from datasets import Dataset
 
     def encode(batch):
@@ -130,7 +133,7 @@ def _tokenize(texts: list[str], tokenizer, max_length: int):
 
     if not getattr(tokenizer, "is_fast", False):
         raise CompressError("pretrain needs a fast tokenizer (tokenizer.json) to find word boundaries")
-    ds = Dataset.from_dict({"text": texts})
+    ds = window_texts(Dataset.from_dict({"text": texts}), tokenizer, max_length, False, what="masked LM (corpus)").rows
     return ds.map(encode, batched=True, remove_columns=["text"], desc="tokenizing (corpus)", load_from_cache_file=False,
                   new_fingerprint=map_fingerprint(ds, tokenizer, "pretrain corpus", max_length=max_length))
 
@@ -191,7 +194,7 @@ def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
     n_eval = min(2000, max(1, int(round(cfg.eval_share * len(texts)))))
     eval_ds = _tokenize([texts[i] for i in order[:n_eval]], tokenizer, cfg.max_length)
     train_ds = _tokenize([texts[i] for i in order[n_eval:]], tokenizer, cfg.max_length)
-    stats.update(train_texts=len(train_ds), eval_texts=len(eval_ds))
+    stats.update(train_texts=len(texts) - n_eval, eval_texts=n_eval, train_rows=len(train_ds), eval_rows=len(eval_ds))
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()

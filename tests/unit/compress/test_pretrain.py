@@ -105,3 +105,17 @@ def test_pretrain_on_tagging_data_drops_its_held_out_sentences_and_adds_its_trai
     texts, stats = _corpus(cfg)
     assert stats["in_validation_or_test"] == 1 and stats["in_training"] == 1 and stats["task_train_texts"] == 40
     assert texts[0] == "a fresh line about Paris today" and leak not in texts and len(texts) == 41
+
+
+def test_a_corpus_line_past_the_window_is_read_in_windows_not_cut():
+    from compress.pretrain import _tokenize
+
+    tok = make_tokenizer()
+    long = " ".join(FILLER[i % len(FILLER)] for i in range(70))  # one token a word
+    rows = _tokenize(["a good film", long], tok, 24)
+    lengths = rows["length"][:]
+    assert len(rows) >= 5 and max(lengths) <= 24 and lengths[0] == 5
+    pieces = [ids[1:-1] for ids in rows["input_ids"][1:]]
+    whole = tok(long, add_special_tokens=False)["input_ids"]
+    assert pieces[0] == whole[:22] and pieces[-1] == whole[-len(pieces[-1]):]  # from its first token to its last
+    assert sum(len(p) for p in pieces) >= len(whole)
