@@ -13,9 +13,9 @@ student and once for the teacher, whose tokenizers may differ. Cutting the text,
 both read exactly the same words of a window, so the teacher's soft label for a row is its opinion
 of the very passage the student is trained on. The windows are cut by the tokenizer the rows are
 for (the student's in distillation) and a window's text starts and ends on whole words: a word the
-window's edge splits is left to the neighbouring window, which holds it whole in the overlap. The
-text keeps the whitespace before its first word, so a byte-level BPE tokenizer (RoBERTa, MPNet)
-spells that word as it did inside the text and the row re-tokenizes to the window's own tokens.
+window's edge splits is left to the neighbouring window when that one holds it whole in the overlap.
+The text keeps the whitespace before its first word, so a byte-level BPE tokenizer (RoBERTa's) spells
+that word as it did inside the text and the row re-tokenizes to the window's own tokens.
 
 Training on every window of a long text with the text's label is the usual recipe for long-document
 classification (each window a noisy view of the document's label); scoring pools like serving does,
@@ -39,14 +39,12 @@ class TextWindows:
     """A split whose texts past the window are replaced by one row per window (``rows``).
 
     ``sample[r]`` is the index, in the original split, of the text row ``r`` comes from (rows of one
-    text are consecutive and in reading order); ``n_texts`` the split's length; ``stride`` the overlap
-    the windows were cut with.
+    text are consecutive and in reading order); ``n_texts`` the split's length.
     """
 
     rows: Any
     sample: np.ndarray
     n_texts: int
-    stride: int
 
     @property
     def split_texts(self) -> int:
@@ -67,15 +65,19 @@ def window_texts(split: Any, tokenizer: Any, max_length: int, is_pair: bool, str
     """``split`` (a ``datasets.Dataset`` with ``text``, and ``text_pair`` when ``is_pair``) with every text
     longer than ``max_length`` tokens of ``tokenizer`` replaced by the text of each of its windows.
 
-    Windows overlap by ``stride`` tokens (default :func:`compress.windows.default_stride`); for a pair only
+    Windows overlap by ``stride`` tokens (default :func:`compress.windows.default_stride`, of ``max_length``
+    lowered to the tokenizer's limit where it is above it, as tokenization does); for a pair only
     the second text is cut, every window repeating the first. A tokenizer without a fast backend cannot
     be windowed: its long texts stay whole and :func:`compress.data.tokenize_split` cuts them with its
     warning.
     """
     n = len(split)
-    identity = TextWindows(split, np.arange(n, dtype=np.int64), n, 0)
+    identity = TextWindows(split, np.arange(n, dtype=np.int64), n)
     if n == 0:
         return identity
+    limit = getattr(tokenizer, "model_max_length", None)
+    if limit and limit < 100_000:  # as compress.data.tokenize_split clamps it (and says so)
+        max_length = min(max_length, limit)
     column = "text_pair" if is_pair else "text"
     firsts = split["text"][:]
     seconds = split["text_pair"][:] if is_pair else None
@@ -107,7 +109,7 @@ def window_texts(split: Any, tokenizer: Any, max_length: int, is_pair: bool, str
     print(f"note: {len(long)} of {n} texts are longer than {max_length} tokens for the {what}; each is read in "
           f"windows overlapping by {windows.stride} tokens ({len(rows)} rows in all) and their logits are pooled",
           file=sys.stderr)
-    return TextWindows(rows, np.asarray(order, dtype=np.int64), n, windows.stride)
+    return TextWindows(rows, np.asarray(order, dtype=np.int64), n)
 
 
 def windows_record(windows: dict[str, TextWindows], max_length: int, pooling: str) -> dict[str, Any]:
