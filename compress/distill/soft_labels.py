@@ -1,18 +1,19 @@
-"""The teacher's logits for every training row, filled while training instead of in a separate pass.
+"""The teacher's logits for every training row: from the cache, from the teacher forward training runs
+anyway, or from one pass before training.
 
-A distillation run needs the teacher's logits (soft labels) for every row it trains on. Computing
-them in a pass of their own before training costs a full teacher forward over the training set; but
-whenever intermediate losses are on, training runs the teacher on every batch anyway, and then the
-logits come for free. :class:`SoftLabelStore` holds one row per training example: rows found in the
-on-disk cache (``compress.teacher.soft_label_cache_path``, the same files ``teacher_logits``
-writes) are filled at the start, the rest are filled the first time a batch needs them (from the
-intermediate-loss teacher forward when there is one, else from a logits-only teacher forward of that
-batch), and every part whose rows are all known is written back to the cache at the end, so the
-next run (another seed, another student) starts complete.
+A distillation run needs the teacher's logits (soft labels) for every row it trains on.
+:class:`SoftLabelStore` holds one row per training example: rows found in the on-disk cache
+(``compress.teacher.soft_label_cache_path``, the same files ``teacher_logits`` writes) are filled at
+the start. With intermediate losses on, training runs the teacher on every batch anyway, so the rest
+are filled the first time a batch needs them, for free; with logit terms alone the distill stage
+labels the missing rows in one length-sorted pass before training (``_label_up_front`` in
+``compress.distill.trainer``: only those rows, padded far less than training batches). Every part
+whose rows are all known is written back to the cache at the end, so the next run (another seed,
+another student) starts complete.
 
 With a sentence-vector term on (:mod:`compress.distill.pooled`) the store also holds the teacher's
-mean-pooled sentence vector of every row, filled by the same teacher forward and cached beside the logits;
-a row counts as known only when both are.
+mean-pooled sentence vector of every row, filled by the same teacher forward in training and cached
+beside the logits; a row counts as known only when both are.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ while the teacher stays outside it, frozen, run under ``no_grad`` on every rank.
 a list of loss terms (``compress.losses.LossTerm``), each a registered loss on one signal
 (logits, labels, embeddings, hidden states, attention maps), so the trainer never names a loss.
 
-The teacher's logits for the training rows come from the soft-label cache when it has them and are
-otherwise filled while training (``compress.distill.soft_labels``): with intermediate losses on, the
-teacher runs on every batch anyway and its logits cost nothing extra, so there is no separate
-soft-labelling pass. Its hidden states and attention maps are computed on the fly while
+The teacher's logits for the training rows come from the soft-label cache when it has them; the rest
+are filled while training when the teacher runs on every batch anyway (intermediate losses, the
+sentence-vector term), else labelled in one length-sorted pass before training
+(``compress.distill.soft_labels``). Its hidden states and attention maps are computed on the fly while
 intermediate terms are active.
 
 Teacher and student tokenize the text separately. Intermediate losses need the two tokenizations to
@@ -293,6 +293,11 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
             if store.vectors_loaded.get(part.name):
                 print(f"teacher sentence vectors ({part.name}): reusing the cache beside it")
         train_ds = train_ds.add_column("row", list(range(len(train_ds))))
+    labelled_up_front = 0
+    if store is not None and not want_inter and not want_pooled and not store.complete:
+        t0 = time.perf_counter()
+        labelled_up_front = _label_up_front(store, teacher, train_ds, precision.precision)
+        timings["soft_labels_up_front_s"] = round(time.perf_counter() - t0, 1)
     teacher_needed = want_inter or (store is not None and not store.complete)
     if not teacher_needed:
         train_ds = train_ds.remove_columns([c for c in train_ds.column_names if c.startswith("t_")])
@@ -305,7 +310,8 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     # the rows it trained on, labelled + transfer (a long text's windows one each), as every distiller records them
     train_log["rows"] = len(train_ds)
     if store is not None:
-        train_log["soft_labels"] = {"filled_during_training": not all(store.loaded.values()),
+        train_log["soft_labels"] = {"filled_during_training": not all(store.loaded.values()) and not labelled_up_front,
+                                    "labelled_before_training": labelled_up_front,
                                     "cached_parts": dict(store.loaded)}
         if want_pooled:
             train_log["teacher_vectors"] = {"filled_during_training": not all(store.vectors_loaded.values()),
@@ -418,6 +424,23 @@ def _soft_label_store(teacher, train, transfer, precision: str, num_labels: int,
         start = parts[-1].stop if parts else 0
         parts.append(Part(name, start, start + len(ds), path))
     return SoftLabelStore(parts, num_labels, vector_width)
+
+
+def _label_up_front(store: SoftLabelStore, teacher, train_ds, precision: str) -> int:
+    """Fill the store's missing logits in one pass before training; returns how many rows it labelled.
+
+    For logit terms alone (no intermediate or sentence-vector term, whose teacher forward would give the
+    logits for free). In training the teacher runs on every batch holding a row not labelled yet, on the
+    whole batch padded to its longest row: with a seed's own transfer rows new, that is nearly every batch of
+    the first epoch, cached rows included. :func:`compress.modeling.predict_logits` runs only the missing
+    rows, longest first in batches padded to their own length. The rows are cached at the end as before.
+    """
+    missing = np.flatnonzero(~store.known)
+    if len(missing):
+        logits = predict_logits(teacher.model, train_ds.select(missing), precision=precision, prefix="t_",
+                                pad_id=teacher.tokenizer.pad_token_id, desc="soft labels (rows not in the cache)")
+        store.put(missing, logits)
+    return int(len(missing))
 
 
 def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, want_inter: bool, out,

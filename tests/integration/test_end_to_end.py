@@ -196,12 +196,13 @@ def test_resume_continues_from_a_checkpoint(trained_teacher, tmp_path, capsys, m
                              train=TrainSettings(epochs=1, lr=2e-3, batch_size=batch, save_steps=3, logging_steps=1000),
                              resume=resume)
 
-    # Each run computes its soft labels while training (nothing cached by other tests is reused).
+    # Each run labels its rows before training (nothing cached by other tests is reused).
     monkeypatch.setenv("BERT_COMPRESS_CACHE", str(tmp_path / "cache-full"))
     full = distill(config(), tmp_path / "full")
     full_meta = json.loads((full / "compress.json").read_text())
     assert full_meta["training"]["global_steps"] == total
-    assert full_meta["training"]["soft_label_rows_filled"] == total * batch
+    assert full_meta["training"]["soft_labels"]["labelled_before_training"] == total * batch
+    assert full_meta["training"]["soft_label_rows_filled"] == 0  # logits only: no teacher forward in training
 
     monkeypatch.setenv("BERT_COMPRESS_CACHE", str(tmp_path / "cache-resumed"))
     out = tmp_path / "student"
@@ -224,7 +225,8 @@ def test_resume_continues_from_a_checkpoint(trained_teacher, tmp_path, capsys, m
     assert "not resumed" not in printed and "starting from the beginning" not in printed
     meta = json.loads((resumed / "compress.json").read_text())
     assert meta["training"]["global_steps"] == total
-    assert meta["training"]["soft_label_rows_filled"] == (total - step) * batch  # only the steps after the checkpoint
+    # the interrupted run wrote no cache (it never finished), so the resumed one labels every row again
+    assert meta["training"]["soft_labels"]["labelled_before_training"] == total * batch
     a, b = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
     assert a.keys() == b.keys()
     for key in a:

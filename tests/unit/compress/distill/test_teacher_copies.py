@@ -21,7 +21,9 @@ from tests.conftest import make_bert, sentiment_rows, write_csv
 def teacher_and_data(tmp_path_factory):
     root = tmp_path_factory.mktemp("int8-labels")
     data = write_csv(root / "sentiment.csv", sentiment_rows(240))
-    cfg = TeacherConfig(model=str(make_bert(root / "encoder")), data=DataOptions(str(data)),
+    # seed 7: not the teacher other modules train on the same file (same weights, same soft-label cache key), so
+    # which rows are cached depends on this module alone
+    cfg = TeacherConfig(model=str(make_bert(root / "encoder", seed=7)), data=DataOptions(str(data)),
                         train=TrainSettings(epochs=6, lr=2e-3, batch_size=16, logging_steps=1000))
     return train_teacher(cfg, root / "teacher"), data
 
