@@ -81,6 +81,7 @@ def window_texts(split: Any, tokenizer: Any, max_length: int, is_pair: bool, str
     column = "text_pair" if is_pair else "text"
     firsts = split["text"][:]
     seconds = split["text_pair"][:] if is_pair else None
+    windowed = seconds if is_pair else firsts  # the texts that are cut (a pair's second)
     lengths = [len(ids) for ids in tokenizer(*((firsts, seconds) if is_pair else (firsts,)))["input_ids"]]
     long = [i for i, length in enumerate(lengths) if length > max_length]
     if not long:
@@ -92,14 +93,14 @@ def window_texts(split: Any, tokenizer: Any, max_length: int, is_pair: bool, str
     stride = default_stride(max_length) if stride is None else stride
     windows = encode_windows(tokenizer, [firsts[i] for i in long], [seconds[i] for i in long] if is_pair else None,
                              max_length=max_length, stride=stride)
-    cut = {i: window_text_spans(windows, k, (seconds if is_pair else firsts)[i]) for k, i in enumerate(long)}
+    cut = {i: window_text_spans(windows, k, windowed[i]) for k, i in enumerate(long)}
     order: list[int] = []
     texts: list[str] = []
     for i in range(n):
         pieces = cut.get(i)
         if pieces is None:
             order.append(i)
-            texts.append((seconds if is_pair else firsts)[i])
+            texts.append(windowed[i])
         else:
             order.extend([i] * len(pieces))
             texts.extend(pieces)

@@ -74,7 +74,8 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         head_logits = predict_logits(model, tokenized["validation"], precision=precision.precision,
                                      pad_id=tokenizer.pad_token_id,
                                      desc="checking the existing head (validation)")
-        head_check = check_head(windows["validation"].pool(head_logits, cfg.pooling), np.asarray(task.splits["validation"]["label"]), task.num_labels)
+        head_check = check_head(windows["validation"].pool(head_logits, cfg.pooling),
+                                np.asarray(task.splits["validation"]["label"]), task.num_labels)
         untrained_head = judge_existing_head(head_check, cfg.finetune, cfg.model) == "fine-tune"
     else:
         untrained_head = False
