@@ -19,32 +19,12 @@ from compress.errors import CompressError
 from compress.formats.bf16 import is_bf16_weights, safetensors_dtypes
 from compress.formats.choice import pick, read_choice
 from compress.runtime import Predictor, artifact_kind
-from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
+from tests.conftest import make_bert, sentiment_rows, write_csv
+from tests.support.trained_classifier import TEXTS, agreement, data, fp32_logits, trained, work  # noqa: F401 (fixtures)
 
-TEXTS = [r["text"] for r in sentiment_rows(60, seed=11)]
 #: Tolerances against the fp32 parent, in logits (the trained tiny model's margins are ~3-6).
 BF16_ATOL = 0.15  # bf16 keeps 8 bits of mantissa: ~0.4% relative error per operation
 INT8_ATOL = 0.3
-
-
-@pytest.fixture(scope="module")
-def work(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("runtimes")
-
-
-@pytest.fixture(scope="module")
-def trained(work) -> Path:
-    return train_briefly(make_bert(work / "bert", layers=2, head=True), steps=40, seed=0)
-
-
-@pytest.fixture(scope="module")
-def data(work) -> DataOptions:
-    return DataOptions(str(write_csv(work / "sentiment.csv", sentiment_rows(240, seed=3))))
-
-
-@pytest.fixture(scope="module")
-def fp32_logits(trained) -> np.ndarray:
-    return Predictor.load(trained, threads=1).logits(TEXTS)
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +39,6 @@ def static(trained, data, work) -> Path:
     from compress.quantize import quantize
 
     return quantize(trained, work / "static", method="ort-static", data=data, calibration_size=64)
-
-
-def _agree(logits: np.ndarray, reference: np.ndarray) -> float:
-    return float((logits.argmax(-1) == reference.argmax(-1)).mean())
 
 
 # ----------------------------------------------------------------------------- torch-bf16
@@ -85,7 +61,7 @@ def test_bf16_is_half_size_safetensors_and_agrees_with_fp32(bf16, trained, fp32_
     logits = predictor.logits(TEXTS)
     assert logits.dtype == np.float32
     assert np.max(np.abs(logits - fp32_logits)) <= BF16_ATOL
-    assert _agree(logits, fp32_logits) == 1.0
+    assert agreement(logits, fp32_logits) == 1.0
 
 
 def test_bf16_is_recognised_without_compress_json_and_loads_with_plain_transformers(bf16, work):
@@ -137,7 +113,7 @@ def test_static_int8_quantizes_weights_and_activations_and_agrees(static, fp32_l
     assert meta["onnx"]["graph"] == "unfused" and meta["config"]["calibration_size"] == 64
     logits = Predictor.load(static, threads=1).logits(TEXTS)
     assert np.max(np.abs(logits - fp32_logits)) <= INT8_ATOL
-    assert _agree(logits, fp32_logits) >= 0.95
+    assert agreement(logits, fp32_logits) >= 0.95
 
 
 def test_static_int8_on_the_fused_graph_still_quantizes_activations(trained, data, work, fp32_logits):

@@ -22,35 +22,14 @@ from compress.config import DataOptions, OptimizeConfig
 from compress.errors import CompressError
 from compress.formats.openvino import OPENVINO_BIN, OPENVINO_XML, is_int8_ir, openvino_missing
 from compress.runtime import Predictor, artifact_kind
-from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
-from tests.support.serving_env import BLOCKER, TRAINING_STACK
-
 from tests.support.paths import ROOT
-TEXTS = [r["text"] for r in sentiment_rows(60, seed=11)]
+from tests.support.serving_env import BLOCKER, TRAINING_STACK
+from tests.support.trained_classifier import TEXTS, agreement, data, fp32_logits, trained, work  # noqa: F401 (fixtures)
+
 FP32_ATOL = 1e-4
 INT8_ATOL = 0.5
 MISSING = openvino_missing(need_nncf=True)
 needs_openvino = pytest.mark.skipif(MISSING is not None, reason=f"OpenVINO tests skipped: {MISSING}")
-
-
-@pytest.fixture(scope="module")
-def work(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("openvino")
-
-
-@pytest.fixture(scope="module")
-def trained(work) -> Path:
-    return train_briefly(make_bert(work / "bert", layers=2, head=True), steps=40, seed=0)
-
-
-@pytest.fixture(scope="module")
-def data(work) -> DataOptions:
-    return DataOptions(str(write_csv(work / "sentiment.csv", sentiment_rows(240, seed=3))))
-
-
-@pytest.fixture(scope="module")
-def fp32_logits(trained) -> np.ndarray:
-    return Predictor.load(trained, threads=1).logits(TEXTS)
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +44,6 @@ def ov_int8(trained, data, work) -> Path:
     from compress.quantize import quantize
 
     return quantize(trained, work / "ov-int8", method="openvino-int8", data=data, calibration_size=64)
-
-
-def _agree(logits: np.ndarray, reference: np.ndarray) -> float:
-    return float((logits.argmax(-1) == reference.argmax(-1)).mean())
 
 
 @needs_openvino
@@ -108,7 +83,7 @@ def test_int8_ir_is_quantized_accuracy_checked_and_agrees(ov_int8, fp32_logits, 
             (bare / item.name).write_bytes(item.read_bytes())
     assert artifact_kind(bare) == "openvino-int8"
     logits = Predictor.load(ov_int8, threads=1).logits(TEXTS)
-    assert np.max(np.abs(logits - fp32_logits)) <= INT8_ATOL and _agree(logits, fp32_logits) >= 0.95
+    assert np.max(np.abs(logits - fp32_logits)) <= INT8_ATOL and agreement(logits, fp32_logits) >= 0.95
 
 
 @needs_openvino
