@@ -318,8 +318,9 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
                                             "cached_parts": dict(store.vectors_loaded)}
         if is_main_process():
             sizes = {p.name: p.stop - p.start for p in store.parts}
+            when = "labelled before training" if labelled_up_front else "filled while training"
             for part, path in store.save().items():
-                print(f"soft labels ({part}, {sizes[part]} examples): filled while training, cached at {path}")
+                print(f"soft labels ({part}, {sizes[part]} examples): {when}, cached at {path}")
             for part, path in store.save_vectors().items():
                 print(f"teacher sentence vectors ({part}, {sizes[part]} examples): filled while training, cached at "
                       f"{path}")

@@ -75,7 +75,7 @@ def test_narrower_student_gets_projections_and_soft_labels_are_reused(trained_te
     first = capsys.readouterr().out
     _distill(teacher, data, tmp_path / "b", student="2x16", init="random", epochs=1)
     second = capsys.readouterr().out
-    assert "soft labels (train, 192 examples): filled while training, cached at" in first
+    assert "soft labels (train, 192 examples): labelled before training, cached at" in first
     assert "soft labels (train, 192 examples): reusing the cache" in second
     meta = json.loads((tmp_path / "b" / "compress.json").read_text())
     assert meta["distillation"]["soft_labels_reused"] == {"train": True, "validation": True, "test": True}
@@ -227,6 +227,7 @@ def test_resume_continues_from_a_checkpoint(trained_teacher, tmp_path, capsys, m
     assert meta["training"]["global_steps"] == total
     # the interrupted run wrote no cache (it never finished), so the resumed one labels every row again
     assert meta["training"]["soft_labels"]["labelled_before_training"] == total * batch
+    assert f"soft labels (train, {total * batch} examples): labelled before training, cached at" in printed
     a, b = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
     assert a.keys() == b.keys()
     for key in a:
