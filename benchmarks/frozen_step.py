@@ -95,7 +95,7 @@ def _counts(value: str) -> list[int]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.frozen_step", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a model name (mpnet-base, minilm), folder or hub id")
-    parser.add_argument("--data", required=True, help="the task data whose training texts make the batches")
+    parser.add_argument("--data", required=True, help="the task data whose training texts make the batches (a pair task: its first texts)")
     parser.add_argument("--frozen", type=_counts, default=[0, 6], help="bottom layers to freeze, one arm each "
                         "(default 0,6; the first is the ratios' reference)")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per arm (default 8)")
