@@ -5,9 +5,10 @@ On a CPU without native bf16 the teacher's fp32 training is the largest part of 
 and the optimiser stop above them. How much that saves depends on the CPU and the model, so it is
 measured, not assumed. Each frozen count gets its own copy of the model; every round runs one
 training step (forward, backward, AdamW) of each copy on the same batch of training texts, the
-copies' order rotating per round so drift lands on all alike, and the ratios are paired per round
-like the benchmark's speedups. It measures speed only: what freezing costs in accuracy needs a
-teacher trained with ``bert-compress teacher --freeze-layers N``.
+copies' order rotating per round so drift lands on all alike (the benchmark's
+:func:`benchmarks.latency.run_interleaved`), and the ratios are paired per round like its
+speedups. It measures speed only: what freezing costs in accuracy needs a teacher trained with
+``bert-compress teacher --freeze-layers N``.
 
     python -m benchmarks.frozen_step --model mpnet-base --data movie-reviews --frozen 0,6,9
 """
@@ -16,13 +17,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from benchmarks.latency import run_interleaved
 from compress.errors import CompressError
+
+NS_PER_S = 1_000_000_000
 
 
 @dataclass
@@ -42,7 +45,7 @@ def measure_frozen_steps(model_dir: str, texts: Sequence[str], frozen: Sequence[
                          warmup: int = 2, batch_size: int = 32, max_length: int = 128, threads: int = 2,
                          seed: int = 0) -> list[FrozenStep]:
     """Time ``steps`` fp32 training steps of the classifier at ``model_dir`` with each count of bottom layers
-    frozen (:func:`compress.training.freeze_bottom_layers`), interleaved, after ``warmup`` untimed rounds."""
+    frozen (:func:`compress.training.freeze_bottom_layers`), interleaved, after ``warmup`` untimed steps of each."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -55,31 +58,39 @@ def measure_frozen_steps(model_dir: str, texts: Sequence[str], frozen: Sequence[
         raise CompressError(f"the data has {len(texts)} training texts; a step needs a batch of {batch_size}.")
     torch.set_num_threads(threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    arms = []
-    for count in frozen:
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(texts))[:needed] if len(texts) >= needed else rng.integers(0, len(texts), needed)
+    # tokenized once, every copy reads the same batches in the same order (one a round, warm-up included)
+    batches = []
+    for start in range(0, needed, batch_size):
+        rows = [texts[i] for i in order[start:start + batch_size]]
+        batches.append((tokenizer(rows, padding=True, truncation=True, max_length=max_length, return_tensors="pt"),
+                        torch.from_numpy(rng.integers(0, 2, len(rows)))))
+    runners = {}
+    for k, count in enumerate(frozen):
         torch.manual_seed(seed)
         model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
         freeze_bottom_layers(model, count)
         model.train()
         optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-5)
-        arms.append((model, optimiser))
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(texts))[:needed] if len(texts) >= needed else rng.integers(0, len(texts), needed)
-    times: list[list[float]] = [[] for _ in frozen]
-    for round_ in range(steps + warmup):
-        rows = [texts[i] for i in order[round_ * batch_size:(round_ + 1) * batch_size]]
-        batch = tokenizer(rows, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        labels = torch.from_numpy(rng.integers(0, 2, len(rows)))
-        for k in np.roll(np.arange(len(arms)), round_):
-            model, optimiser = arms[k]
-            started = time.perf_counter()
-            model(**batch, labels=labels).loss.backward()
-            optimiser.step()
-            optimiser.zero_grad(set_to_none=True)
-            if round_ >= warmup:
-                times[k].append(time.perf_counter() - started)
+        runners[f"{k}:{count}"] = _training_step(model, optimiser, batches)
+    timings = run_interleaved(runners, warmup, steps)
+    times = [[ns / NS_PER_S for ns in timings[name]] for name in runners]
     return [FrozenStep(count, seconds, [s / b for s, b in zip(seconds, times[0])])
             for count, seconds in zip(frozen, times)]
+
+
+def _training_step(model, optimiser, batches):
+    """One call: forward, backward and AdamW on the next of ``batches``."""
+    feed = iter(batches)
+
+    def step() -> None:
+        batch, labels = next(feed)
+        model(**batch, labels=labels).loss.backward()
+        optimiser.step()
+        optimiser.zero_grad(set_to_none=True)
+
+    return step
 
 
 def _counts(value: str) -> list[int]:
@@ -95,11 +106,12 @@ def _counts(value: str) -> list[int]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.frozen_step", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a model name (mpnet-base, minilm), folder or hub id")
-    parser.add_argument("--data", required=True, help="the task data whose training texts make the batches (a pair task: its first texts)")
+    parser.add_argument("--data", required=True,
+                        help="the task data whose training texts make the batches (a pair task: its first texts)")
     parser.add_argument("--frozen", type=_counts, default=[0, 6], help="bottom layers to freeze, one arm each "
                         "(default 0,6; the first is the ratios' reference)")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per arm (default 8)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps of each copy first (default 2)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
