@@ -158,8 +158,9 @@ def encode_batches(tokenizer, texts: Text | Sequence[Text], max_length: int, bat
     longer than ``max_length`` is cut there (:meth:`Predictor.logits` windows it instead).
 
     Returns ``(n, batches)`` where each batch is ``(row_indices, arrays)``; writing a batch's
-    outputs at ``row_indices`` restores the caller's order. For inputs of a fixed shape per text:
-    export's parity check, calibration batches, the traffic benchmark's requests.
+    outputs at ``row_indices`` restores the caller's order. For inputs of a fixed shape per text: export's
+    parity check, whose texts fit the window (calibration batches and the traffic benchmark's requests read
+    long texts in windows through :meth:`Predictor.window_batches` instead).
     """
     if not _is_count(batch_size):
         raise CompressError(f"--batch-size must be a whole number of at least 1, got {batch_size!r}.")
