@@ -315,7 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     _option(p, DistillConfig, "init", "random | teacher-layers | minilm | pretrained:PATH")
     g = p.add_argument_group("distillation")
     _option(g, DistillConfig, "temperature")
-    _option(g, DistillConfig, "kd_loss", "logit loss; logit_mse compares centred logits and ignores --temperature",
+    _option(g, DistillConfig, "kd_loss", "logit loss; logit_mse compares centred logits, teacher_ce trains on the "
+            "teacher's top class (both ignore --temperature)",
             choices=loss_names("soft"))
     _option(g, DistillConfig, "alpha_kd")
     _option(g, DistillConfig, "alpha_hard")

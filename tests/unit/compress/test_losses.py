@@ -9,7 +9,7 @@ from compress.losses import LOSSES, attention_mse, hard_cross_entropy, hidden_ms
 
 
 def test_registry_names_every_loss():
-    assert set(LOSSES) == {"soft_ce", "kl", "logit_mse", "hard_ce", "hidden_mse", "hidden_nmse", "hidden_cosine", "attention_mse",
+    assert set(LOSSES) == {"soft_ce", "kl", "logit_mse", "teacher_ce", "hard_ce", "hidden_mse", "hidden_nmse", "hidden_cosine", "attention_mse",
                            "pooled_cosine", "pooled_nmse", "pooled_relation"}
 
 
@@ -57,6 +57,33 @@ def test_logit_mse_compares_centred_logits_and_is_the_high_temperature_limit():
 def test_hard_ce_known_value():
     logits = torch.tensor([[0.0, math.log(3.0)]])
     assert hard_cross_entropy(logits, torch.tensor([1])).item() == pytest.approx(-math.log(0.75), rel=1e-6)
+
+
+def test_teacher_ce_is_cross_entropy_with_the_teachers_top_class_at_any_temperature():
+    from compress.losses import teacher_cross_entropy
+
+    # row 1: the teacher's top class is 1 (barely: 0.1 against 0.0), row 2: class 0; the student is uniform on
+    # row 1 and sure of class 1 on row 2
+    teacher = torch.tensor([[0.0, 0.1], [3.0, -3.0]])
+    student = torch.tensor([[0.0, 0.0], [0.0, math.log(3.0)]])
+    expected = (-math.log(0.5) - math.log(0.25)) / 2
+    for temperature in (1.0, 2.0, 10.0):
+        assert teacher_cross_entropy(student, teacher, temperature).item() == pytest.approx(expected, rel=1e-6)
+    # a near tie counts as a decision: soft_ce sees 0.1 as almost no preference, this loss as class 1
+    assert teacher_cross_entropy(student[:1], teacher[:1]).item() == pytest.approx(math.log(2.0), rel=1e-6)
+    assert teacher_cross_entropy(torch.tensor([[-5.0, 5.0]]), teacher[:1]).item() < 1e-4
+
+
+def test_teacher_ce_logs_under_its_own_name_beside_the_soft_term():
+    from compress.config import DistillConfig
+    from compress.losses import LossTerm, check_terms
+
+    terms = DistillConfig.from_dict({"losses": "logit_mse:1,teacher_ce:0.5,hard_ce:0.5"}).loss_terms()
+    assert [(t.loss, t.on, t.name, t.weight) for t in terms] == [
+        ("logit_mse", "logits", "kd", 1.0), ("teacher_ce", "logits", "teacher", 0.5), ("hard_ce", "labels", "hard", 0.5)]
+    assert check_terms(terms) == []
+    assert LossTerm("teacher_ce", on="gold").name == "gold"  # on another signal it takes that signal's name
+    assert LossTerm("teacher_ce", name="mine").name == "mine"
 
 
 def test_hidden_mse_ignores_padding():

@@ -51,6 +51,20 @@ def test_the_entity_words_pull_harder_in_the_soft_and_the_hard_term_by_hand():
     assert not torch.allclose(got["soft_ce"], plain["soft_ce"])
 
 
+def test_teacher_ce_trains_every_word_the_teacher_labelled_transfer_rows_included():
+    from compress.losses import LossTerm, teacher_cross_entropy
+    from compress.token_distill import word_term_values
+
+    logits, labels, first, soft = _batch()
+    got = word_term_values([LossTerm("teacher_ce", 1.0)], logits, labels, first, soft, 2.0)
+    words = [(0, 1, 0), (0, 2, 1), (0, 3, 2), (1, 1, 0), (1, 2, 1)]  # row, position, word: row 1 has no gold tag
+    by_hand = sum(teacher_cross_entropy(logits[r, p:p + 1], soft[r, i:i + 1]) for r, p, i in words) / len(words)
+    assert torch.allclose(got["teacher"], by_hand)
+    # the target is the teacher's top tag (row 0's last word: I, where the gold says O), not the gold tag
+    assert torch.allclose(teacher_cross_entropy(logits[0, 3:4], soft[0, 2:3]),
+                          hard_cross_entropy(logits[0, 3:4], torch.tensor([I])))
+
+
 def test_an_entity_weight_is_refused_where_it_does_not_apply():
     with pytest.raises(CompressError, match="entity-word weights apply to token classification .* leave it out for "
                                             "question answering"):
