@@ -42,7 +42,7 @@ def test_every_problem_at_once_types_choices_and_values():
                                  "augment": -2, "student": "banana"}, where="distill")
     msg = str(info.value)
     for part in ("distill.epochs must be a float, got 'two'", "--temperature must be > 0, got 0.0",
-                 "distill.kd_loss must be one of soft_ce, kl, logit_mse, got 'mse'", "--alpha-hard must be >= 0, got -1.0",
+                 "distill.kd_loss must be one of soft_ce, kl, logit_mse, teacher_ce, got 'mse'", "--alpha-hard must be >= 0, got -1.0",
                  "--augment must be >= 0, got -2", "banana"):
         assert part in msg
     keys = {p.keys for p in info.value.problems}
