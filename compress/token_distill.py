@@ -30,7 +30,8 @@ against the tagging splits like any transfer corpus (:func:`compress.transfer.fi
 split into words **by whitespace**, the rule :class:`compress.runtime.Predictor` reads running text
 with, so the student learns the words it will be served. The teacher labels each word as above; those
 rows carry the soft term only (no gold tags), weighted by ``--unlabeled-weight`` against the labelled
-words.
+words. Mention-replaced variants of the training sentences (``--mention-variants``,
+:mod:`compress.transfer.mentions`) keep their gold tags: they carry both terms, like a labelled row.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from compress.distill.intermediate import (active_terms, head_distillation_train
 from compress.losses import LOSSES, LossTerm, row_weighted
 from compress.transfer import (BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, held_out_overlap,
                                load_unlabeled, text_key)
+from compress.transfer.mentions import mention_variants
 from compress.transfer.texts import split_texts
 from students.factory import build_student, teacher_shape
 from students.layer_map import format_layer_map, parse_layer_map
@@ -158,6 +160,23 @@ def _transfer_rows(t_model, t_tok, s_tok, weights: str, sentences: list[list[str
     rows = _student_rows(tokenize_tagged_split(ds, s_tok, max_length, with_length=True, what="student"), soft)
     rows = rows.map(lambda row: {"labels": [IGNORE_INDEX] * len(row["labels"])}, desc="transfer rows")
     return rows.add_column("weight", [float(weight)] * len(rows)), reused
+
+
+def _variant_rows(t_model, t_tok, s_tok, weights: str, task: TokenTaskData, n: int, seed: int, max_length: int,
+                  precision: str):
+    """The student's rows for ``n`` mention-replaced variants of each training sentence with an entity
+    (:func:`compress.transfer.mentions.mention_variants`): the teacher's word soft labels and the variants' gold
+    tags, weight 1 like a labelled row; ``(rows, variant sentences, stats)``, the stats with ``training_rows``."""
+    from datasets import Dataset
+
+    split = task.splits["train"]
+    seen = {text_key(text) for text in split_texts(task, ("train", "validation", "test"))}
+    words, tags, stats = mention_variants(split["tokens"], split["tags"], task.label_names, n, seed, seen)
+    soft, reused = word_soft_labels(t_model, t_tok, words, tags, max_length, weights, precision)
+    ds = Dataset.from_dict({"tokens": words, "tags": tags})
+    rows = _student_rows(tokenize_tagged_split(ds, s_tok, max_length, with_length=True, what="student"), soft)
+    rows = rows.add_column("weight", [1.0] * len(rows))
+    return rows, words, {**stats, "training_rows": len(rows), "soft_labels_reused": reused}
 
 
 def _collator(tokenizer, num_labels: int, teacher_pad_id: int = 0):
@@ -347,8 +366,8 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     config names (``--kd-loss``, ``--losses``, ``--intermediate`` where the tokenizations align, ``--schedule``)."""
 
     cfg.validate()
-    cfg.refuse_beyond_logits("a tagger's sentences are not augmented (word edits that keep the tags are not "
-                             "implemented); leave --augment out for tagging data, or use --unlabeled text.",
+    cfg.refuse_beyond_logits("a tagger's sentences are not edited word by word (the tags would not follow); leave "
+                             "--augment out for tagging data and use --mention-variants or --unlabeled text.",
                              allowed=("unlabeled", "intermediate", "losses", "kd_loss", "schedule"))
     precision = resolve_precision(cfg.precision, training_device(cfg.device)).precision
     eager = cfg.wants_intermediate
@@ -357,7 +376,7 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
                                          eager_attention=eager, task=TOKEN)
     return _distill(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info, task, out, cfg.train,
                     WordObjective.from_config(cfg), cfg.max_length, cfg.resume, precision, cfg.to_dict(),
-                    TransferOptions.from_config(cfg, precision))
+                    TransferOptions.from_config(cfg, precision), cfg.mention_variants)
 
 
 def _teacher_ids(t_tok, s_tok, sentences: Sequence[Sequence[str]], s_ids: list[list[int]], max_length: int,
@@ -376,11 +395,11 @@ def _teacher_ids(t_tok, s_tok, sentences: Sequence[Sequence[str]], s_ids: list[l
 def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
              task: TokenTaskData, out: str | os.PathLike, train: TrainSettings, objective: WordObjective,
              max_length: int, resume: bool, precision: str, settings: dict[str, Any],
-             transfer: TransferOptions | None = None) -> Path:
+             transfer: TransferOptions | None = None, mention_variants: int = 0) -> Path:
     """Train ``s_model`` on the per-word terms of ``objective`` (:func:`word_term_values`, and the intermediate
-    ones where the tokenizations align) over the labelled sentences and the transfer sentences of ``transfer``
-    (if any), score it and the teacher on validation and test (entity F1, word agreement with the teacher), write
-    the student artifact."""
+    ones where the tokenizations align) over the labelled sentences, ``mention_variants`` mention-replaced variants
+    of each (:func:`_variant_rows`) and the transfer sentences of ``transfer`` (if any), score it and the teacher on
+    validation and test (entity F1, word agreement with the teacher), write the student artifact."""
     import torch
     from datasets import concatenate_datasets
 
@@ -396,6 +415,16 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     s_train = s_train.add_column("weight", [1.0] * len(s_train))
     transfer_info: dict[str, Any] | None = None
     read = [list(words) for words in split["tokens"]]  # the sentences of the rows, in row order
+    variants_info: dict[str, Any] | None = None
+    if mention_variants:
+        t0 = time.perf_counter()
+        rows, variant_words, variants_info = _variant_rows(t_model, t_tok, s_tok, weights, task, mention_variants,
+                                                           train.seed, max_length, precision)
+        print(f"soft labels (mention-replaced variants, {len(variant_words)} sentences, per word): "
+              f"{'reused from the cache' if variants_info['soft_labels_reused'] else 'computed'} in "
+              f"{time.perf_counter() - t0:.1f} s")
+        s_train = concatenate_datasets([s_train, rows.select_columns(s_train.column_names)])
+        read += variant_words
     if transfer is not None and transfer.unlabeled:
         sentences, transfer_info = transfer_sentences(transfer, task)
         if sentences:
@@ -488,6 +517,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
                      "soft_labels_reused": reused, "rows": len(s_train)},
         "transfer": transfer_info,
+        "mention_variants": variants_info,
         "timings": {"total_s": round(time.perf_counter() - started, 1)},
     }
     if not is_main_process():

@@ -171,6 +171,10 @@ class DistillConfig(ConfigBase, KDSettings):
     entity_weight: float = field(default=1.0, metadata={
         "help": "tagging data: how much harder a word inside an entity (by its gold tag or the teacher's top tag) pulls "
                 "in the soft and hard losses than an O word (1: every word alike)"})
+    #: Mention-replaced variants (compress.transfer.mentions): tagging transfer rows that keep their gold tags.
+    mention_variants: int = field(default=0, metadata={
+        "help": "tagging data: N variants of each training sentence with an entity, its mentions swapped for other "
+                "training mentions of the same type; the gold tags follow and the teacher labels them (0: off)"})
     #: Branch, tag or commit of ``teacher`` when it is a Hugging Face Hub id (compress.hub).
     revision: str | None = None
     #: Distil even from a teacher no better than chance on validation (compress.head_check).
@@ -192,7 +196,8 @@ class DistillConfig(ConfigBase, KDSettings):
         "gold_labels": ("soft gold labels", None), "ensemble": ("teacher ensembles", None),
         "alpha_pooled": ("sentence-vector losses", 0.0), "average_tail": ("tail-averaged weights", 0.0)}
     #: Settings only a tagger's distillation applies: what each is, and its value that means "off".
-    TAGGER_ONLY: ClassVar[dict[str, tuple[str, Any]]] = {"entity_weight": ("entity-word weights", 1.0)}
+    TAGGER_ONLY: ClassVar[dict[str, tuple[str, Any]]] = {"entity_weight": ("entity-word weights", 1.0),
+                                                         "mention_variants": ("mention-replaced variants", 0)}
     #: Loss signals only a sentence classifier's distillation computes (the data's gold probabilities, sentence vectors).
     CLASSIFIER_ONLY_SIGNALS: ClassVar[tuple[str, ...]] = ("gold", "pooled")
 
@@ -225,6 +230,8 @@ class DistillConfig(ConfigBase, KDSettings):
         problems = self._nested_problems("train") + self._nested_problems("student") + self.kd_problems()
         if not self.entity_weight > 0:
             problems.append(_problem("entity_weight", f"--entity-weight must be > 0, got {self.entity_weight}"))
+        if self.mention_variants < 0:
+            problems.append(_problem("mention_variants", f"--mention-variants must be >= 0, got {self.mention_variants}"))
         for name in ("alpha_embedding", "alpha_hidden", "alpha_attention"):
             if getattr(self, name) < 0:
                 problems.append(_problem(name, f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"))

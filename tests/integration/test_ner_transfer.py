@@ -138,7 +138,7 @@ def test_augmentation_is_still_refused_for_a_tagger_in_one_line(trained, tmp_pat
     assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
                  "--init", "teacher-layers", "--out", str(out), "--augment", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--augment 2" in err[0] and "--unlabeled" in err[0] and not out.exists()
+    assert len(err) == 1 and "--augment 2" in err[0] and "--mention-variants" in err[0] and not out.exists()
 
 
 def test_entity_weight_is_recorded_for_a_tagger_and_refused_for_a_classifier_in_one_line(trained, tmp_path, capsys):
@@ -158,4 +158,34 @@ def test_entity_weight_is_recorded_for_a_tagger_and_refused_for_a_classifier_in_
                  "--entity-weight", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--entity-weight 2.0" in err[0] and "sentence classification" in err[0]
+    assert not refused.exists()
+
+
+def test_mention_variants_add_gold_tagged_rows_for_a_tagger_and_are_refused_for_a_classifier(trained, tmp_path,
+                                                                                            capsys):
+    from compress.cli import main
+    from tests.conftest import sentiment_rows, write_csv
+
+    out = tmp_path / "variants"
+    assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
+                 "--init", "teacher-layers", "--out", str(out), "--max-length", "48", "--epochs", "1",
+                 "--batch-size", "8", "--mention-variants", "2"]) == 0
+    meta = json.loads((out / "compress.json").read_text())
+    variants = meta["mention_variants"]
+    assert variants["per_sentence"] == 2 and variants["variants"] > variants["sentences_with_entities"] > 0
+    assert variants["training_rows"] >= variants["variants"] and meta["config"]["mention_variants"] == 2
+    assert set(variants["variant_entities_by_type"]) == {"LOC", "PER"} and meta["transfer"] is None
+    plain = tmp_path / "plain"
+    assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
+                 "--init", "teacher-layers", "--out", str(plain), "--max-length", "48", "--epochs", "1",
+                 "--batch-size", "8"]) == 0
+    rows = json.loads((plain / "compress.json").read_text())["training"]["rows"]
+    assert meta["training"]["rows"] == rows + variants["training_rows"]
+    assert "soft labels (mention-replaced variants" in capsys.readouterr().out
+    data = write_csv(tmp_path / "reviews.csv", sentiment_rows(20))
+    refused = tmp_path / "refused"
+    assert main(["distill", "--teacher", str(trained.path), "--data", str(data), "--out", str(refused),
+                 "--mention-variants", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--mention-variants 2" in err[0] and "sentence classification" in err[0]
     assert not refused.exists()
