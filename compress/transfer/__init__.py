@@ -11,8 +11,11 @@ the gap is *more text for the teacher to label* (TinyBERT, Jiao et al. 2020; Tan
   equal to a labelled, validation or test text, and cached on disk;
 - **unlabelled text** (``--unlabeled PATH`` or the built-in ``movie-reviews-unlabeled``): a plain
   text corpus from the task's domain.
+- **mention-replaced variants** for taggers (``--mention-variants N``): each entity mention of a
+  training sentence swapped for another training mention of its type; the gold tags follow, so these
+  rows keep a hard label as well (:mod:`~compress.transfer.mentions`).
 
-Neither kind has a gold label: the teacher soft-labels every row (through the same cached
+The first two kinds have no gold label: the teacher soft-labels every row (through the same cached
 :func:`compress.teacher.teacher_logits` as the training set), the rows carry ``label = -100`` so
 the hard-label loss skips them, and a ``sample_weight`` column sets how much each row's soft-label
 loss counts (``--unlabeled-weight`` for the corpus; 1 for labelled and augmented rows).
@@ -20,7 +23,8 @@ loss counts (``--unlabeled-weight`` for the corpus; 1 for labelled and augmented
 Modules: :mod:`~compress.transfer.texts` (text identity), :mod:`~compress.transfer.corpus`
 (reading and filtering unlabelled corpora), :mod:`~compress.transfer.builtin` (the built-in
 corpus), :mod:`~compress.transfer.segment` (word segmentation), :mod:`~compress.transfer.candidates`
-(replacement words), :mod:`~compress.transfer.augment` (variants) and
+(replacement words), :mod:`~compress.transfer.augment` (variants), :mod:`~compress.transfer.mentions`
+(a tagger's mention-replaced variants) and
 :mod:`~compress.transfer.assemble` (the transfer set the distill stage trains on).
 """
 
