@@ -166,12 +166,15 @@ def _variant_rows(t_model, t_tok, s_tok, weights: str, task: TokenTaskData, n: i
                   precision: str):
     """The student's rows for ``n`` mention-replaced variants of each training sentence with an entity
     (:func:`compress.transfer.mentions.mention_variants`): the teacher's word soft labels and the variants' gold
-    tags, weight 1 like a labelled row; ``(rows, variant sentences, stats)``, the stats with ``training_rows``."""
+    tags, weight 1 like a labelled row; ``(rows, variant sentences, stats)``, the stats with ``training_rows``;
+    ``rows`` is ``None`` when no variant could be made (no two mentions of one type)."""
     from datasets import Dataset
 
     split = task.splits["train"]
     seen = {text_key(text) for text in split_texts(task, ("train", "validation", "test"))}
     words, tags, stats = mention_variants(split["tokens"], split["tags"], task.label_names, n, seed, seen)
+    if not words:
+        return None, words, {**stats, "training_rows": 0, "soft_labels_reused": False}
     soft, reused = word_soft_labels(t_model, t_tok, words, tags, max_length, weights, precision)
     ds = Dataset.from_dict({"tokens": words, "tags": tags})
     rows = _student_rows(tokenize_tagged_split(ds, s_tok, max_length, with_length=True, what="student"), soft)
@@ -420,11 +423,15 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         t0 = time.perf_counter()
         rows, variant_words, variants_info = _variant_rows(t_model, t_tok, s_tok, weights, task, mention_variants,
                                                            train.seed, max_length, precision)
-        print(f"soft labels (mention-replaced variants, {len(variant_words)} sentences, per word): "
-              f"{'reused from the cache' if variants_info['soft_labels_reused'] else 'computed'} in "
-              f"{time.perf_counter() - t0:.1f} s")
-        s_train = concatenate_datasets([s_train, rows.select_columns(s_train.column_names)])
-        read += variant_words
+        if rows is None:
+            print(f"note: --mention-variants {mention_variants}: no variant could be made (a variant needs a training "
+                  "sentence with an entity whose type has another training mention)", file=sys.stderr)
+        else:
+            print(f"soft labels (mention-replaced variants, {len(variant_words)} sentences, per word): "
+                  f"{'reused from the cache' if variants_info['soft_labels_reused'] else 'computed'} in "
+                  f"{time.perf_counter() - t0:.1f} s")
+            s_train = concatenate_datasets([s_train, rows.select_columns(s_train.column_names)])
+            read += variant_words
     if transfer is not None and transfer.unlabeled:
         sentences, transfer_info = transfer_sentences(transfer, task)
         if sentences:

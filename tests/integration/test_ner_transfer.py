@@ -189,3 +189,32 @@ def test_mention_variants_add_gold_tagged_rows_for_a_tagger_and_are_refused_for_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--mention-variants 2" in err[0] and "sentence classification" in err[0]
     assert not refused.exists()
+
+
+def test_mention_variants_with_one_mention_per_type_train_on_the_labelled_rows_with_a_note(trained, tmp_path, capsys):
+    from compress.cli import main
+    from tests.support.toy_ner import toy_sentences, write_conll
+
+    def one_name(words, tags):  # every LOC mention becomes "New York", every PER mention "Alice"
+        out_w, out_t = [], []
+        for w, t in zip(words, tags):
+            if t == "B-LOC":
+                out_w += ["New", "York"]
+                out_t += ["B-LOC", "I-LOC"]
+            elif t == "B-PER":
+                out_w.append("Alice")
+                out_t.append("B-PER")
+            elif t == "O":
+                out_w.append(w)
+                out_t.append(t)
+        return out_w, out_t
+
+    data = write_conll(tmp_path / "one-name.conll", [one_name(*s) for s in toy_sentences(120, seed=3)])
+    out = tmp_path / "student"
+    assert main(["distill", "--teacher", str(trained.path), "--data", str(data), "--student", "1x32",
+                 "--init", "teacher-layers", "--out", str(out), "--max-length", "48", "--epochs", "1",
+                 "--batch-size", "8", "--mention-variants", "2"]) == 0
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["mention_variants"]["variants"] == 0 and meta["mention_variants"]["training_rows"] == 0
+    assert meta["mention_variants"]["sentences_with_entities"] > 0
+    assert "--mention-variants 2: no variant could be made" in capsys.readouterr().err
