@@ -163,7 +163,7 @@ def _transfer_rows(t_model, t_tok, s_tok, weights: str, sentences: list[list[str
 
 
 def _variant_rows(t_model, t_tok, s_tok, weights: str, task: TokenTaskData, n: int, seed: int, max_length: int,
-                  precision: str):
+                  precision: str) -> tuple[Any, list[list[str]], dict[str, Any]]:
     """The student's rows for ``n`` mention-replaced variants of each training sentence with an entity
     (:func:`compress.transfer.mentions.mention_variants`): the teacher's word soft labels and the variants' gold
     tags, weight 1 like a labelled row; ``(rows, variant sentences, stats)``, the stats with ``training_rows``;
@@ -398,9 +398,9 @@ def _teacher_ids(t_tok, s_tok, sentences: Sequence[Sequence[str]], s_ids: list[l
 def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
              task: TokenTaskData, out: str | os.PathLike, train: TrainSettings, objective: WordObjective,
              max_length: int, resume: bool, precision: str, settings: dict[str, Any],
-             transfer: TransferOptions | None = None, mention_variants: int = 0) -> Path:
+             transfer: TransferOptions | None = None, n_variants: int = 0) -> Path:
     """Train ``s_model`` on the per-word terms of ``objective`` (:func:`word_term_values`, and the intermediate
-    ones where the tokenizations align) over the labelled sentences, ``mention_variants`` mention-replaced variants
+    ones where the tokenizations align) over the labelled sentences, ``n_variants`` mention-replaced variants
     of each (:func:`_variant_rows`) and the transfer sentences of ``transfer`` (if any), score it and the teacher on
     validation and test (entity F1, word agreement with the teacher), write the student artifact."""
     import torch
@@ -419,12 +419,12 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     transfer_info: dict[str, Any] | None = None
     read = [list(words) for words in split["tokens"]]  # the sentences of the rows, in row order
     variants_info: dict[str, Any] | None = None
-    if mention_variants:
+    if n_variants:
         t0 = time.perf_counter()
-        rows, variant_words, variants_info = _variant_rows(t_model, t_tok, s_tok, weights, task, mention_variants,
+        rows, variant_words, variants_info = _variant_rows(t_model, t_tok, s_tok, weights, task, n_variants,
                                                            train.seed, max_length, precision)
         if rows is None:
-            print(f"note: --mention-variants {mention_variants}: no variant could be made (a variant needs a training "
+            print(f"note: --mention-variants {n_variants}: no variant could be made (a variant needs a training "
                   "sentence with an entity whose type has another training mention)", file=sys.stderr)
         else:
             print(f"soft labels (mention-replaced variants, {len(variant_words)} sentences, per word): "
