@@ -171,7 +171,7 @@ def _variant_rows(t_model, t_tok, s_tok, weights: str, task: TokenTaskData, n: i
     from datasets import Dataset
 
     split = task.splits["train"]
-    seen = {text_key(text) for text in split_texts(task, ("train", "validation", "test"))}
+    seen = {text_key(text) for text in split_texts(task, ("validation", "test"))}  # training keys: added there
     words, tags, stats = mention_variants(split["tokens"], split["tags"], task.label_names, n, seed, seen)
     if not words:
         return None, words, {**stats, "training_rows": 0, "soft_labels_reused": False}

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from compress.tasks.ner_metrics import extract_entities
+from compress.tasks.ner_metrics import Entity, extract_entities
 from compress.transfer.texts import text_key
 
 #: Chance that each mention of a sentence is replaced in a variant (at least one always is).
@@ -48,12 +48,9 @@ def mention_pool(sentences: Sequence[Sequence[str]], tags: Sequence[Sequence[int
     return {kind: sorted(mentions, key=lambda m: (m.words, m.tags)) for kind, mentions in sorted(pool.items())}
 
 
-def _variant(words: Sequence[str], ids: Sequence[int], label_names: Sequence[str],
-             pool: dict[str, list[Mention]], rng: random.Random) -> tuple[list[str], list[int]] | None:
-    """One variant of a sentence, or ``None`` when none of its mentions has another of its type to become."""
-    entities = [e for e in extract_entities([label_names[i] for i in ids]) if len(pool.get(e.type, ())) > 1]
-    if not entities:
-        return None
+def _variant(words: Sequence[str], ids: Sequence[int], entities: Sequence[Entity],
+             pool: dict[str, list[Mention]], rng: random.Random) -> tuple[list[str], list[int]]:
+    """One variant of a sentence whose ``entities`` (in order) each have another mention of their type to become."""
     chosen = {e for e in entities if rng.random() < P_REPLACE} or {rng.choice(entities)}
     new_words: list[str] = []
     new_ids: list[int] = []
@@ -82,8 +79,8 @@ def mention_variants(sentences: Sequence[Sequence[str]], tags: Sequence[Sequence
                      label_names: Sequence[str], n: int, seed: int, seen: Iterable[str] = (),
                      ) -> tuple[list[list[str]], list[list[int]], dict[str, Any]]:
     """Up to ``n`` variants of each sentence with an entity (:func:`_variant`), seeded; none whose
-    :func:`compress.transfer.texts.text_key` is in ``seen`` (give the keys of every split's sentences) or
-    repeats an earlier variant. ``(words, tag ids, stats)``; the stats are what ``compress.json`` records."""
+    :func:`compress.transfer.texts.text_key` is in ``seen`` (give the held-out sentences' keys), is one of
+    ``sentences`` or repeats an earlier variant. ``(words, tag ids, stats)``; the stats are what ``compress.json`` records."""
     rng = random.Random(seed)
     pool = mention_pool(sentences, tags, label_names)
     keys = set(seen) | {text_key(" ".join(words)) for words in sentences}
@@ -91,16 +88,16 @@ def mention_variants(sentences: Sequence[Sequence[str]], tags: Sequence[Sequence
     out_tags: list[list[int]] = []
     with_entities = dropped = 0
     for words, ids in zip(sentences, tags):
-        if not extract_entities([label_names[i] for i in ids]):
+        entities = extract_entities([label_names[i] for i in ids])
+        with_entities += bool(entities)
+        swappable = [e for e in entities if len(pool[e.type]) > 1]
+        if not swappable:
             continue
-        with_entities += 1
         made = 0
         for _ in range(n * ATTEMPTS):
             if made == n:
                 break
-            variant = _variant(list(words), list(ids), label_names, pool, rng)
-            if variant is None:
-                break
+            variant = _variant(list(words), list(ids), swappable, pool, rng)
             key = text_key(" ".join(variant[0]))
             if key in keys:
                 dropped += 1

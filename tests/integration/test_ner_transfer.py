@@ -141,58 +141,56 @@ def test_augmentation_is_still_refused_for_a_tagger_in_one_line(trained, tmp_pat
     assert len(err) == 1 and "--augment 2" in err[0] and "--mention-variants" in err[0] and not out.exists()
 
 
-def test_entity_weight_is_recorded_for_a_tagger_and_refused_for_a_classifier_in_one_line(trained, tmp_path, capsys):
+def _quick_distill(trained, data, out, *extra: str) -> int:
+    """``bert-compress distill`` of a 1x32 student from the toy tagger for one epoch; its exit code."""
+    from compress.cli import main
+
+    return main(["distill", "--teacher", str(trained.path), "--data", str(data), "--student", "1x32",
+                 "--init", "teacher-layers", "--out", str(out), "--max-length", "48", "--epochs", "1",
+                 "--batch-size", "8", *extra])
+
+
+def _refused_for_a_classifier_in_one_line(trained, tmp_path, capsys, flag: str, value: str, shown: str) -> None:
+    """``distill FLAG VALUE`` on sentence-classification data ends in one line naming ``shown`` and writes nothing."""
     from compress.cli import main
     from tests.conftest import sentiment_rows, write_csv
 
-    out = tmp_path / "weighted"
-    assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
-                 "--init", "teacher-layers", "--out", str(out), "--max-length", "48", "--epochs", "1",
-                 "--batch-size", "8", "--entity-weight", "4"]) == 0
-    meta = json.loads((out / "compress.json").read_text())
-    assert meta["distillation"]["entity_weight"] == 4.0 and meta["config"]["entity_weight"] == 4.0
     capsys.readouterr()
     data = write_csv(tmp_path / "reviews.csv", sentiment_rows(20))
     refused = tmp_path / "refused"
     assert main(["distill", "--teacher", str(trained.path), "--data", str(data), "--out", str(refused),
-                 "--entity-weight", "2"]) == 2
+                 flag, value]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--entity-weight 2.0" in err[0] and "sentence classification" in err[0]
+    assert len(err) == 1 and shown in err[0] and "sentence classification" in err[0]
     assert not refused.exists()
+
+
+def test_entity_weight_is_recorded_for_a_tagger_and_refused_for_a_classifier_in_one_line(trained, tmp_path, capsys):
+    out = tmp_path / "weighted"
+    assert _quick_distill(trained, trained.data, out, "--entity-weight", "4") == 0
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["distillation"]["entity_weight"] == 4.0 and meta["config"]["entity_weight"] == 4.0
+    _refused_for_a_classifier_in_one_line(trained, tmp_path, capsys, "--entity-weight", "2", "--entity-weight 2.0")
 
 
 def test_mention_variants_add_gold_tagged_rows_for_a_tagger_and_are_refused_for_a_classifier(trained, tmp_path,
                                                                                             capsys):
-    from compress.cli import main
-    from tests.conftest import sentiment_rows, write_csv
-
     out = tmp_path / "variants"
-    assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
-                 "--init", "teacher-layers", "--out", str(out), "--max-length", "48", "--epochs", "1",
-                 "--batch-size", "8", "--mention-variants", "2"]) == 0
+    assert _quick_distill(trained, trained.data, out, "--mention-variants", "2") == 0
     meta = json.loads((out / "compress.json").read_text())
     variants = meta["mention_variants"]
     assert variants["per_sentence"] == 2 and variants["variants"] > variants["sentences_with_entities"] > 0
     assert variants["training_rows"] >= variants["variants"] and meta["config"]["mention_variants"] == 2
     assert set(variants["variant_entities_by_type"]) == {"LOC", "PER"} and meta["transfer"] is None
     plain = tmp_path / "plain"
-    assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
-                 "--init", "teacher-layers", "--out", str(plain), "--max-length", "48", "--epochs", "1",
-                 "--batch-size", "8"]) == 0
+    assert _quick_distill(trained, trained.data, plain) == 0
     rows = json.loads((plain / "compress.json").read_text())["training"]["rows"]
     assert meta["training"]["rows"] == rows + variants["training_rows"]
     assert "soft labels (mention-replaced variants" in capsys.readouterr().out
-    data = write_csv(tmp_path / "reviews.csv", sentiment_rows(20))
-    refused = tmp_path / "refused"
-    assert main(["distill", "--teacher", str(trained.path), "--data", str(data), "--out", str(refused),
-                 "--mention-variants", "2"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--mention-variants 2" in err[0] and "sentence classification" in err[0]
-    assert not refused.exists()
+    _refused_for_a_classifier_in_one_line(trained, tmp_path, capsys, "--mention-variants", "2", "--mention-variants 2")
 
 
 def test_mention_variants_with_one_mention_per_type_train_on_the_labelled_rows_with_a_note(trained, tmp_path, capsys):
-    from compress.cli import main
     from tests.support.toy_ner import toy_sentences, write_conll
 
     def one_name(words, tags):  # every LOC mention becomes "New York", every PER mention "Alice"
@@ -211,9 +209,7 @@ def test_mention_variants_with_one_mention_per_type_train_on_the_labelled_rows_w
 
     data = write_conll(tmp_path / "one-name.conll", [one_name(*s) for s in toy_sentences(120, seed=3)])
     out = tmp_path / "student"
-    assert main(["distill", "--teacher", str(trained.path), "--data", str(data), "--student", "1x32",
-                 "--init", "teacher-layers", "--out", str(out), "--max-length", "48", "--epochs", "1",
-                 "--batch-size", "8", "--mention-variants", "2"]) == 0
+    assert _quick_distill(trained, data, out, "--mention-variants", "2") == 0
     meta = json.loads((out / "compress.json").read_text())
     assert meta["mention_variants"]["variants"] == 0 and meta["mention_variants"]["training_rows"] == 0
     assert meta["mention_variants"]["sentences_with_entities"] > 0
