@@ -346,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, DistillConfig, "average_tail")
     _option(g, DistillConfig, "entity_weight")
     _option(g, DistillConfig, "mention_variants")
+    _option(g, DistillConfig, "mention_pool")
     _option(g, DistillConfig, "keep_checkpoints", "keep the Trainer checkpoints after success")
     g = p.add_argument_group("transfer data (rows the teacher labels; no hard label)")
     _option(g, DistillConfig, "unlabeled", "unlabelled in-domain text: a .txt file (one text a line), a "

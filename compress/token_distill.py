@@ -68,7 +68,7 @@ from compress.distill.intermediate import (active_terms, head_distillation_train
 from compress.losses import LOSSES, LossTerm, row_weighted
 from compress.transfer import (BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, held_out_overlap,
                                load_unlabeled, text_key)
-from compress.transfer.mentions import mention_variants
+from compress.transfer.mentions import Mention, mention_variants, teacher_mentions
 from compress.transfer.texts import split_texts
 from students.factory import build_student, teacher_shape
 from students.layer_map import format_layer_map, parse_layer_map
@@ -151,7 +151,7 @@ def transfer_sentences(options: TransferOptions, task: TokenTaskData) -> tuple[l
 def _transfer_rows(t_model, t_tok, s_tok, weights: str, sentences: list[list[str]], max_length: int,
                    precision: str, weight: float):
     """The student's rows for unlabelled sentences: the teacher's word soft labels, no gold tags (-100 at every
-    position, so only the soft term sees them), ``weight`` on each row; ``(rows, soft labels reused)``."""
+    position, so only the soft term sees them), ``weight`` on each row; ``(rows, soft labels reused, soft labels)``."""
     from datasets import Dataset
 
     placeholder = [[0] * len(words) for words in sentences]  # marks each word's first sub-token; never a target
@@ -159,20 +159,22 @@ def _transfer_rows(t_model, t_tok, s_tok, weights: str, sentences: list[list[str
     ds = Dataset.from_dict({"tokens": sentences, "tags": placeholder})
     rows = _student_rows(tokenize_tagged_split(ds, s_tok, max_length, with_length=True, what="student"), soft)
     rows = rows.map(lambda row: {"labels": [IGNORE_INDEX] * len(row["labels"])}, desc="transfer rows")
-    return rows.add_column("weight", [float(weight)] * len(rows)), reused
+    return rows.add_column("weight", [float(weight)] * len(rows)), reused, soft
 
 
 def _variant_rows(t_model, t_tok, s_tok, weights: str, task: TokenTaskData, n: int, seed: int, max_length: int,
-                  precision: str) -> tuple[Any, list[list[str]], dict[str, Any]]:
+                  precision: str, extra: dict[str, list[Mention]] | None = None,
+                  ) -> tuple[Any, list[list[str]], dict[str, Any]]:
     """The student's rows for ``n`` mention-replaced variants of each training sentence with an entity
-    (:func:`compress.transfer.mentions.mention_variants`): the teacher's word soft labels and the variants' gold
-    tags, weight 1 like a labelled row; ``(rows, variant sentences, stats)``, the stats with ``training_rows``;
-    ``rows`` is ``None`` when no variant could be made (no two mentions of one type)."""
+    (:func:`compress.transfer.mentions.mention_variants`, ``extra`` mentions beside the training ones): the
+    teacher's word soft labels and the variants' gold tags, weight 1 like a labelled row; ``(rows, variant
+    sentences, stats)``, the stats with ``training_rows``; ``rows`` is ``None`` when no variant could be made
+    (no two mentions of one type)."""
     from datasets import Dataset
 
     split = task.splits["train"]
     seen = {text_key(text) for text in split_texts(task, ("validation", "test"))}  # training keys: added there
-    words, tags, stats = mention_variants(split["tokens"], split["tags"], task.label_names, n, seed, seen)
+    words, tags, stats = mention_variants(split["tokens"], split["tags"], task.label_names, n, seed, seen, extra)
     if not words:
         return None, words, {**stats, "training_rows": 0, "soft_labels_reused": False}
     soft, reused = word_soft_labels(t_model, t_tok, words, tags, max_length, weights, precision)
@@ -379,7 +381,7 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
                                          eager_attention=eager, task=TOKEN)
     return _distill(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info, task, out, cfg.train,
                     WordObjective.from_config(cfg), cfg.max_length, cfg.resume, precision, cfg.to_dict(),
-                    TransferOptions.from_config(cfg, precision), cfg.mention_variants)
+                    TransferOptions.from_config(cfg, precision), cfg.mention_variants, cfg.mention_pool)
 
 
 def _teacher_ids(t_tok, s_tok, sentences: Sequence[Sequence[str]], s_ids: list[list[int]], max_length: int,
@@ -398,10 +400,11 @@ def _teacher_ids(t_tok, s_tok, sentences: Sequence[Sequence[str]], s_ids: list[l
 def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
              task: TokenTaskData, out: str | os.PathLike, train: TrainSettings, objective: WordObjective,
              max_length: int, resume: bool, precision: str, settings: dict[str, Any],
-             transfer: TransferOptions | None = None, n_variants: int = 0) -> Path:
+             transfer: TransferOptions | None = None, n_variants: int = 0, mention_pool: str = "train") -> Path:
     """Train ``s_model`` on the per-word terms of ``objective`` (:func:`word_term_values`, and the intermediate
     ones where the tokenizations align) over the labelled sentences, ``n_variants`` mention-replaced variants
-    of each (:func:`_variant_rows`) and the transfer sentences of ``transfer`` (if any), score it and the teacher on
+    of each (:func:`_variant_rows`; ``mention_pool`` train+transfer: the teacher's confident transfer mentions
+    join the replacements) and the transfer sentences of ``transfer`` (if any), score it and the teacher on
     validation and test (entity F1, word agreement with the teacher), write the student artifact."""
     import torch
     from datasets import concatenate_datasets
@@ -418,36 +421,39 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     s_train = s_train.add_column("weight", [1.0] * len(s_train))
     transfer_info: dict[str, Any] | None = None
     read = [list(words) for words in split["tokens"]]  # the sentences of the rows, in row order
+    extra, sentences, transfer_soft = None, [], []  # the transfer rows: labelled first (their mentions can
+    if transfer is not None and transfer.unlabeled:  # join the variants' pool), placed last
+        sentences, transfer_info = transfer_sentences(transfer, task)
+        if sentences:
+            t0 = time.perf_counter()
+            extra, extra_reused, transfer_soft = _transfer_rows(t_model, t_tok, s_tok, weights, sentences, max_length,
+                                                                precision, transfer.unlabeled_weight)
+            print(f"soft labels (unlabelled {transfer.unlabeled}, {len(sentences)} sentences, per word): "
+                  f"{'reused from the cache' if extra_reused else 'computed'} in {time.perf_counter() - t0:.1f} s")
+            transfer_info.update(weight=transfer.unlabeled_weight, training_rows=len(extra),
+                                 soft_labels_reused=extra_reused)
+        else:
+            print(f"note: --unlabeled {transfer.unlabeled}: no text left after removing duplicates and texts that are "
+                  "in the task's splits", file=sys.stderr)
     variants_info: dict[str, Any] | None = None
     if n_variants:
         t0 = time.perf_counter()
+        pool = teacher_mentions(sentences, transfer_soft, task.label_names) if mention_pool == "train+transfer" else None
         rows, variant_words, variants_info = _variant_rows(t_model, t_tok, s_tok, weights, task, n_variants,
-                                                           train.seed, max_length, precision)
+                                                           train.seed, max_length, precision, pool)
         if rows is None:
             print(f"note: --mention-variants {n_variants}: no variant could be made (a variant needs a training "
-                  "sentence with an entity whose type has another training mention)", file=sys.stderr)
+                  "sentence with an entity whose type has another mention)", file=sys.stderr)
         else:
             print(f"soft labels (mention-replaced variants, {len(variant_words)} sentences, per word): "
                   f"{'reused from the cache' if variants_info['soft_labels_reused'] else 'computed'} in "
                   f"{time.perf_counter() - t0:.1f} s")
             s_train = concatenate_datasets([s_train, rows.select_columns(s_train.column_names)])
             read += variant_words
-    if transfer is not None and transfer.unlabeled:
-        sentences, transfer_info = transfer_sentences(transfer, task)
-        if sentences:
-            t0 = time.perf_counter()
-            extra, extra_reused = _transfer_rows(t_model, t_tok, s_tok, weights, sentences, max_length, precision,
-                                                 transfer.unlabeled_weight)
-            print(f"soft labels (unlabelled {transfer.unlabeled}, {len(sentences)} sentences, per word): "
-                  f"{'reused from the cache' if extra_reused else 'computed'} in {time.perf_counter() - t0:.1f} s")
-            columns = [c for c in s_train.column_names if c in extra.column_names]
-            s_train = concatenate_datasets([s_train.select_columns(columns), extra.select_columns(columns)])
-            read += sentences
-            transfer_info.update(weight=transfer.unlabeled_weight, training_rows=len(extra),
-                                 soft_labels_reused=extra_reused)
-        else:
-            print(f"note: --unlabeled {transfer.unlabeled}: no text left after removing duplicates and texts that are "
-                  "in the task's splits", file=sys.stderr)
+    if extra is not None:
+        columns = [c for c in s_train.column_names if c in extra.column_names]
+        s_train = concatenate_datasets([s_train.select_columns(columns), extra.select_columns(columns)])
+        read += sentences
     # Intermediate terms compare states position by position: only where both models read the same pieces.
     want_inter, notes = objective.wants_intermediate(train.epochs), []
     if want_inter:

@@ -29,6 +29,9 @@ UNLABELED_BALANCE_HELP = ("draw the seeded sample (distill's --unlabeled-limit, 
                           "(its source, channel or domain; a small group gives all its rows and the rest is shared "
                           "among the others); wnut17-unlabeled has 'source' (twitter, reddit, stackexchange, youtube)")
 SCHEDULES = ("joint", "two-stage")
+#: Where ``--mention-variants`` draws its replacement mentions (compress.transfer.mentions): the training split's
+#: gold mentions, or those and the ones the teacher tags with confidence in the ``--unlabeled`` text.
+MENTION_POOLS = ("train", "train+transfer")
 IMPORTANCES = ("magnitude", "taylor")
 SCOPES = ("uniform", "global")
 #: A tagger's INT8 (or other compressed) candidate fails when one entity type loses more F1 than this against
@@ -62,4 +65,4 @@ FULL = {"warmup": 50, "runs": 300, "batch_sizes": (1, 8, 32), "seq_lens": (32, 1
 QUICK = {"warmup": 3, "runs": 10, "batch_sizes": (1,), "seq_lens": (32,), "limit": 64}
 
 
-__all__ = ['SAMPLINGS', 'SOFT_LABEL_RUNTIMES', 'UNLABELED_SELECTIONS', 'SOFT_LABELS_AUTO_MIN_ROWS', 'SOFT_LABELS_HELP', 'UNLABELED_BALANCE_HELP', 'SCHEDULES', 'IMPORTANCES', 'SCOPES', 'MAX_TYPE_F1_DROP', 'MIN_TYPE_SUPPORT', 'MAX_TYPE_F1_DROP_HELP', 'QUANTIZE_METHODS', 'QUANTIZE_GRAPHS', 'INIT_CHOICES', 'AUGMENT_OPS', 'DATA_KEYS', 'TRAIN_FLAGS', 'PRUNE_TRAIN_FLAGS', 'PRECISION_HELP', 'FULL', 'QUICK']
+__all__ = ['SAMPLINGS', 'SOFT_LABEL_RUNTIMES', 'UNLABELED_SELECTIONS', 'SOFT_LABELS_AUTO_MIN_ROWS', 'SOFT_LABELS_HELP', 'UNLABELED_BALANCE_HELP', 'SCHEDULES', 'MENTION_POOLS', 'IMPORTANCES', 'SCOPES', 'MAX_TYPE_F1_DROP', 'MIN_TYPE_SUPPORT', 'MAX_TYPE_F1_DROP_HELP', 'QUANTIZE_METHODS', 'QUANTIZE_GRAPHS', 'INIT_CHOICES', 'AUGMENT_OPS', 'DATA_KEYS', 'TRAIN_FLAGS', 'PRUNE_TRAIN_FLAGS', 'PRECISION_HELP', 'FULL', 'QUICK']

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Mapping
 
-from compress.config.choices import (SOFT_LABEL_RUNTIMES, UNLABELED_SELECTIONS, SOFT_LABELS_HELP, UNLABELED_BALANCE_HELP, SCHEDULES, IMPORTANCES, SCOPES,
+from compress.config.choices import (SOFT_LABEL_RUNTIMES, UNLABELED_SELECTIONS, SOFT_LABELS_HELP, UNLABELED_BALANCE_HELP, SCHEDULES, MENTION_POOLS, IMPORTANCES, SCOPES,
                                      QUANTIZE_METHODS, QUANTIZE_GRAPHS, AUGMENT_OPS, TRAIN_FLAGS, PRUNE_TRAIN_FLAGS,
                                      FULL, QUICK, MAX_TYPE_F1_DROP, MAX_TYPE_F1_DROP_HELP)
 from compress.config.engine import (Problem, _choices, _Bad, _is_int, ConfigBase, _problem, _device_problems,
@@ -175,6 +175,10 @@ class DistillConfig(ConfigBase, KDSettings):
     mention_variants: int = field(default=0, metadata={
         "help": "tagging data: N variants of each training sentence with an entity, its mentions swapped for other "
                 "training mentions of the same type; the gold tags follow and the teacher labels them (0: off)"})
+    mention_pool: str = field(default="train", metadata={**_choices(*MENTION_POOLS), "help": (
+        "where --mention-variants takes the replacement mentions: train (the training split's) or train+transfer "
+        "(also the mentions the teacher tags with probability >= 0.9 in the --unlabeled text: names the gold data "
+        "does not have)")})
     #: Branch, tag or commit of ``teacher`` when it is a Hugging Face Hub id (compress.hub).
     revision: str | None = None
     #: Distil even from a teacher no better than chance on validation (compress.head_check).
@@ -197,7 +201,8 @@ class DistillConfig(ConfigBase, KDSettings):
         "alpha_pooled": ("sentence-vector losses", 0.0), "average_tail": ("tail-averaged weights", 0.0)}
     #: Settings only a tagger's distillation applies: what each is, and its value that means "off".
     TAGGER_ONLY: ClassVar[dict[str, tuple[str, Any]]] = {"entity_weight": ("entity-word weights", 1.0),
-                                                         "mention_variants": ("mention-replaced variants", 0)}
+                                                         "mention_variants": ("mention-replaced variants", 0),
+                                                         "mention_pool": ("mention pools", "train")}
     #: Loss signals only a sentence classifier's distillation computes (the data's gold probabilities, sentence vectors).
     CLASSIFIER_ONLY_SIGNALS: ClassVar[tuple[str, ...]] = ("gold", "pooled")
 
@@ -232,6 +237,9 @@ class DistillConfig(ConfigBase, KDSettings):
             problems.append(_problem("entity_weight", f"--entity-weight must be > 0, got {self.entity_weight}"))
         if self.mention_variants < 0:
             problems.append(_problem("mention_variants", f"--mention-variants must be >= 0, got {self.mention_variants}"))
+        if self.mention_pool == "train+transfer" and not (self.mention_variants and self.unlabeled):
+            problems.append(_problem("mention_pool", "--mention-pool train+transfer takes mentions from the transfer "
+                                                     "text into the variants: give --mention-variants N and --unlabeled"))
         for name in ("alpha_embedding", "alpha_hidden", "alpha_attention"):
             if getattr(self, name) < 0:
                 problems.append(_problem(name, f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"))

@@ -190,6 +190,21 @@ def test_mention_variants_add_gold_tagged_rows_for_a_tagger_and_are_refused_for_
     _refused_for_a_classifier_in_one_line(trained, tmp_path, capsys, "--mention-variants", "2", "--mention-variants 2")
 
 
+def test_variants_with_the_teachers_transfer_mentions_are_recorded(trained, tmp_path, capsys):
+    corpus, unseen = _corpus(trained, tmp_path)
+    out = tmp_path / "pooled"
+    assert _quick_distill(trained, trained.data, out, "--mention-variants", "2", "--unlabeled", str(corpus),
+                          "--mention-pool", "train+transfer") == 0
+    meta = json.loads((out / "compress.json").read_text())
+    variants = meta["mention_variants"]
+    assert variants["transfer_confidence"] == 0.9 and set(variants["transfer_mentions_by_type"]) <= {"LOC", "PER"}
+    assert not any(variants["transfer_mentions_new_by_type"].values())  # the toy text has only the training names
+    assert variants["training_rows"] >= variants["variants"] > 0 and meta["transfer"]["training_rows"] == unseen
+    assert meta["config"]["mention_pool"] == "train+transfer"
+    printed = capsys.readouterr().out
+    assert printed.index("soft labels (unlabelled") < printed.index("soft labels (mention-replaced variants")
+
+
 def test_mention_variants_with_one_mention_per_type_train_on_the_labelled_rows_with_a_note(trained, tmp_path, capsys):
     from tests.support.toy_ner import toy_sentences, write_conll
 

@@ -4,7 +4,12 @@ stay, the entity becomes another training mention of its type, and the gold tags
 from __future__ import annotations
 
 from compress.tasks.ner_metrics import extract_entities
-from compress.transfer.mentions import mention_pool, mention_variants
+import numpy as np
+import pytest
+
+from compress.config import DistillConfig
+from compress.errors import CompressError
+from compress.transfer.mentions import CONFIDENT, Mention, mention_pool, mention_variants, teacher_mentions
 from compress.transfer.texts import text_key
 
 LABELS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
@@ -69,3 +74,51 @@ def test_bioes_mentions_carry_their_own_tags():
     assert got[("in", "New", "York", "today")] == ["O", "B-LOC", "E-LOC", "O"]
     assert got[("Rome", "again")] == ["S-LOC", "O"]
     assert len(got) == 2  # one PER mention only: "by Ann" has nothing to become
+
+
+def _logits(names, labels=LABELS, sure=(), nan=()):
+    """Per-word logits whose top tag is each of ``names``: probability ~0.99 at the words in ``sure``, ~0.6 elsewhere;
+    NaN rows (a word with no token) at ``nan``."""
+    out = np.zeros((len(names), len(labels)), np.float32)
+    for i, name in enumerate(names):
+        out[i, labels.index(name)] = 6.0 if i in sure else 1.2
+    out[list(nan)] = np.nan
+    return out
+
+
+def test_the_teachers_confident_mentions_join_with_tags_written_in_the_datas_scheme():
+    sentences = [["we", "met", "Zoe", "in", "Oslo", "Town"], ["I", "Kim", "left"], ["at", "Lima", "now"], ["Bo", "ran"]]
+    logits = [_logits(["O", "O", "B-PER", "O", "B-LOC", "I-LOC"], sure={2, 4, 5}),
+              _logits(["O", "I-PER", "O"], sure={1}),  # an entity opened by I-: its tags are written B-
+              _logits(["O", "B-LOC", "O"], sure={0, 2}),  # the teacher is unsure of Lima: left out
+              _logits(["B-PER", "O"], sure={0, 1}, nan={0})]  # a word with no token is never sure
+    assert np.exp(1.2) / (np.exp(1.2) + len(LABELS) - 1) < CONFIDENT  # the unsure words really are
+    pool = teacher_mentions(sentences, logits, LABELS)
+    assert pool == {"LOC": [Mention(("Oslo", "Town"), (1, 2))], "PER": [Mention(("Kim",), (3,)), Mention(("Zoe",), (3,))]}
+    bioes = teacher_mentions([["Oslo", "Town", "and", "Rome"]],
+                             [_logits(["B-LOC", "E-LOC", "O", "S-LOC"], BIOES, sure={0, 1, 2, 3})], BIOES)
+    assert bioes == {"LOC": [Mention(("Oslo", "Town"), (2, 3)), Mention(("Rome",), (1,))]}
+
+
+def test_variants_draw_transfer_mentions_beside_the_training_ones_and_count_them():
+    extra = {"LOC": [Mention(("Oslo",), (1,)), Mention(("Paris",), (1,))], "ORG": [Mention(("Acme",), (1,))]}
+    words, tags, stats = mention_variants(WORDS, TAGS, LABELS, n=6, seed=0, extra=extra)
+    assert stats["transfer_mentions_by_type"] == {"LOC": 2, "ORG": 1} and stats["transfer_mentions_new_by_type"] == {"LOC": 1}
+    assert stats["mentions_by_type"] == {"LOC": 4, "PER": 2}
+    assert stats["transfer_confidence"] == CONFIDENT
+    assert any("Oslo" in w for w in words) and not any("Acme" in w for w in words)
+    for variant, ids in zip(words, tags):  # a transfer mention carries its tags like a training one
+        if "Oslo" in variant:
+            assert LABELS[ids[variant.index("Oslo")]] == "B-LOC"
+    assert "transfer_mentions_by_type" not in mention_variants(WORDS, TAGS, LABELS, n=1, seed=0)[2]
+
+
+def test_a_transfer_pool_needs_variants_and_transfer_text_and_a_tagger():
+    def problems(**kw):
+        return [p.message for p in DistillConfig(mention_pool="train+transfer", **kw).problems()
+                if "--mention-pool" in p.message]
+
+    assert problems() and problems(mention_variants=4) and problems(unlabeled="wnut17-unlabeled")
+    assert not problems(mention_variants=4, unlabeled="wnut17-unlabeled")
+    with pytest.raises(CompressError, match="--mention-pool 'train\\+transfer': mention pools apply to token"):
+        DistillConfig(mention_pool="train+transfer").refuse_tagger_only("sentence classification")
