@@ -177,8 +177,8 @@ class DistillConfig(ConfigBase, KDSettings):
                 "training mentions of the same type; the gold tags follow and the teacher labels them (0: off)"})
     mention_pool: str = field(default="train", metadata={**_choices(*MENTION_POOLS), "help": (
         "where --mention-variants takes the replacement mentions: train (the training split's) or train+transfer "
-        "(also the mentions the teacher tags with probability >= 0.9 in the --unlabeled text: names the gold data "
-        "does not have)")})
+        "(also the mentions the teacher tags with confidence in the --unlabeled text: names the gold data does not "
+        "have)")})
     #: Branch, tag or commit of ``teacher`` when it is a Hugging Face Hub id (compress.hub).
     revision: str | None = None
     #: Distil even from a teacher no better than chance on validation (compress.head_check).
