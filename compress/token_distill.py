@@ -51,6 +51,7 @@ from compress.artifact import read_meta, weights_sha256
 from compress.assets import cache_dir
 from compress.config import TrainSettings
 from compress.errors import CompressError
+from compress.head_check import check_tagger, refuse_untrained_teacher
 from compress.modeling import count_parameters, load_classifier
 from compress.tasks import get_task
 from compress.tasks.alignment import IGNORE_INDEX
@@ -381,7 +382,8 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
                                          eager_attention=eager, task=TOKEN)
     return _distill(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info, task, out, cfg.train,
                     WordObjective.from_config(cfg), cfg.max_length, cfg.resume, precision, cfg.to_dict(),
-                    TransferOptions.from_config(cfg, precision), cfg.mention_variants, cfg.mention_pool)
+                    TransferOptions.from_config(cfg, precision), cfg.mention_variants, cfg.mention_pool,
+                    cfg.allow_untrained_teacher)
 
 
 def _teacher_ids(t_tok, s_tok, sentences: Sequence[Sequence[str]], s_ids: list[list[int]], max_length: int,
@@ -400,12 +402,14 @@ def _teacher_ids(t_tok, s_tok, sentences: Sequence[Sequence[str]], s_ids: list[l
 def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
              task: TokenTaskData, out: str | os.PathLike, train: TrainSettings, objective: WordObjective,
              max_length: int, resume: bool, precision: str, settings: dict[str, Any],
-             transfer: TransferOptions | None = None, n_variants: int = 0, mention_pool: str = "train") -> Path:
+             transfer: TransferOptions | None = None, n_variants: int = 0, mention_pool: str = "train",
+             allow_untrained: bool = False) -> Path:
     """Train ``s_model`` on the per-word terms of ``objective`` (:func:`word_term_values`, and the intermediate
     ones where the tokenizations align) over the labelled sentences, ``n_variants`` mention-replaced variants
     of each (:func:`_variant_rows`; ``mention_pool`` train+transfer: the teacher's confident transfer mentions
     join the replacements) and the transfer sentences of ``transfer`` (if any), score it and the teacher on
-    validation and test (entity F1, word agreement with the teacher), write the student artifact."""
+    validation and test (entity F1, word agreement with the teacher), write the student artifact. A teacher that
+    finds no validation entity is refused first (:func:`compress.head_check.check_tagger`) unless ``allow_untrained``."""
     import torch
     from datasets import concatenate_datasets
 
@@ -414,6 +418,24 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     if temperature <= 0:
         raise CompressError(f"--temperature must be > 0, got {temperature}")
     outside = _outside_index(task, objective)  # before any work: an entity weight needs an O tag
+    scored_rows: dict[tuple[str, str], Any] = {}  # (who, split): tokenized once, for the callback and the scores
+    teacher_tagged: dict[str, list[list[str]]] = {}  # split: the teacher's word tags, computed once
+
+    def rows_of(who: str, tok, name: str):
+        if (who, name) not in scored_rows:
+            scored_rows[who, name] = tokenize_tagged_split(task.splits[name], tok, max_length, what=who)
+        return scored_rows[who, name]
+
+    def tags_of(model, tok, who: str, name: str) -> list[list[str]]:
+        rows = rows_of(who, tok, name)
+        with torch.inference_mode():
+            return word_tags(token_logits(model, rows, pad_id=tok.pad_token_id or 0), rows, task.label_names)
+
+    if "validation" in task.splits:  # a teacher that finds no entity would teach the O tag: refuse before any work
+        teacher_tagged["validation"] = tags_of(t_model, t_tok, "teacher", "validation")
+        refuse_untrained_teacher(check_tagger(get_task(TOKEN).score(teacher_tagged["validation"],
+                                                                    task.tags("validation"))),
+                                 teacher, allow_untrained)
     split = task.splits["train"]
     soft, reused = word_soft_labels(t_model, t_tok, split["tokens"], split["tags"], max_length, weights, precision)
     print(f"soft labels (train, {len(soft)} sentences, per word): {'reused from the cache' if reused else 'computed'}")
@@ -486,13 +508,6 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     trainer_class = head_distillation_trainer(lambda epoch: objective.terms(epoch, want_inter), read_teacher,
                                               temperature, train.seed, projections, objective.projection_lr, out)
     t_pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
-    scored_rows: dict[tuple[str, str], Any] = {}  # (who, split): tokenized once, for the callback and the scores
-
-    def rows_of(who: str, tok, name: str):
-        if (who, name) not in scored_rows:
-            scored_rows[who, name] = tokenize_tagged_split(task.splits[name], tok, max_length, what=who)
-        return scored_rows[who, name]
-
     callbacks: list[Any] = [stop]
     if "validation" in task.splits:  # the student's entity F1 after each epoch, and a warning if still climbing
         s_pad = s_tok.pad_token_id if s_tok.pad_token_id is not None else 0
@@ -504,18 +519,14 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
 
     metrics: dict[str, Any] = {}
     score = get_task(TOKEN).score
-    with torch.inference_mode():
-        for name in ("validation", "test"):
-            if name not in task.splits:
-                continue
-            tagged = {}
-            for who, model, tok in (("teacher", t_model, t_tok), ("student", s_model, s_tok)):
-                rows = rows_of(who, tok, name)
-                pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-                tagged[who] = word_tags(token_logits(model, rows, pad_id=pad), rows, task.label_names)
-            gold = task.tags(name)
-            metrics[name] = {**score(tagged["student"], gold, tagged["teacher"]),
-                             "teacher_entity_f1": score(tagged["teacher"], gold)["entity_f1"]}
+    for name in ("validation", "test"):
+        if name not in task.splits:
+            continue
+        if name not in teacher_tagged:
+            teacher_tagged[name] = tags_of(t_model, t_tok, "teacher", name)
+        student_tags, gold = tags_of(s_model, s_tok, "student", name), task.tags(name)
+        metrics[name] = {**score(student_tags, gold, teacher_tagged[name]),
+                         "teacher_entity_f1": score(teacher_tagged[name], gold)["entity_f1"]}
     meta = {
         "stage": "distill", "kind": "pytorch", "task": TOKEN, "model_type": s_model.config.model_type,
         "parameters": count_parameters(s_model), "label_names": task.label_names,

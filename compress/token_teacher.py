@@ -9,7 +9,9 @@ the data as ``config.id2label``/``label2id``; each word's tag sits on its first 
 the guarded Trainer (seeded batch order, NaN guard), fingerprinted checkpoints and ``--resume``,
 Ctrl-C and full-disk handling, and an atomic artifact write. Validation entity F1 is logged after
 every epoch; the final validation and test scores (entity P/R/F1, per type, token accuracy) go to
-``compress.json`` beside ``"task": "token-classification"`` and the label list.
+``compress.json`` beside ``"task": "token-classification"`` and the label list, with ``chance_check``:
+a teacher that finds no validation entity (its training collapsed into the ``O`` tag) is written with a
+warning, and distill refuses it (:class:`compress.head_check.TaggerCheck`).
 
 A model folder whose head is for another task, or for another number of tags, is refused in one
 line before transformers loads it (:func:`compress.tasks.task_choice.check_model_task`). An
@@ -29,6 +31,7 @@ from compress.artifact import write_model_artifact
 from compress.assets import resolve_model
 from compress.config import TeacherConfig
 from compress.errors import CompressError
+from compress.head_check import check_tagger
 from compress.hub import snapshot_origin
 from compress.modeling import count_parameters, load_classifier
 from compress.tasks.task_choice import TOKEN, check_model_task
@@ -89,6 +92,11 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
                for name in ("validation", "test") if name in tokenized}
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     timings["total_s"] = round(time.perf_counter() - started, 1)
+    chance = check_tagger(metrics["validation"]) if "validation" in metrics else None
+    if chance is not None and chance.untrained:
+        print(f"warning: the teacher finds no entity ({chance.summary()}); its training collapsed into the O tag, "
+              f"and distill will refuse it. Train it again with a lower --lr (this run: {cfg.train.lr:g}) or another "
+              "--seed.", file=sys.stderr)
     meta = {
         "stage": "teacher",
         "kind": "pytorch",
@@ -104,6 +112,7 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         "precision": precision.to_dict(),
         "data": data.describe(),
         "metrics": metrics,
+        "chance_check": None if chance is None else chance.to_dict(),  # distill refuses an untrained verdict
         "training": train_log,
         "timings": timings,
     }

@@ -102,6 +102,42 @@ def test_a_tagger_with_another_label_count_is_one_line(trained, tmp_path):
     assert "a tagger of 5 labels" in _one_line(exc) and "has 3" in str(exc.value)
 
 
+def test_a_collapsed_tagger_is_packaged_with_a_warning_and_refused_by_distill(trained, tmp_path, capsys):
+    """A tagger whose every word comes out O (how a fine-tuning at too high a learning rate collapsed once):
+    the teacher stage records ``chance_check`` untrained and says so; distill refuses it in one line before
+    labelling anything, and distils from it under --allow-untrained-teacher."""
+    import dataclasses
+
+    import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    from compress.cli import main
+    from compress.teacher import train_teacher
+
+    collapsed = tmp_path / "collapsed"
+    model = AutoModelForTokenClassification.from_pretrained(trained.path)
+    with torch.no_grad():
+        model.classifier.bias[0] += 100.0  # O wins at every word
+    model.save_pretrained(collapsed)
+    AutoTokenizer.from_pretrained(trained.path).save_pretrained(collapsed)
+    teacher = train_teacher(dataclasses.replace(teacher_config(collapsed, trained.data), finetune=False),
+                            tmp_path / "teacher")
+    check = json.loads((teacher / "compress.json").read_text())["chance_check"]
+    assert check["verdict"] == "untrained" and check["correct"] == 0 and check["gold"] > 0
+    assert "the teacher finds no entity" in capsys.readouterr().err
+    fine = json.loads((trained.path / "compress.json").read_text())["chance_check"]
+    assert fine["verdict"] == "trained" and fine["correct"] > 0.9 * fine["gold"]
+    args = ["distill", "--teacher", str(teacher), "--data", str(trained.data), "--student", "1x32", "--init",
+            "teacher-layers", "--max-length", "48", "--epochs", "1", "--batch-size", "8", "--out"]
+    assert main(args + [str(tmp_path / "refused")]) != 0
+    captured = capsys.readouterr()
+    message = [line for line in captured.err.splitlines() if "no better than chance" in line]
+    assert len(message) == 1 and "0 of" in message[0] and "--allow-untrained-teacher" in message[0]
+    assert "soft labels" not in captured.out and not (tmp_path / "refused").exists()
+    assert main(args + [str(tmp_path / "anyway"), "--allow-untrained-teacher"]) == 0
+    assert "distilling from it anyway" in capsys.readouterr().out
+
+
 def test_the_data_decides_the_task(tmp_path):
     from compress.tasks.task_choice import data_task
 

@@ -106,11 +106,12 @@ def test_transfer_rows_carry_the_teachers_word_labels_and_no_gold(trained):
 
     model, tok, _ = load_classifier(trained.path, task="token-classification")
     sentences = [["we", "saw", "New", "York,", "with", "Alice"], ["Rome"]]
-    rows, reused = _transfer_rows(model, tok, tok, "sha", sentences, 48, "fp32", 2.0)
+    rows, reused, returned = _transfer_rows(model, tok, tok, "sha", sentences, 48, "fp32", 2.0)
     assert not reused and len(rows) == 2 and rows["weight"] == [2.0, 2.0]
     assert all(label == IGNORE_INDEX for labels in rows["labels"] for label in labels)
     soft, _ = word_soft_labels(model, tok, sentences, [[0] * 6, [0]], 48, "sha")
     assert rows["soft"][0] == pytest.approx(soft[0].reshape(-1).tolist())
+    assert [s.shape for s in returned] == [(6, 5), (1, 5)] and returned[0] == pytest.approx(soft[0])
     assert rows["first"][0][0] == 1 and len(rows["first"][0]) == 6  # [CLS] first, then one position per word
 
 

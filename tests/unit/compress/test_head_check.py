@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from compress.cli import main
-from compress.head_check import ALPHA, binomial_upper_tail, check_head
+from compress.errors import CompressError
+from compress.head_check import ALPHA, binomial_upper_tail, check_head, refuse_untrained_teacher
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 
@@ -122,3 +123,23 @@ def test_distill_refuses_a_teacher_at_chance_unless_allowed(case, tmp_path, caps
     assert main(["distill", "--teacher", str(tmp_path / "t0"), *common, "--out", str(tmp_path / "s0")]) == 2
     captured = capsys.readouterr()
     assert "is no better than chance on this task" in captured.err and "soft labels" not in captured.out
+
+
+def test_a_tagger_that_finds_no_entity_is_untrained_and_refused():
+    from compress.head_check import TaggerCheck, check_tagger
+    from compress.tasks import get_task
+
+    score = get_task("token-classification").score
+    gold = [["B-PER", "O", "B-LOC", "I-LOC"], ["O", "O"], ["B-LOC", "O"]]
+    all_o = check_tagger(score([["O"] * len(g) for g in gold], gold))
+    assert (all_o.verdict, all_o.correct, all_o.gold, all_o.predicted) == ("untrained", 0, 3, 0)
+    assert "0 of 3 entities found, 0 predicted" in all_o.summary()
+    wrong = check_tagger(score([["B-LOC", "O", "B-LOC", "O"], ["B-PER", "O"], ["O", "O"]], gold))
+    assert (wrong.verdict, wrong.correct, wrong.predicted) == ("untrained", 0, 3)  # entities, none right
+    one = check_tagger(score([["B-PER", "O", "O", "O"], ["O", "O"], ["O", "O"]], gold))
+    assert (one.verdict, one.correct) == ("trained", 1)
+    assert check_tagger(score([["O", "O"]], [["O", "O"]])).verdict == "inconclusive"
+    assert TaggerCheck.from_dict(all_o.to_dict()) == all_o and TaggerCheck.from_dict({"accuracy": 1}) is None
+    with pytest.raises(CompressError, match="no better than chance .*0 of 3 entities found.*collapsed.*--lr"):
+        refuse_untrained_teacher(all_o, "runs/t", allowed=False)
+    refuse_untrained_teacher(one, "runs/t", allowed=False)
