@@ -54,8 +54,28 @@ def binomial_upper_tail(k: int, n: int, p: float) -> float:
     return float(min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms)))
 
 
+class _Verdict:
+    """What :class:`HeadCheck` and :class:`TaggerCheck` share: a ``verdict`` field, read back from ``compress.json``."""
+
+    verdict: str
+
+    @property
+    def untrained(self) -> bool:
+        return self.verdict == "untrained"
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any] | None):
+        """The check a ``compress.json`` recorded, or ``None`` when there is none or it is of another shape."""
+        from dataclasses import fields
+
+        names = [f.name for f in fields(cls)]
+        if not isinstance(record, dict) or not all(name in record for name in names):
+            return None
+        return cls(**{name: record[name] for name in names})
+
+
 @dataclass
-class HeadCheck:
+class HeadCheck(_Verdict):
     """The numbers behind a verdict, as ``compress.json`` records them."""
 
     accuracy: float
@@ -70,20 +90,6 @@ class HeadCheck:
     alpha: float
     #: ``trained`` (better than chance), ``untrained`` (not shown better) or ``inconclusive`` (too few examples).
     verdict: str
-
-    @property
-    def untrained(self) -> bool:
-        return self.verdict == "untrained"
-
-    @classmethod
-    def from_dict(cls, record: dict[str, Any] | None) -> "HeadCheck | None":
-        """The check a ``compress.json`` recorded, or ``None`` when there is none or it is of another shape."""
-        from dataclasses import fields
-
-        names = [f.name for f in fields(cls)]
-        if not isinstance(record, dict) or not all(name in record for name in names):
-            return None
-        return cls(**{name: record[name] for name in names})
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -144,7 +150,7 @@ def judge_existing_head(check: HeadCheck, finetune: bool | None, model: str) -> 
 
 
 @dataclass
-class TaggerCheck:
+class TaggerCheck(_Verdict):
     """A tagger's counterpart of :class:`HeadCheck`: does it find any entity of the validation split?
 
     A tagger that ignores its input tags every word with the commonest tag, ``O``, and finds no entity:
@@ -160,20 +166,6 @@ class TaggerCheck:
     gold: int
     predicted: int
     verdict: str
-
-    @property
-    def untrained(self) -> bool:
-        return self.verdict == "untrained"
-
-    @classmethod
-    def from_dict(cls, record: dict[str, Any] | None) -> "TaggerCheck | None":
-        """The check a tagger's ``compress.json`` recorded, or ``None`` when there is none or it is of another shape."""
-        from dataclasses import fields
-
-        names = [f.name for f in fields(cls)]
-        if not isinstance(record, dict) or not all(name in record for name in names):
-            return None
-        return cls(**{name: record[name] for name in names})
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "entity_f1": round(self.entity_f1, 6)}
