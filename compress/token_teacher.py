@@ -94,9 +94,9 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     timings["total_s"] = round(time.perf_counter() - started, 1)
     chance = check_tagger(metrics["validation"]) if "validation" in metrics else None
     if chance is not None and chance.untrained:
-        print(f"warning: the teacher finds no entity ({chance.summary()}); its training collapsed into the O tag, "
-              f"and distill will refuse it. Train it again with a lower --lr (this run: {cfg.train.lr:g}) or another "
-              "--seed.", file=sys.stderr)
+        how = "its training collapsed into the O tag" if fine_tuned else "its head was not trained for these tags"
+        print(f"warning: the teacher finds no entity ({chance.summary()}): {how}, and distill will refuse it. Train "
+              f"it (again) with a lower --lr (this run: {cfg.train.lr:g}) or another --seed.", file=sys.stderr)
     meta = {
         "stage": "teacher",
         "kind": "pytorch",
