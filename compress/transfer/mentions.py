@@ -38,9 +38,10 @@ ATTEMPTS = 4
 CONFIDENT = 0.5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Mention:
-    """One entity mention of the training split: its words and their tag ids, in the data's scheme."""
+    """One entity mention of the training split: its words and their tag ids, in the data's scheme; mentions sort
+    by words, then tags, so a pool has one order on every machine."""
 
     words: tuple[str, ...]
     tags: tuple[int, ...]
@@ -55,7 +56,7 @@ def mention_pool(sentences: Sequence[Sequence[str]], tags: Sequence[Sequence[int
         for entity in extract_entities([label_names[i] for i in ids]):
             pool.setdefault(entity.type, set()).add(
                 Mention(tuple(words[entity.start:entity.end]), tuple(ids[entity.start:entity.end])))
-    return {kind: sorted(mentions, key=lambda m: (m.words, m.tags)) for kind, mentions in sorted(pool.items())}
+    return {kind: sorted(mentions) for kind, mentions in sorted(pool.items())}
 
 
 def _scheme_tags(kind: str, length: int, label_names: Sequence[str]) -> tuple[int, ...] | None:
@@ -87,7 +88,7 @@ def teacher_mentions(sentences: Sequence[Sequence[str]], logits: Sequence[np.nda
             tags = _scheme_tags(entity.type, entity.end - entity.start, label_names)
             if tags is not None and sure[entity.start:entity.end].all():
                 pool.setdefault(entity.type, set()).add(Mention(tuple(words[entity.start:entity.end]), tags))
-    return {kind: sorted(mentions, key=lambda m: (m.words, m.tags)) for kind, mentions in sorted(pool.items())}
+    return {kind: sorted(mentions) for kind, mentions in sorted(pool.items())}
 
 
 def _variant(words: Sequence[str], ids: Sequence[int], entities: Sequence[Entity],
@@ -128,9 +129,9 @@ def mention_variants(sentences: Sequence[Sequence[str]], tags: Sequence[Sequence
     ``(words, tag ids, stats)``; the stats are what ``compress.json`` records."""
     rng = random.Random(seed)
     pool = mention_pool(sentences, tags, label_names)
-    added = {kind: sorted(set(extra[kind]) - set(own), key=lambda m: (m.words, m.tags))
+    added = {kind: sorted(set(extra[kind]) - set(own))
              for kind, own in pool.items() if kind in (extra or {})}
-    pool = {kind: sorted([*own, *added.get(kind, [])], key=lambda m: (m.words, m.tags)) for kind, own in pool.items()}
+    pool = {kind: sorted([*own, *added.get(kind, [])]) for kind, own in pool.items()}
     keys = set(seen) | {text_key(" ".join(words)) for words in sentences}
     out_words: list[list[str]] = []
     out_tags: list[list[int]] = []
