@@ -44,7 +44,7 @@ from compress.config import DataOptions
 from compress.tasks.task_choice import SEQUENCE, TOKEN
 from compress.tasks.ner_metrics import extract_entities
 from compress.tasks.token_data import word_texts
-from compress.runtime import softmax
+from compress.numerics import softmax
 from compress.transfer.augment import MASK
 from compress.transfer.corpus import filter_unlabeled, load_unlabeled
 from compress.transfer.texts import atomic_write_text, joined_texts, split_keys

@@ -42,7 +42,7 @@ from compress.progress import bars_enabled
 from benchmarks.accuracy import split_texts
 from benchmarks.load import run_load
 from compress.data import SUPPORTED_SUFFIXES, read_table, require_column
-from compress.runtime import softmax
+from compress.numerics import softmax
 
 DEFAULT_WARMUP = 10
 

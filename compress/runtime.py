@@ -42,6 +42,7 @@ from compress.formats.bf16 import is_bf16_weights, load_bf16
 from compress.formats.choice import pick, read_choice
 from compress.formats.openvino import compile_ir, is_int8_ir
 from compress.formats.torch_int8 import load_torch_int8
+from compress.numerics import softmax
 from compress.modeling import (accepts_token_types, autocast, count_parameters, load_classifier, load_tokenizer,
                                model_device)
 from compress.reading import answer_questions
@@ -205,12 +206,6 @@ def _config_json(path: Path) -> dict[str, Any]:
 def _is_count(value: Any) -> bool:
     """A whole number of at least 1 (``True`` and ``2.0`` are not: they hide a caller's mix-up)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= 1
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 class Predictor:

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from compress.errors import CompressError
+from compress.numerics import softmax
 from compress.tasks.ner_metrics import extract_entities, split_tag
 from compress.windows import merge_token_outputs
 
@@ -51,12 +52,6 @@ def check_aggregation(aggregation: str) -> str:
 def whitespace_words(text: str) -> list[tuple[int, int]]:
     """``(start, end)`` character span of each whitespace-separated word of ``text``."""
     return [m.span() for m in _WORD.finditer(text)]
-
-
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def token_words(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[int]:
@@ -104,7 +99,7 @@ def tag_text(text: str, logits: np.ndarray, offsets: Sequence[tuple[int, int]], 
     """One text's result from its tokens' logits and character spans (see the module docstring)."""
     spans = whitespace_words(text)
     words = token_words(offsets, spans)
-    probs = _softmax(np.asarray(logits, dtype=np.float64)) if len(logits) else np.zeros((0, len(label_names)))
+    probs = softmax(np.asarray(logits, dtype=np.float64)) if len(logits) else np.zeros((0, len(label_names)))
     labels, scores = aggregate_words(probs, words, len(spans), aggregation)
     tags = [label_names[i] if i >= 0 else "O" for i in labels]
     entities = []

@@ -16,6 +16,7 @@ from compress.config import DistillConfig, PruneConfig, StudentSpec
 from compress.data import DynamicPaddingCollator, tokenize_split
 from compress.long_texts import window_texts, windows_record
 from compress.errors import CompressError
+from compress.numerics import log_softmax
 from compress.formats.layouts import encoder_parameters, layer_parts, structure
 from compress.formats.pruned import LOADER_COMPRESS, loader_of
 from compress.prune.removal import prune_model
@@ -232,11 +233,6 @@ def kl_divergence(reference_logits: np.ndarray, logits: np.ndarray) -> float:
     Accuracy on an easy task can stay flat while pruning wrecks the model's confidence; this says
     how far the pruned (and the recovered) model's predictions moved from the unpruned model's.
     """
-    def log_softmax(x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float64)
-        x = x - x.max(axis=-1, keepdims=True)
-        return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
-
     ref, mod = log_softmax(reference_logits), log_softmax(logits)
     return float(np.mean(np.sum(np.exp(ref) * (ref - mod), axis=-1)))
 

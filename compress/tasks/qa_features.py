@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from compress.errors import CompressError
+from compress.numerics import softmax
 from compress.windows import Windows, encode_windows
 
 #: The position a window points at when it does not hold the answer (``[CLS]``, the first token).
@@ -121,11 +122,6 @@ def _top(x: np.ndarray, k: int) -> np.ndarray:
     return order[:k]
 
 
-def _softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max())
-    return e / e.sum()
-
-
 def _check_decoding(n_best: int, max_answer_length: int) -> None:
     for value, option in ((n_best, "--n-best"), (max_answer_length, "--max-answer-length")):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -179,7 +175,7 @@ def decode_spans(windows: Windows, start_logits: Sequence[np.ndarray], end_logit
         empty = {"answer": "", "start": 0, "end": 0, "logit": float(null), "window": -1}
         if allow_null:  # utils_qa adds the null candidate to the n-best list, then normalises over all
             candidates = sorted(candidates + [empty], key=lambda c: -c["logit"])
-        for c, p in zip(candidates, _softmax(np.array([c["logit"] for c in candidates])) if candidates else []):
+        for c, p in zip(candidates, softmax(np.array([c["logit"] for c in candidates])) if candidates else []):
             c["probability"] = float(p)
         if best is None or (allow_null and float(null) - best["logit"] > null_threshold):
             chosen = empty  # no valid span at all (or the null score wins): the empty answer

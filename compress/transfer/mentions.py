@@ -24,6 +24,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from compress.numerics import softmax
 from compress.tasks.ner_metrics import Entity, extract_entities
 from compress.transfer.texts import text_key
 
@@ -81,8 +82,7 @@ def teacher_mentions(sentences: Sequence[Sequence[str]], logits: Sequence[np.nda
         if not len(per_word):
             continue
         per_word = np.nan_to_num(per_word, nan=0.0)  # a word with no token (NaN): uniform, so never sure
-        shifted = np.exp(per_word - per_word.max(axis=-1, keepdims=True))
-        probs = shifted / shifted.sum(axis=-1, keepdims=True)
+        probs = softmax(per_word)
         top, sure = probs.argmax(-1), probs.max(-1) >= CONFIDENT
         for entity in extract_entities([label_names[i] for i in top]):
             tags = _scheme_tags(entity.type, entity.end - entity.start, label_names)
