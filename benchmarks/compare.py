@@ -304,6 +304,10 @@ def _main_tagging(args: argparse.Namespace, specs: list[tuple[str, list[Path]]],
     print(ct.table(rows, baseline, teacher))
     print()
     print(ct.novelty_table(rows, teacher, task))
+    shares = ct.teacher_shares(rows, teacher) if teacher is not None else None
+    if shares is not None:
+        print()
+        print(ct.share_table(rows, teacher, shares))
     decisions = ct.protocol_decisions(rows, baseline, MIN_SEEDS) if args.protocol else []
     if decisions:
         print()
@@ -316,6 +320,8 @@ def _main_tagging(args: argparse.Namespace, specs: list[tuple[str, list[Path]]],
         out = ct.payload(rows)
         for name, d in decisions:
             out[name]["protocol"] = {"baseline": baseline.name, **d.as_dict()}
+        for name, by_split in (shares or {}).items():
+            out[name]["teacher_share"] = by_split
         if fitted is not None:
             out["trend"] = fitted
         atomic_write_text(Path(args.json), json.dumps(out, indent=2) + "\n")

@@ -7,6 +7,9 @@ whitespace words, first sub-token, windows past the model's length), like ``benc
 validation, test and pooled entity F1 (mean ± SD over a group's seeds) and the word agreement with the
 teacher on test. A second table splits test recall by whether an entity's surface form occurs in the training
 split (:func:`compress.tasks.ner_metrics.recall_by_novelty`), beside the count of entities each run predicts.
+With ``--teacher``, a third table gives each group's share of the teacher's entity F1 on validation and on test
+(mean over seeds, with the 95% interval of :func:`benchmarks.stats.mean_f1_share_over_seeds_interval`: test
+sentences and seeds both move it), the form a distillation target is stated in.
 ``--protocol`` decides each group against the baseline group with :func:`benchmarks.protocol.decide_f1` on
 validation + test pooled.
 """
@@ -21,7 +24,7 @@ import numpy as np
 
 from benchmarks.prediction_cache import LazyPredictor, cache_key, cached
 from benchmarks.protocol import Decision, decide_f1, require_seeds
-from benchmarks.stats import _micro_f1
+from benchmarks.stats import _micro_f1, mean_f1_share_over_seeds_interval
 from compress.artifact import read_meta
 from compress.quality import SplitScorer
 from compress.tasks.ner_metrics import recall_by_novelty, sentence_counts, surface_forms, token_agreement
@@ -114,6 +117,44 @@ def novelty_table(rows: list[TaggerRow], teacher: TaggerRun | None, task: Any, s
         for side in ("seen", "unseen"):
             cells.append(_fmt([f / g if g else 0.0 for f, g in (x[side] for x in recalls)]) + "%")
         cells.append(f"{np.mean(predicted):,.0f}" + (f" ± {np.std(predicted, ddof=1):,.0f}" if len(group) > 1 else ""))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def teacher_shares(rows: list[TaggerRow], teacher: TaggerRun) -> dict[str, dict[str, dict[str, float]]]:
+    """Per group and split, its entity F1 as a share of the teacher's: ``estimate``, and for two or more seeds the
+    95% interval's ``low``/``high`` (paired over the sentences, the seeds' spread added); none where the teacher
+    finds no entity on the split (a share of 0 means nothing)."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for row in rows:
+        out[row.name] = {}
+        for split in SPLITS:
+            teacher_f1 = _f1(teacher, (split,))
+            if teacher_f1 == 0:
+                continue
+            if len(row.runs) < 2:
+                out[row.name][split] = {"estimate": _f1(row.runs[0], (split,)) / teacher_f1}
+                continue
+            share = mean_f1_share_over_seeds_interval(teacher.counts[split], [r.counts[split] for r in row.runs])
+            out[row.name][split] = {"estimate": share.estimate, "low": share.low, "high": share.high}
+    return out
+
+
+def share_table(rows: list[TaggerRow], teacher: TaggerRun, shares: dict[str, dict[str, dict[str, float]]]) -> str:
+    """:func:`teacher_shares`' ``shares`` as a Markdown table, a column per split."""
+    head = ["run", "seeds"] + [f"{split}: share of the teacher's {100 * _f1(teacher, (split,)):.1f} F1 [95%]"
+                               for split in SPLITS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row.name, str(len(row.runs))]
+        for split in SPLITS:
+            share = shares[row.name].get(split)
+            if share is None:
+                cells.append("- (the teacher finds no entity)")
+            elif "low" in share:
+                cells.append(f"{100 * share['estimate']:.1f}% [{100 * share['low']:.1f}, {100 * share['high']:.1f}]")
+            else:
+                cells.append(f"{100 * share['estimate']:.1f}%")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

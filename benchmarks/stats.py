@@ -489,12 +489,10 @@ def _seed_mean_interval(per_seed: np.ndarray, replicates: np.ndarray, n: int, co
     return _seed_and_test_t(estimate, var_test, n, var_seeds, seeds, confidence, f"{n} sentences", f" ({what})")
 
 
-def mean_f1_drop_over_seeds_interval(reference_counts: Sequence, seed_counts: Sequence[Sequence],
-                                     confidence: float = DEFAULT_CONFIDENCE, resamples: int = RESAMPLES,
-                                     seed: int = SEED) -> Interval:
-    """Interval of ``F1(reference) - mean over seeds of F1(seed)`` on the same sentences: a seed group of
-    taggers against the reference, the entity-F1 twin of :func:`mean_over_seeds_interval` (the test-set
-    term from a paired bootstrap that resamples sentences with every model's counts)."""
+def _paired_seed_counts(reference_counts: Sequence, seed_counts: Sequence[Sequence], resamples: int,
+                        seed: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """The reference's and each seed's ``(sentences, 3)`` totals, checked to be paired, and the multinomial
+    sentence weights of a paired bootstrap shared by all of them."""
     ref = _sentence_totals(reference_counts)
     members = [_sentence_totals(c) for c in seed_counts]
     if len(members) < 2:
@@ -504,10 +502,36 @@ def mean_f1_drop_over_seeds_interval(reference_counts: Sequence, seed_counts: Se
     n = len(ref)
     if n < 2:
         raise ValueError("a mean over seeds needs at least two sentences")
-    weights = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=resamples)
+    return ref, members, np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=resamples)
+
+
+def mean_f1_drop_over_seeds_interval(reference_counts: Sequence, seed_counts: Sequence[Sequence],
+                                     confidence: float = DEFAULT_CONFIDENCE, resamples: int = RESAMPLES,
+                                     seed: int = SEED) -> Interval:
+    """Interval of ``F1(reference) - mean over seeds of F1(seed)`` on the same sentences: a seed group of
+    taggers against the reference, the entity-F1 twin of :func:`mean_over_seeds_interval` (the test-set
+    term from a paired bootstrap that resamples sentences with every model's counts)."""
+    ref, members, weights = _paired_seed_counts(reference_counts, seed_counts, resamples, seed)
     per_seed = np.array([float(_micro_f1(ref.sum(axis=0)) - _micro_f1(m.sum(axis=0))) for m in members])
     replicates = _micro_f1(weights @ ref) - np.mean([_micro_f1(weights @ m) for m in members], axis=0)
-    return _seed_mean_interval(per_seed, replicates, n, confidence, "entity F1 drop, paired bootstrap")
+    return _seed_mean_interval(per_seed, replicates, len(ref), confidence, "entity F1 drop, paired bootstrap")
+
+
+def mean_f1_share_over_seeds_interval(reference_counts: Sequence, seed_counts: Sequence[Sequence],
+                                      confidence: float = DEFAULT_CONFIDENCE, resamples: int = RESAMPLES,
+                                      seed: int = SEED) -> Interval:
+    """Interval of the mean over seeds of ``F1(seed) / F1(reference)`` on the same sentences: how much of its
+    teacher's entity F1 a seed group keeps, a target stated as a share ("keeps 95% of the teacher"). The
+    teacher's F1 moves with the sentences as much as the students' do, so the bootstrap resamples both together
+    (paired); the seed term is the spread of the seeds' shares, as in :func:`mean_f1_drop_over_seeds_interval`."""
+    ref, members, weights = _paired_seed_counts(reference_counts, seed_counts, resamples, seed)
+    if _micro_f1(ref.sum(axis=0)) == 0:
+        raise ValueError("the reference finds no entity (F1 0): a share of it means nothing")
+    per_seed = np.array([float(_micro_f1(m.sum(axis=0)) / _micro_f1(ref.sum(axis=0))) for m in members])
+    ref_draws = _micro_f1(weights @ ref)
+    replicates = np.mean([relative_to(_micro_f1(weights @ m), ref_draws) for m in members], axis=0)
+    return _seed_mean_interval(per_seed, replicates, len(ref), confidence, "share of the reference's entity F1, "
+                               "paired bootstrap")
 
 
 def mean_ratio_over_seeds_interval(seed_counts: Sequence[Sequence], confidence: float = DEFAULT_CONFIDENCE,

@@ -41,6 +41,12 @@ def test_compare_reports_entity_f1_and_decides_a_tagger_lever(taggers, tmp_path,
     assert protocol["baseline"] == "base" and protocol["pooled"]["difference"] > 0
     assert protocol["verdict"] in ("better", "seeds disagree")  # the same model thrice: no seed spread to weigh
     assert protocol["pooled"]["sentences"] == len(task.splits["validation"]["tokens"]) + len(words)
+    # the share of the teacher's F1 (the teacher is the good tagger): all of it for the lever, F1 over F1 for the base
+    assert result["lever"]["teacher_share"]["test"] == {"estimate": 1.0, "low": 1.0, "high": 1.0}
+    share = result["base"]["teacher_share"]["test"]
+    assert share["estimate"] == pytest.approx(result["base"]["test"][0] / result["lever"]["test"][0])
+    assert share["low"] <= share["estimate"] <= share["high"]
+    assert "| base | 3 | " in printed and "test: share of the teacher's " in printed
 
 
 def test_a_second_table_reads_the_cached_tags_without_loading_a_model(taggers, monkeypatch, capsys):

@@ -842,3 +842,37 @@ def test_seed_group_f1_drop_and_word_agreement_add_the_seed_spread():
         mean_ratio_over_seeds_interval([same, other[:-1]])
     with pytest.raises(ValueError, match="no words"):
         mean_ratio_over_seeds_interval([[[0, 0], [0, 0]], [[0, 0], [0, 0]]])
+
+
+def test_seed_group_share_of_the_reference_f1_is_paired_and_adds_the_seed_spread():
+    """A target stated as a share ("keeps 95% of the teacher's F1"): each seed's F1 over the reference's on the
+    same sentences, averaged; the bootstrap moves the reference with the seeds, so the interval is the ratio's."""
+    from benchmarks.stats import mean_f1_drop_over_seeds_interval, mean_f1_share_over_seeds_interval
+    from compress.tasks.ner_metrics import scores_from_counts
+
+    rng = np.random.default_rng(12)
+    ref = _tagger_counts(rng, 300, 0.85)
+
+    def weaker(misses: int) -> np.ndarray:
+        art = ref.copy()
+        art[:misses, 0, 0] = np.maximum(art[:misses, 0, 0] - 1, 0)
+        return art
+
+    f1 = lambda c: scores_from_counts(["X"], c)["f1"]  # noqa: E731
+    tight, loose = [weaker(30)] * 3, [weaker(0), weaker(30), weaker(60)]
+    t, lo = mean_f1_share_over_seeds_interval(ref, tight), mean_f1_share_over_seeds_interval(ref, loose)
+    assert t.estimate == pytest.approx(f1(tight[0]) / f1(ref))
+    assert lo.estimate == pytest.approx(np.mean([f1(a) / f1(ref) for a in loose]))
+    assert t.low < t.estimate < t.high < 1.0 and "share of the reference" in t.method
+    assert (lo.high - lo.low) > (t.high - t.low)
+    # the same ordering as the drop in points, scaled by the reference's F1
+    drop = mean_f1_drop_over_seeds_interval(ref, tight)
+    assert 1 - t.estimate == pytest.approx(drop.estimate / f1(ref))
+    assert mean_f1_share_over_seeds_interval(ref, [ref, ref]).low == 1.0  # itself: all of it, no spread
+    nothing = ref.copy()
+    nothing[..., 0] = 0
+    nothing[..., 1] = 0
+    with pytest.raises(ValueError, match="finds no entity"):
+        mean_f1_share_over_seeds_interval(nothing, tight)
+    with pytest.raises(ValueError, match="not paired"):
+        mean_f1_share_over_seeds_interval(ref, [tight[0], tight[1][:-1]])
