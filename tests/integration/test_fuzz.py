@@ -489,7 +489,7 @@ RECIPE_FAMILIES = [
     ("unknown-key", r"unknown key|unknown [\w.]+ setting"),
     ("gate-rules", r"gate\.rules"),
     ("value", r"must be >=|must be >|must be <|must be a share|must be one of|is not one of|is neither a preset"
-              r"|must be between"),
+              r"|must be between|is too old"),
     ("type", r"must be an? \w+|must be true or false|takes a mapping|must be a name/path"),
     ("wiring", r"needs a teacher stage|is required|is set by|names no stage"),
     ("data", r"neither a built-in dataset"),
