@@ -728,6 +728,13 @@ def _tagger_counts(rng, n, hit):
     return np.stack([correct, correct + (rng.random(n) < 0.1), np.full(n, 2)], axis=1)[:, None, :]
 
 
+def _weaker(ref: np.ndarray, misses: int) -> np.ndarray:
+    """``ref``'s counts with one correct entity fewer in each of its first ``misses`` sentences."""
+    art = ref.copy()
+    art[:misses, 0, 0] = np.maximum(art[:misses, 0, 0] - 1, 0)
+    return art
+
+
 def test_f1_intervals_resample_sentences_and_pair_them():
     from benchmarks.stats import f1_drop_interval, f1_interval, ratio_interval, unpaired_f1_drop_interval
     from compress.tasks.ner_metrics import scores_from_counts
@@ -809,14 +816,9 @@ def test_seed_group_f1_drop_and_word_agreement_add_the_seed_spread():
     rng = np.random.default_rng(11)
     ref = _tagger_counts(rng, 300, 0.85)
 
-    def weaker(misses: int) -> np.ndarray:
-        art = ref.copy()
-        art[:misses, 0, 0] = np.maximum(art[:misses, 0, 0] - 1, 0)
-        return art
-
     f1 = lambda c: scores_from_counts(["X"], c)["f1"]  # noqa: E731
-    tight = [weaker(30), weaker(30), weaker(30)]
-    loose = [weaker(0), weaker(30), weaker(60)]
+    tight = [_weaker(ref, 30), _weaker(ref, 30), _weaker(ref, 30)]
+    loose = [_weaker(ref, 0), _weaker(ref, 30), _weaker(ref, 60)]
     t, lo = mean_f1_drop_over_seeds_interval(ref, tight), mean_f1_drop_over_seeds_interval(ref, loose)
     assert t.estimate == pytest.approx(f1(ref) - f1(tight[0]))
     assert lo.estimate == pytest.approx(np.mean([f1(ref) - f1(a) for a in loose]))
@@ -853,13 +855,8 @@ def test_seed_group_share_of_the_reference_f1_is_paired_and_adds_the_seed_spread
     rng = np.random.default_rng(12)
     ref = _tagger_counts(rng, 300, 0.85)
 
-    def weaker(misses: int) -> np.ndarray:
-        art = ref.copy()
-        art[:misses, 0, 0] = np.maximum(art[:misses, 0, 0] - 1, 0)
-        return art
-
     f1 = lambda c: scores_from_counts(["X"], c)["f1"]  # noqa: E731
-    tight, loose = [weaker(30)] * 3, [weaker(0), weaker(30), weaker(60)]
+    tight, loose = [_weaker(ref, 30)] * 3, [_weaker(ref, 0), _weaker(ref, 30), _weaker(ref, 60)]
     t, lo = mean_f1_share_over_seeds_interval(ref, tight), mean_f1_share_over_seeds_interval(ref, loose)
     assert t.estimate == pytest.approx(f1(tight[0]) / f1(ref))
     assert lo.estimate == pytest.approx(np.mean([f1(a) / f1(ref) for a in loose]))
