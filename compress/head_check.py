@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 from compress.errors import CompressError
@@ -64,7 +64,7 @@ class _Verdict:
         return self.verdict == "untrained"
 
     @classmethod
-    def from_dict(cls, record: dict[str, Any] | None):
+    def from_dict(cls, record: dict[str, Any] | None) -> Self | None:
         """The check a ``compress.json`` recorded, or ``None`` when there is none or it is of another shape."""
         from dataclasses import fields
 
