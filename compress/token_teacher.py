@@ -94,9 +94,13 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     timings["total_s"] = round(time.perf_counter() - started, 1)
     chance = check_tagger(metrics["validation"]) if "validation" in metrics else None
     if chance is not None and chance.untrained:
-        how = "its training collapsed into the O tag" if fine_tuned else "its head was not trained for these tags"
-        print(f"warning: the teacher finds no entity ({chance.summary()}): {how}, and distill will refuse it. Train "
-              f"it (again) with a lower --lr (this run: {cfg.train.lr:g}) or another --seed.", file=sys.stderr)
+        if fine_tuned:
+            how = ("its training collapsed into the O tag",
+                   f"train it again with a lower --lr (this run: {cfg.train.lr:g}) or another --seed")
+        else:  # kept as given (--finetune no, or --epochs 0): another seed or lr would change nothing
+            how = ("its head was not trained for these tags", "fine-tune it: --finetune yes with --epochs 1 or more")
+        print(f"warning: the teacher finds no entity ({chance.summary()}): {how[0]}, and distill will refuse it; "
+              f"{how[1]}.", file=sys.stderr)
     meta = {
         "stage": "teacher",
         "kind": "pytorch",

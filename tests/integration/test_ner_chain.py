@@ -126,6 +126,7 @@ def test_a_collapsed_tagger_is_packaged_with_a_warning_and_refused_by_distill(tr
     assert check["verdict"] == "untrained" and check["correct"] == 0 and check["gold"] > 0
     err = capsys.readouterr().err
     assert "the teacher finds no entity" in err and "its head was not trained for these tags" in err
+    assert "--finetune yes" in err and "--seed" not in err  # the fix for a head kept as given, not a retraining tip
     fine = json.loads((trained.path / "compress.json").read_text())["chance_check"]
     assert fine["verdict"] == "trained" and fine["correct"] > 0.9 * fine["gold"]
     args = ["distill", "--teacher", str(teacher), "--data", str(trained.data), "--student", "1x32", "--init",
