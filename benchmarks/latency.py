@@ -170,3 +170,24 @@ def forward_runner(predictor, arrays: dict[str, np.ndarray]) -> Callable[[], Any
         return run(arrays)
 
     return call
+
+
+def cycling_runner(predictor, inputs: Sequence[dict[str, np.ndarray]]) -> Callable[[], Any]:
+    """A zero-argument call running one forward on the next of ``inputs``, wrapping round at the end.
+
+    Under :func:`run_interleaved` every runner is called once per round (and ``warmup`` times
+    before), so round ``r`` of every artifact runs input ``(warmup + r) mod n`` of its own list:
+    given lists in the same order (:func:`benchmarks.traffic.real_length_inputs`), the per-round
+    ratios stay paired on the same text while the shapes vary from round to round.
+    """
+    if not inputs:
+        raise CompressError("no inputs to time.")
+    run = predictor.forward
+    position = [0]
+
+    def call() -> Any:
+        arrays = inputs[position[0] % len(inputs)]
+        position[0] += 1
+        return run(arrays)
+
+    return call

@@ -53,6 +53,25 @@ def traffic_requests(predictor, texts: Sequence[Any]) -> list[dict[str, np.ndarr
     return [_request(predictor, text) for text in texts]
 
 
+def real_length_inputs(predictor, texts: Sequence[Any], batch_size: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Every input ``Predictor`` would run for ``texts`` at ``batch_size``, in a seeded random order.
+
+    Batch 1: one request per text (:func:`traffic_requests`); larger: the Predictor's length-sorted
+    batches, each padded to its own longest row. The order is shuffled so that a timing that runs
+    only the first few of them (``optimize --lengths real --runs 20``) samples short and long ones
+    alike, not the split's first texts or its shortest batches; the same seed gives every artifact
+    with the same tokenizer and window the same inputs in the same order, which keeps rounds paired.
+    """
+    if not texts:
+        raise CompressError("no texts to time at their real lengths; the data split is empty.")
+    if batch_size == 1:
+        inputs = traffic_requests(predictor, texts)
+    else:
+        inputs = [arrays for _, arrays in predictor.window_batches(predictor.encode(list(texts)), batch_size)]
+    order = np.random.default_rng(seed).permutation(len(inputs))
+    return [inputs[i] for i in order]
+
+
 def _request(predictor, text: Any) -> dict[str, np.ndarray]:
     windows = predictor.encode([text])
     return predictor.window_batches(windows, len(windows))[0][1]

@@ -435,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="choose among these existing artifacts of --model instead of building candidates")
     _option(p, OptimizeConfig, "batch_sizes", "comma-separated batch sizes to choose for", type=_int_list)
     _option(p, OptimizeConfig, "seq_len", "sequence length of the timed inputs")
+    _option(p, OptimizeConfig, "lengths")
     _option(p, OptimizeConfig, "threads", "intra-op threads for every runtime (default: all CPUs)")
     _option(p, OptimizeConfig, "warmup", "untimed runs per candidate and batch size")
     _option(p, OptimizeConfig, "runs", "timed interleaved rounds per batch size")

@@ -44,11 +44,13 @@ from typing import Any, Callable, Sequence
 
 from compress.artifact import read_meta, weights_sha256, write_artifact
 from compress.config import MAX_TYPE_F1_DROP, OPTIMIZE_CANDIDATES, OptimizeConfig
+from compress.config.choices import TIMING_LENGTHS
 from compress.errors import CompressError, describe
 from compress.formats.openvino import openvino_missing
 from compress.progress import bars_enabled
-from benchmarks.latency import (fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved,
+from benchmarks.latency import (cycling_runner, fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved,
                                 summarize)
+from benchmarks.traffic import real_length_inputs
 from benchmarks.machine import available_cpus, machine_info
 from benchmarks.stats import speedup_interval
 from compress.artifact import package_versions
@@ -153,13 +155,18 @@ def _unique_names(paths: Sequence[Path]) -> list[str]:
 def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], data, batch_sizes: Sequence[int] = (1, 32),
            seq_len: int = 128, threads: int | None = None, warmup: int = 10, runs: int = 60,
            max_accuracy_drop: float = 0.01, min_agreement: float | None = None,
-           progress: bool = True, device: str = "auto", max_type_f1_drop: float = MAX_TYPE_F1_DROP) -> dict[str, Any]:
+           progress: bool = True, device: str = "auto", max_type_f1_drop: float = MAX_TYPE_F1_DROP,
+           lengths: str = "fixed") -> dict[str, Any]:
     """Score and time ``candidates`` against their fp32 ``parent``; return the decision and the table.
 
     The parent is candidate ``pytorch`` (the reference of every speedup). Nothing is written.
     ``device`` (``--device``): where every candidate runs (:meth:`Predictor.load`); ``max_type_f1_drop`` a
-    tagger's per-type budget (:func:`compress.quality.types_over_budget`).
+    tagger's per-type budget (:func:`compress.quality.types_over_budget`). ``lengths`` (``--lengths``):
+    ``fixed`` times every candidate on one batch of ``seq_len`` tokens; ``real`` on the validation texts
+    at their own lengths (:func:`benchmarks.traffic.real_length_inputs`), a different input each round.
     """
+    if lengths not in TIMING_LENGTHS:
+        raise CompressError(f"--lengths {lengths!r}: choose one of {', '.join(TIMING_LENGTHS)}.")
 
     threads = threads if threads is not None else available_cpus()  # fixed: a timing means nothing without it
     parent_path = Path(parent).expanduser().resolve()
@@ -201,13 +208,24 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
     names = list(predictors)
     with tqdm(total=len(batch_sizes) * len(names) * (warmup + runs), desc="optimize timing", unit="call",
               disable=not progress or not bars_enabled(), file=sys.stderr) as bar:
+        shapes: dict[int, str] = {}
         for b in batch_sizes:
-            runners = {n: forward_runner(predictors[n], fixed_shape_inputs(predictors[n], texts, b, seq_len))
-                       for n in names}
+            if lengths == "real":
+                inputs = {n: real_length_inputs(predictors[n], texts, b) for n in names}
+                runners = {n: cycling_runner(predictors[n], inputs[n]) for n in names}
+                timed = [inputs[REFERENCE][i % len(inputs[REFERENCE])] for i in range(warmup, warmup + runs)]
+                tokens = sum(int(a["attention_mask"].sum()) for a in timed) / sum(len(a["attention_mask"]) for a in timed)
+                shape = {"seq_len": None, "lengths": "real", "tokens_mean": round(tokens, 1)}
+                shapes[b] = f"validation texts at their real lengths (timed rows: mean {tokens:.1f} tokens)"
+            else:
+                runners = {n: forward_runner(predictors[n], fixed_shape_inputs(predictors[n], texts, b, seq_len))
+                           for n in names}
+                shape = {"seq_len": seq_len, "lengths": "fixed"}
+                shapes[b] = f"sequence {seq_len}"
             timings = run_interleaved(runners, warmup, runs, tick=bar.update)
             for n in names:
                 interval = speedup_interval(timings[REFERENCE], timings[n], confidence=SPEEDUP_CONFIDENCE)
-                rows[n]["latency"].append({"batch_size": b, "seq_len": seq_len, **summarize(timings[n], b),
+                rows[n]["latency"].append({"batch_size": b, **shape, **summarize(timings[n], b),
                                            "speedup": {**paired_speedup(timings[REFERENCE], timings[n]),
                                                        "ci_low": interval.low, "ci_high": interval.high,
                                                        "confidence": SPEEDUP_CONFIDENCE, "ci_method": interval.method}})
@@ -219,7 +237,7 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
         record = rank_candidates(list(rows.values()), b)
         by_batch[str(b)] = record["winner"]
         decided_by[str(b)] = record
-        reasons[str(b)] = f"batch {b}, sequence {seq_len}: {record['why']}"
+        reasons[str(b)] = f"batch {b}, {shapes[b]}: {record['why']}"
     machine = machine_info()
     return {
         "by_batch_size": by_batch,
@@ -229,7 +247,8 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
         "reference": REFERENCE,
         "task": scorer.task.name,
         "metric": metric,
-        "settings": {"device": device, "batch_sizes": list(batch_sizes), "seq_len": seq_len, "threads": threads,
+        "settings": {"device": device, "batch_sizes": list(batch_sizes), "lengths": lengths,
+                     "seq_len": seq_len if lengths == "fixed" else None, "threads": threads,
                      "warmup": warmup,
                      "runs": runs, "max_accuracy_drop": max_accuracy_drop, "min_agreement": min_agreement,
                      **({"max_type_f1_drop": max_type_f1_drop} if scorer.tagging else {}),
@@ -336,7 +355,7 @@ def optimize(cfg: OptimizeConfig, out: str | os.PathLike, progress: bool = True)
         t0 = time.perf_counter()
         decision = choose(parent, built, cfg.data, cfg.batch_sizes, cfg.seq_len, cfg.threads, cfg.warmup, cfg.runs,
                           cfg.max_accuracy_drop, cfg.min_agreement, progress, device=cfg.device,
-                          max_type_f1_drop=cfg.max_type_f1_drop)
+                          max_type_f1_drop=cfg.max_type_f1_drop, lengths=cfg.lengths)
         measure_s = round(time.perf_counter() - t0, 2)
         for name, error in errors.items():
             decision["table"].append({"name": name, "error": error, "eligible": False,
@@ -401,8 +420,11 @@ def format_decision(meta: dict[str, Any]) -> str:
     metric = opt.get("metric", "accuracy")
     head = f"{'candidate':<{width}}{'kind':<12}{METRIC_NAMES.get(metric, metric):>10}{'drop':>8}{'agree':>8}" + "".join(
         f"{f'b{b} p50 ms':>12}{f'b{b} x':>8}" for b in batches) + "  status"
-    lines = [f"CPU: {opt['decided_on']['cpu_model']} (flags: {flags}); threads {opt['settings']['threads']}; "
-             f"sequence {opt['settings']['seq_len']}; speedups against the PyTorch fp32 model", head]
+    settings = opt["settings"]
+    shape = ("validation texts at their real lengths" if settings.get("lengths") == "real"
+             else f"sequence {settings['seq_len']}")
+    lines = [f"CPU: {opt['decided_on']['cpu_model']} (flags: {flags}); threads {settings['threads']}; "
+             f"{shape}; speedups against the PyTorch fp32 model", head]
     for row in opt["table"]:
         if row.get("error"):
             lines.append(f"{row['name']:<{width}}{'-':<12}{'':>10}{'':>8}{'':>8}" + "".join(f"{'-':>12}{'-':>8}" for _ in batches)

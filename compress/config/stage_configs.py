@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Mapping
 
 from compress.config.choices import (SOFT_LABEL_RUNTIMES, UNLABELED_SELECTIONS, SOFT_LABELS_HELP, UNLABELED_BALANCE_HELP, SCHEDULES, MENTION_POOLS, IMPORTANCES, SCOPES,
-                                     QUANTIZE_METHODS, QUANTIZE_GRAPHS, AUGMENT_OPS, TRAIN_FLAGS, PRUNE_TRAIN_FLAGS,
+                                     TIMING_LENGTHS, TIMING_LENGTHS_HELP, QUANTIZE_METHODS, QUANTIZE_GRAPHS, AUGMENT_OPS, TRAIN_FLAGS, PRUNE_TRAIN_FLAGS,
                                      FULL, QUICK, MAX_TYPE_F1_DROP, MAX_TYPE_F1_DROP_HELP)
 from compress.config.engine import (Problem, _choices, _Bad, _is_int, ConfigBase, _problem, _device_problems,
                                     _precision)
@@ -687,6 +687,7 @@ class OptimizeConfig(ConfigBase):
     artifacts: list[str] | None = None
     batch_sizes: list[int] = field(default_factory=lambda: [1, 32])
     seq_len: int = 128
+    lengths: str = field(default="fixed", metadata={**_choices(*TIMING_LENGTHS), "help": TIMING_LENGTHS_HELP})
     threads: int | None = None
     warmup: int = 10
     runs: int = 60

@@ -265,6 +265,51 @@ def test_chooser_picks_the_faster_of_two_artifacts(work, data):
     assert all(r["agreement"] is not None and "accuracy_drop" in r for r in decision["table"])
 
 
+def test_chooser_on_real_lengths_times_the_validation_texts_as_predictor_runs_them(work, data):
+    """``lengths="real"``: every round a different validation text (batch 1) or length-sorted batch, the same
+    one for every candidate; the decision still finds the 12x-deeper artifact slower, and says what it timed."""
+    from compress.optimize import choose, format_decision
+
+    parent = make_bert(work / "opt-parent", layers=6, hidden=128, heads=4, ffn=512, head=True, seed=4)
+    fast = _onnx_of(work, "opt-fast", layers=1)
+    slow = _onnx_of(work, "opt-slow", layers=12)
+    decision = choose(parent, {"slow": slow, "fast": fast}, data, batch_sizes=(1, 4), seq_len=32, threads=1,
+                      warmup=2, runs=9, max_accuracy_drop=1.0, progress=False, lengths="real")
+    assert decision["by_batch_size"] == {"1": "fast", "4": "fast"}
+    assert decision["settings"]["lengths"] == "real" and decision["settings"]["seq_len"] is None
+    for row in decision["table"]:
+        for entry in row["latency"]:
+            assert entry["lengths"] == "real" and entry["seq_len"] is None and 2 < entry["tokens_mean"] < 32
+    assert all("real lengths" in why for why in decision["reasons"].values())
+    meta = {"optimize": decision, "choice": {"names": decision["by_batch_size"], "decided_by": decision["decided_by"]}}
+    assert "validation texts at their real lengths" in format_decision(meta).splitlines()[0]
+    with pytest.raises(CompressError, match="--lengths 'padded'"):
+        choose(parent, {"fast": fast}, data, batch_sizes=(1,), progress=False, lengths="padded")
+
+
+def test_real_length_inputs_are_paired_across_artifacts_and_cycled_in_order(trained, work):
+    """Two artifacts of one tokenizer get the same inputs in the same seeded order (what keeps the rounds of
+    ``optimize --lengths real`` paired); the cycling runner runs them one per call and wraps round."""
+    from benchmarks.latency import cycling_runner
+    from benchmarks.traffic import real_length_inputs
+    from compress.export import export_onnx
+
+    texts = list(TEXTS) * 2
+    pt = Predictor.load(trained, threads=1)
+    onnx = Predictor.load(export_onnx(trained, work / "real-lengths-onnx"), threads=1)
+    one = real_length_inputs(pt, texts, 1)
+    assert len(one) == len(texts) and all(len(a["input_ids"]) == 1 for a in one)
+    assert len({a["input_ids"].shape[1] for a in one}) > 1  # real lengths: the shapes vary
+    assert [a["input_ids"].tolist() for a in one] == [a["input_ids"].tolist() for a in real_length_inputs(onnx, texts, 1)]
+    assert [a["input_ids"].tolist() for a in one] != [a["input_ids"].tolist() for a in real_length_inputs(pt, texts, 1, seed=1)]
+    batched = real_length_inputs(pt, texts, 4)
+    assert sum(len(a["input_ids"]) for a in batched) == len(texts) and all(a["attention_mask"][:, -1].any() for a in batched)
+    run = cycling_runner(pt, one[:3])
+    outputs = [run() for _ in range(4)]
+    for got, arrays in zip(outputs, one[:3] + one[:1]):
+        assert np.allclose(np.asarray(got), np.asarray(pt.forward(arrays)), atol=1e-6)
+
+
 def test_chooser_drops_a_faster_candidate_outside_the_accuracy_budget(trained, data, work):
     from compress.optimize import choose
 
