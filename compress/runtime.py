@@ -23,6 +23,7 @@ Artifact kinds (``compress.json`` ``"kind"``, or detected from the files when th
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence, Union
 
@@ -437,8 +438,6 @@ class TorchPredictor(Predictor):
         if device is not None:
             target = resolve_device(device)
             if kind == "torch-int8" and target.type != "cpu":
-                import sys
-
                 print(f"warning: {path} is PyTorch dynamic INT8, which has CPU kernels only; it runs on the CPU, not "
                       f"{target}. Use an onnx-int8 or torch-bf16 artifact on the GPU.", file=sys.stderr)
             else:
@@ -448,8 +447,6 @@ class TorchPredictor(Predictor):
             choice = resolve_precision(precision, self.device, announce=False)
             self.precision = choice.precision
             if announce:  # to stderr: predict's stdout is its answers
-                import sys
-
                 print(choice.line(), file=sys.stderr)
                 if choice.warning:
                     print(f"warning: {choice.warning}", file=sys.stderr)
@@ -505,8 +502,6 @@ class OnnxPredictor(Predictor):
             raise CompressError(f"{path / ONNX_FILE}: ONNX Runtime could not open it ({exc}). Export it again.") from exc
         used = session.get_providers()[0]
         if providers[0] != "CPUExecutionProvider" and used == "CPUExecutionProvider" and device != "auto":
-            import sys
-
             print(f"warning: {path}: ONNX Runtime could not start CUDAExecutionProvider (no usable GPU or CUDA "
                   "libraries); running on CPUExecutionProvider", file=sys.stderr)
         inputs = [i.name for i in session.get_inputs()]
@@ -548,8 +543,6 @@ class OpenVinoPredictor(Predictor):
         tokenizer = ArtifactTokenizer.from_folder(path)
         compiled, inputs = compile_ir(path, threads, spinning)
         if device not in (None, "cpu", "auto"):
-            import sys
-
             print(f"warning: {path} is an OpenVINO artifact, which bert-compress runs on the CPU only; it runs on the "
                   f"CPU, not {device}. Use an onnx-int8 or torch-bf16 artifact on the GPU.", file=sys.stderr)
         meta = read_meta(path)
@@ -585,9 +578,14 @@ class OpenVinoPredictor(Predictor):
         self.compiled = None
         ensure_signal_stack()
 
-    def __del__(self) -> None:
-        if getattr(self, "compiled", None) is not None:
-            self.close()
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        if getattr(self, "compiled", None) is None:
+            return
+        if _finalizing():  # interpreter exit: builtins (open) may be gone, and no Python signal handler runs after it
+            self._requests = None
+            self.compiled = None
+            return
+        self.close()
 
 
 class ChoicePredictor(Predictor):
@@ -620,8 +618,6 @@ class ChoicePredictor(Predictor):
         self.size_bytes = sum(p.size_bytes for p in opened.values())
         self.cpu_mismatch = _cpu_mismatch((meta.get("optimize") or {}).get("decided_on") or {})
         if self.cpu_mismatch:
-            import sys
-
             print(f"warning: {path} was chosen on another CPU ({self.cpu_mismatch}); the fastest runtime here may "
                   "differ. Run bert-compress optimize on this machine.", file=sys.stderr)
         return self
@@ -654,8 +650,6 @@ def onnx_providers(device: str | None, path: Path | None = None) -> list:
         index = int(device.split(":", 1)[1]) if ":" in device else 0
         return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
     if device != "auto":
-        import sys
-
         print(f"warning: {path or 'ONNX'}: --device {device} asked for a GPU, but this onnxruntime "
               f"({ort.__version__}) has no CUDAExecutionProvider (available: {', '.join(ort.get_available_providers())}); "
               "running on CPUExecutionProvider. Install onnxruntime-gpu in place of onnxruntime to run ONNX "
