@@ -18,7 +18,10 @@ that will serve, and recorded with the CPU it was made on:
    (or under ``min_agreement``) are out, whatever their speed.
 3. **Time** them interleaved (:func:`benchmarks.latency.run_interleaved`: one round runs each
    once, the order rotating) at every batch size, and rank by the median of per-round speedups
-   against the parent: a shared machine's drift cancels in a ratio taken within one round.
+   against the parent: a shared machine's drift cancels in a ratio taken within one round. The
+   inputs are one batch of ``--seq-len`` tokens (``--lengths fixed``) or the validation texts at
+   their own lengths, a different one each round (``--lengths real``): a runtime that wins at one
+   padded shape can lose on short sentences of varying length, the traffic a tagger serves.
    **Ties go to the candidate that changes fewer answers** (:func:`rank_candidates`): each speedup
    has a 95% interval (circular block bootstrap over the rounds, :mod:`benchmarks.stats`); where
    other candidates' intervals overlap the fastest one's, the speed difference is noise, so the
