@@ -541,7 +541,7 @@ class OpenVinoPredictor(Predictor):
                                 "artifact again with bert-compress quantize --method openvino-int8.")
         config = ArtifactConfig.from_folder(path)
         tokenizer = ArtifactTokenizer.from_folder(path)
-        compiled, inputs = compile_ir(path, threads, spinning)
+        compiled, inputs = compile_ir(path, threads, spinning, max_tokens=position_limit(config))
         if device not in (None, "cpu", "auto"):
             print(f"warning: {path} is an OpenVINO artifact, which bert-compress runs on the CPU only; it runs on the "
                   f"CPU, not {device}. Use an onnx-int8 or torch-bf16 artifact on the GPU.", file=sys.stderr)

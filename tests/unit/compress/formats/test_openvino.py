@@ -60,6 +60,13 @@ def test_fp32_ir_reloads_and_matches_pytorch(ov_fp32, fp32_logits):
     assert np.max(np.abs(logits - fp32_logits)) <= FP32_ATOL
     # Batching and padding do not change the answers (dynamic shapes in the IR).
     assert np.allclose(predictor.logits(TEXTS, batch_size=1), logits, atol=FP32_ATOL)
+    # Served with the sequence axis bounded at the position table (faster on changing lengths), the batch free.
+    from compress.runtime import position_limit
+
+    for model_input in predictor.compiled.inputs:
+        batch, sequence = model_input.get_partial_shape()
+        assert batch.is_dynamic and batch.get_max_length() == -1
+        assert (sequence.get_min_length(), sequence.get_max_length()) == (1, position_limit(predictor.config))
     labels, probs = predictor.predict(["a wonderful film", "boring and dull"])
     assert len(labels) == 2 and np.allclose(probs.sum(-1), 1)
 
