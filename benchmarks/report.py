@@ -155,9 +155,25 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG,
         out += _reading_quality(arts)
     else:
         out += _classification_quality(arts, ref)
+    out += _served_runtimes(arts, *quality_metric(results))
 
     out += ["", "## Latency", ""]
     return _render_rest(results, out, plots)
+
+
+def _served_runtimes(arts: Sequence[dict[str, Any]], metric: str, title: str) -> list[str]:
+    """A line per choice that serves its batch sizes from different runtimes: each one's score, and which one its
+    row shows (the least accurate, :func:`benchmarks.suite.score_served_runtimes`)."""
+    lines = []
+    for a in arts:
+        served = a["quality"].get("served_runtimes")
+        if not served:
+            continue
+        parts = "; ".join(f"batch {', '.join(str(b) for b in r['batch_sizes'])} from `{r['artifact']}` ({r['kind']}), "
+                          f"{title} {_fmt(r.get(metric), pct=True)}" for r in served)
+        lines.append(f"`{a['name']}` serves {parts}. Its row is the least accurate of them, "
+                     f"`{a['quality']['scored_runtime']}`, so a gate on it holds at every batch size.")
+    return ["", *lines] if lines else []
 
 
 def _tagging_quality(arts: Sequence[dict[str, Any]], ref: dict[str, Any]) -> list[str]:

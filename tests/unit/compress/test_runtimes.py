@@ -310,6 +310,38 @@ def test_real_length_inputs_are_paired_across_artifacts_and_cycled_in_order(trai
         assert np.allclose(np.asarray(got), np.asarray(pt.forward(arrays)), atol=1e-6)
 
 
+def test_bench_scores_a_choice_by_the_least_accurate_runtime_it_serves(trained, data, work):
+    """A choice serving batch 1 from an untrained model and batch 32 from the trained one: bench scores quality at
+    batch 32, where only the trained one answers; its row must still show the batch-1 runtime's accuracy (the
+    lower), and say which runtime serves which batch sizes, so a gate on it holds for a batch-1 server too."""
+    import shutil
+
+    from compress.artifact import write_artifact
+    from compress.cli import main
+
+    untrained = _onnx_of(work, "served-untrained", layers=1, hidden=32)
+
+    def fill(folder: Path) -> None:
+        shutil.copytree(untrained, folder / "candidates" / "fast")
+        shutil.copytree(trained, folder / "candidates" / "good", ignore=shutil.ignore_patterns("*.checkpoints"))
+
+    choice = write_artifact(work / "served-choice", fill, {"stage": "optimize", "kind": "choice", "choice": {
+        "by_batch_size": {"1": "candidates/fast", "32": "candidates/good"}}})
+    assert main(["bench", str(choice), str(trained), "--reference", str(trained), "--data", data.data, "--out",
+                 str(work / "served-bench"), "--batch-sizes", "1", "--seq-lens", "16", "--warmup", "1", "--runs", "2",
+                 "--threads", "1", "--no-memory"]) == 0
+    results = json.loads((work / "served-bench" / "results.json").read_text())
+    rows = {a["name"]: a["quality"] for a in results["artifacts"]}
+    served = {r["artifact"]: r for r in rows["served-choice"]["served_runtimes"]}
+    assert served["fast"]["batch_sizes"] == [1] and served["good"]["batch_sizes"] == [32]
+    assert served["good"]["accuracy"] == rows[trained.name]["accuracy"] > served["fast"]["accuracy"]
+    assert rows["served-choice"]["scored_runtime"] == "fast"
+    assert rows["served-choice"]["accuracy"] == served["fast"]["accuracy"]
+    assert "served_runtimes" not in rows[trained.name]
+    report = (work / "served-bench" / "report.md").read_text()
+    assert "`served-choice` serves batch 1 from `fast`" in report and "Its row is the least accurate" in report
+
+
 def test_chooser_drops_a_faster_candidate_outside_the_accuracy_budget(trained, data, work):
     from compress.optimize import choose
 
