@@ -151,14 +151,17 @@ def _config_facts(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def score_served_runtimes(predictors: dict[str, Any], reference: str, quality: dict[str, dict[str, Any]], metric: str,
-                          score: Callable[[dict[str, Any], bool], dict[str, dict[str, Any]]]) -> None:
+                          score: Callable[[dict[str, Any], bool, int], dict[str, dict[str, Any]]]) -> None:
     """Report a choice that serves batch sizes from different runtimes by the least accurate of them.
 
     Quality is scored at one batch size (32), so a choice (``optimize``) that serves batch 1 from ORT INT8 and
     batch 32 from OpenVINO INT8 was judged by OpenVINO's answers alone, and a gate on it said nothing of what a
     batch-1 server returns (measured: ORT INT8 1.5 F1 points under OpenVINO on WNUT-17 test, docs/ner.md). Each
-    served runtime is scored on the same examples against the reference; the choice's quality becomes the one
-    with the lowest ``metric``, and ``served_runtimes`` lists every runtime with its batch sizes and score.
+    served runtime is scored on the same examples against the reference, in batches of the smallest size it
+    serves (ORT's dynamic INT8 sets its activation scales per batch, padding included, so its batch-1 answers are
+    not its batch-32 answers); the choice's quality becomes the one with the lowest ``metric``, and
+    ``served_runtimes`` lists every runtime with its batch sizes and score. The reference is scored again in each
+    call (the paired intervals need its answers): at batch 1, a teacher's pass over the split is slow.
     """
     for name, predictor in predictors.items():
         by_batch = getattr(predictor, "by_batch_size", None)
@@ -169,7 +172,7 @@ def score_served_runtimes(predictors: dict[str, Any], reference: str, quality: d
             runtimes.setdefault(id(sub), (sub, []))[1].append(int(batch_size))
         if len(runtimes) < 2:
             continue
-        scored = [(score({reference: predictors[reference], name: sub}, False)[name], sub, sizes)
+        scored = [(score({reference: predictors[reference], name: sub}, False, min(sizes))[name], sub, sizes)
                   for sub, sizes in runtimes.values()]
         worst = min(scored, key=lambda item: item[0][metric])
         quality[name] = {**worst[0], "scored_runtime": Path(worst[1].path).name,
@@ -250,20 +253,22 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         scorer = SplitScorer(task, config.split)
         texts, labels = scorer.inputs, None
         metric = "f1"
-        score = lambda chosen, bar: evaluate_reading_quality(chosen, reference, scorer, progress=bar)  # noqa: E731
+        score = lambda chosen, bar, batch=32: evaluate_reading_quality(  # noqa: E731
+            chosen, reference, scorer, batch_size=batch, progress=bar)
     elif tagging:  # entity F1 per sentence (benchmarks.tagging_quality); no integer labels
         from compress.quality import SplitScorer
 
         scorer = SplitScorer(task, config.split)
         texts, labels = scorer.inputs, None
         metric = "entity_f1"
-        score = lambda chosen, bar: evaluate_tagging_quality(chosen, reference, scorer, task.entity_types,  # noqa: E731
-                                                             progress=bar)
+        score = lambda chosen, bar, batch=32: evaluate_tagging_quality(  # noqa: E731
+            chosen, reference, scorer, task.entity_types, batch_size=batch, progress=bar)
     else:
         check_labels_fit(task, ref_predictor.num_labels, who=f"the reference {ref_predictor.path}")
         texts, labels = split_texts_and_labels(task, config.split)
         metric = "accuracy"
-        score = lambda chosen, bar: evaluate_quality(chosen, reference, texts, labels, progress=bar)  # noqa: E731
+        score = lambda chosen, bar, batch=32: evaluate_quality(  # noqa: E731
+            chosen, reference, texts, labels, batch_size=batch, progress=bar)
     quality = score(predictors, config.progress)
     score_served_runtimes(predictors, reference, quality, metric, score)
     traffic_agreement: dict[str, Any] = {}

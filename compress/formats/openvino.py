@@ -109,8 +109,9 @@ def compile_ir(folder: str | os.PathLike, threads: int | None = None, spinning: 
     try:
         model = core.read_model(str(xml))
         if max_tokens is not None:
-            model.reshape({i.get_any_name(): ov.PartialShape([ov.Dimension(), ov.Dimension(1, int(max_tokens))])
-                           for i in model.inputs if i.get_partial_shape().rank.is_static and i.get_partial_shape().rank.get_length() == 2})
+            shapes = {i.get_any_name(): i.get_partial_shape() for i in model.inputs}
+            model.reshape({name: ov.PartialShape([ov.Dimension(), ov.Dimension(1, int(max_tokens))])
+                           for name, shape in shapes.items() if shape.rank.is_static and shape.rank.get_length() == 2})
         compiled = core.compile_model(model, "CPU", config)
     except Exception as exc:
         raise CompressError(f"{xml}: OpenVINO {ov.__version__} could not open it ({first_line(exc)}). "
