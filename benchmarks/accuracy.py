@@ -40,9 +40,9 @@ def split_texts_and_labels(task, split: str) -> tuple[list[Any], np.ndarray]:
 
 
 def evaluate_quality(predictors: Mapping[str, Any], reference: str, texts: Sequence[Any], labels: np.ndarray,
-                     batch_size: int = 32, progress: bool = True) -> dict[str, dict[str, Any]]:
+                     batch_size: int | Mapping[str, int] = 32, progress: bool = True) -> dict[str, dict[str, Any]]:
     """``{name: {accuracy, macro_f1, agreement, n, predictions, ...intervals}}`` for every predictor; the
-    reference agrees with itself."""
+    reference agrees with itself. ``batch_size``: one for all, or one per name."""
     from tqdm.auto import tqdm
 
     if reference not in predictors:
@@ -50,7 +50,8 @@ def evaluate_quality(predictors: Mapping[str, Any], reference: str, texts: Seque
     logits: dict[str, np.ndarray] = {}
     names = [reference] + [n for n in predictors if n != reference]
     for name in tqdm(names, desc="quality", unit="artifact", disable=not progress or not bars_enabled(), file=sys.stderr, leave=False):
-        logits[name] = predictors[name].logits(texts, batch_size=batch_size)
+        logits[name] = predictors[name].logits(texts, batch_size=batch_size if isinstance(batch_size, int)
+                                               else batch_size[name])
     out = {}
     ref_correct = logits[reference].argmax(-1) == labels
     for name in predictors:

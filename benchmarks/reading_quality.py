@@ -21,9 +21,10 @@ from benchmarks.stats import mean_drop_interval, mean_interval
 from compress.tasks.qa_metrics import question_scores
 
 
-def evaluate_reading_quality(predictors: Mapping[str, Any], reference: str, scorer: Any, batch_size: int = 32,
-                             progress: bool = True) -> dict[str, dict[str, Any]]:
-    """``{name: quality}`` for every predictor (see the module docstring); the reference agrees with itself."""
+def evaluate_reading_quality(predictors: Mapping[str, Any], reference: str, scorer: Any,
+                             batch_size: int | Mapping[str, int] = 32, progress: bool = True) -> dict[str, dict[str, Any]]:
+    """``{name: quality}`` for every predictor (see the module docstring); the reference agrees with itself.
+    ``batch_size``: one for all, or one per name."""
     from tqdm.auto import tqdm
 
     if reference not in predictors:
@@ -33,7 +34,8 @@ def evaluate_reading_quality(predictors: Mapping[str, Any], reference: str, scor
     for name in tqdm(names, desc="quality", unit="artifact", disable=not progress or not bars_enabled(),
                      file=sys.stderr, leave=False):
         scorer.check_model(predictors[name])
-        answers[name] = scorer.predict(predictors[name], batch_size=batch_size)
+        answers[name] = scorer.predict(predictors[name], batch_size=batch_size if isinstance(batch_size, int)
+                                       else batch_size[name])
     per = {name: question_scores(answers[name], scorer.gold) for name in names}
     out: dict[str, dict[str, Any]] = {}
     for name in names:

@@ -150,19 +150,10 @@ def _config_facts(entry: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
-def score_served_runtimes(predictors: dict[str, Any], reference: str, quality: dict[str, dict[str, Any]], metric: str,
-                          score: Callable[[dict[str, Any], bool, int], dict[str, dict[str, Any]]]) -> None:
-    """Report a choice that serves batch sizes from different runtimes by the least accurate of them.
-
-    Quality is scored at one batch size (32), so a choice (``optimize``) that serves batch 1 from ORT INT8 and
-    batch 32 from OpenVINO INT8 was judged by OpenVINO's answers alone, and a gate on it said nothing of what a
-    batch-1 server returns (measured: ORT INT8 1.5 F1 points under OpenVINO on WNUT-17 test, docs/ner.md). Each
-    served runtime is scored on the same examples against the reference, in batches of the smallest size it
-    serves (ORT's dynamic INT8 sets its activation scales per batch, padding included, so its batch-1 answers are
-    not its batch-32 answers); the choice's quality becomes the one with the lowest ``metric``, and
-    ``served_runtimes`` lists every runtime with its batch sizes and score. The reference is scored again in each
-    call (the paired intervals need its answers): at batch 1, a teacher's pass over the split is slow.
-    """
+def served_runtimes(predictors: dict[str, Any], reference: str) -> dict[str, list[tuple[Any, list[int]]]]:
+    """The choices among ``predictors`` that serve their batch sizes from more than one runtime:
+    ``{name: [(runtime predictor, the batch sizes it serves), ...]}``."""
+    out = {}
     for name, predictor in predictors.items():
         by_batch = getattr(predictor, "by_batch_size", None)
         if name == reference or not by_batch:
@@ -170,10 +161,27 @@ def score_served_runtimes(predictors: dict[str, Any], reference: str, quality: d
         runtimes: dict[int, tuple[Any, list[int]]] = {}
         for batch_size, sub in sorted(by_batch.items()):
             runtimes.setdefault(id(sub), (sub, []))[1].append(int(batch_size))
-        if len(runtimes) < 2:
-            continue
-        scored = [(score({reference: predictors[reference], name: sub}, False, min(sizes))[name], sub, sizes)
-                  for sub, sizes in runtimes.values()]
+        if len(runtimes) > 1:
+            out[name] = list(runtimes.values())
+    return out
+
+
+def score_served_runtimes(predictors: dict[str, Any], reference: str, served: dict[str, list[tuple[Any, list[int]]]],
+                          quality: dict[str, dict[str, Any]], metric: str,
+                          score: Callable[[dict[str, Any], bool, Any], dict[str, dict[str, Any]]]) -> None:
+    """Report each choice of ``served`` (:func:`served_runtimes`) by the least accurate runtime it serves.
+
+    Quality is scored at one batch size (32), so a choice (``optimize``) that serves batch 1 from ORT INT8 and
+    batch 32 from OpenVINO INT8 was judged by OpenVINO's answers alone, and a gate on it said nothing of what a
+    batch-1 server returns (measured: ORT INT8 1.5 F1 points under OpenVINO on WNUT-17 test, docs/ner.md). Each
+    served runtime is scored on the same examples against the reference, in batches of the smallest size it
+    serves (ORT's dynamic INT8 sets its activation scales per batch, padding included, so its batch-1 answers are
+    not its batch-32 answers), the reference in batches of 32 as in the other rows; the choice's quality becomes
+    the one with the lowest ``metric``, and ``served_runtimes`` lists every runtime with its batch sizes and score.
+    """
+    for name, runtimes in served.items():
+        scored = [(score({reference: predictors[reference], name: sub}, False, {reference: 32, name: min(sizes)})[name],
+                   sub, sizes) for sub, sizes in runtimes]
         worst = min(scored, key=lambda item: item[0][metric])
         quality[name] = {**worst[0], "scored_runtime": Path(worst[1].path).name,
                          "served_runtimes": [{"artifact": Path(sub.path).name, "kind": sub.kind, "batch_sizes": sizes,
@@ -269,8 +277,9 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         metric = "accuracy"
         score = lambda chosen, bar, batch=32: evaluate_quality(  # noqa: E731
             chosen, reference, texts, labels, batch_size=batch, progress=bar)
-    quality = score(predictors, config.progress)
-    score_served_runtimes(predictors, reference, quality, metric, score)
+    served = served_runtimes(predictors, reference)  # scored through each runtime below, not through the choice
+    quality = score({n: p for n, p in predictors.items() if n not in served}, config.progress)
+    score_served_runtimes(predictors, reference, served, quality, metric, score)
     traffic_agreement: dict[str, Any] = {}
     if traffic_texts is not None:  # every artifact, seed-group members too: it is quality, not speed
 

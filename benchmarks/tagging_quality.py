@@ -23,8 +23,9 @@ from compress.tasks.ner_metrics import scores_from_counts, sentence_counts, toke
 
 
 def evaluate_tagging_quality(predictors: Mapping[str, Any], reference: str, scorer: Any, types: list[str],
-                             batch_size: int = 32, progress: bool = True) -> dict[str, dict[str, Any]]:
-    """``{name: quality}`` for every predictor (see the module docstring); the reference agrees with itself."""
+                             batch_size: int | Mapping[str, int] = 32, progress: bool = True) -> dict[str, dict[str, Any]]:
+    """``{name: quality}`` for every predictor (see the module docstring); the reference agrees with itself.
+    ``batch_size``: one for all, or one per name."""
     from tqdm.auto import tqdm
 
     if reference not in predictors:
@@ -34,7 +35,8 @@ def evaluate_tagging_quality(predictors: Mapping[str, Any], reference: str, scor
     for name in tqdm(names, desc="quality", unit="artifact", disable=not progress or not bars_enabled(),
                      file=sys.stderr, leave=False):
         scorer.check_model(predictors[name])
-        tags[name] = scorer.predict(predictors[name], batch_size=batch_size)
+        tags[name] = scorer.predict(predictors[name], batch_size=batch_size if isinstance(batch_size, int)
+                                    else batch_size[name])
     counts = {name: sentence_counts(scorer.gold, tags[name], types)[1] for name in names}
     out: dict[str, dict[str, Any]] = {}
     for name in names:
