@@ -412,7 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     _option(p, QuantizeConfig, "max_accuracy_drop", "largest drop of the task's metric on validation (accuracy, "
             "entity F1, SQuAD F1; 0.01 = one point) accepted before fallbacks are tried")
     _option(p, QuantizeConfig, "max_type_f1_drop")
-    _option(p, QuantizeConfig, "per_channel", "per-channel weight scales from the start")
+    _option(p, QuantizeConfig, "per_channel", "per-channel weight scales from the start (where ort-dynamic starts "
+                                              "for a token-classification model anyway)")
     _option(p, QuantizeConfig, "reduce_range", "7-bit weights (CPUs without VNNI; ONNX Runtime only)")
     _option(p, QuantizeConfig, "graph", "ONNX graph quantized: fused (ORT transformer fusions; ort-dynamic default) "
             "or unfused (plain MatMuls; ort-static default). Measure both: see bert-compress optimize")

@@ -58,6 +58,7 @@ from compress.formats.torch_int8 import save_torch_int8
 from compress.ort_static import DEFAULT_CALIBRATION_SIZE
 from compress.quiet import quiet_torch_ao
 from compress.runtime import Predictor, artifact_kind, reading_settings
+from compress.tasks import get_task
 from compress.device import device_name, resolve_device, resolve_precision
 from compress.formats.bf16 import save_bf16
 from compress.formats.openvino import OPENVINO_BIN, OPENVINO_XML, convert_onnx, require_openvino, save_ir
@@ -273,10 +274,15 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                   "check the accuracy change against fp32", file=sys.stderr)
         probe = _ProbeTexts(fp32)
 
+        first_per_channel = per_channel
+        if method == "ort-dynamic" and not per_channel and get_task(fp32.task).int8_per_channel:
+            first_per_channel = True
+            notes.append(f"per-channel weight scales from the first candidate: the {fp32.task} default (per-tensor "
+                         "scales lost more of its metric; compress.tasks)")
         candidates: list[dict[str, Any]] = []
         built: dict[str, Path] = {}
         t0 = time.perf_counter()
-        for i, spec in enumerate(candidate_plan(method, per_channel, reduce_range)):
+        for i, spec in enumerate(candidate_plan(method, first_per_channel, reduce_range)):
             folder = work / f"candidate-{i}"
             record: dict[str, Any] = {"name": spec.name, **asdict(spec)}
             candidates.append(record)

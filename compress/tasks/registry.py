@@ -37,7 +37,9 @@ class Task:
     ``score`` turns predictions and references into the metrics named in ``metrics`` (numpy only,
     so the runtime and the benchmark can call it without torch); ``primary_metric`` is the one that
     accuracy budgets and gates are decided on. ``predictor_returns`` names the fields
-    ``Predictor.predict`` gives per input.
+    ``Predictor.predict`` gives per input. ``int8_per_channel`` makes ONNX Runtime's dynamic INT8 start its
+    fallback ladder at per-channel weight scales instead of per-tensor ones (:func:`compress.quantize.candidate_plan`),
+    for a task whose logits were measured to lose more to one scale per weight matrix.
     """
 
     name: str
@@ -53,6 +55,7 @@ class Task:
     predictor_returns: tuple[str, ...]
     score: Callable[..., dict[str, Any]] | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    int8_per_channel: bool = False
 
     def model_class(self):
         """The transformers Auto class (``AutoModelForTokenClassification``, ...); imports transformers now."""

@@ -584,6 +584,9 @@ def test_quantize_a_tagger_is_decided_on_entity_f1(trained, exported, tmp_path, 
     assert q["entity_f1_fp32"] == pytest.approx(entity_scores(data.tags("validation"), fp32_tags)["f1"])
     assert q["entity_f1_fp32"] > 0.8
     first = q["candidates"][0]
+    # a tagger's ladder starts at per-channel weight scales (Task.int8_per_channel), and says so
+    assert first["per_channel"] is True and first["name"] == "per-channel"
+    assert meta["config"]["per_channel"] is False and any("token-classification default" in n for n in meta["notes"])
     assert set(first["per_type_f1"]) == {"LOC", "PER"} and set(first["per_type_f1_drop"]) == {"LOC", "PER"}
     assert first["within_budget"] is (not SplitScorer(data).failures(first, 0.05))
     assert q["within_budget"] and q["entity_f1_drop"] <= 0.05
