@@ -10,14 +10,13 @@ inputs, so the numbers are those of real use.
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from benchmarks.answers import Answers, answer_each
 from compress.errors import CompressError
 from compress.modeling import classification_metrics
-from compress.progress import bars_enabled
 from benchmarks.stats import accuracy_drop_interval, detectable_drop, proportion_interval
 
 
@@ -40,18 +39,15 @@ def split_texts_and_labels(task, split: str) -> tuple[list[Any], np.ndarray]:
 
 
 def evaluate_quality(predictors: Mapping[str, Any], reference: str, texts: Sequence[Any], labels: np.ndarray,
-                     batch_size: int | Mapping[str, int] = 32, progress: bool = True) -> dict[str, dict[str, Any]]:
+                     batch_size: int | Mapping[str, int] = 32, progress: bool = True,
+                     memo: Answers | None = None) -> dict[str, dict[str, Any]]:
     """``{name: {accuracy, macro_f1, agreement, n, predictions, ...intervals}}`` for every predictor; the
-    reference agrees with itself. ``batch_size``: one for all, or one per name."""
-    from tqdm.auto import tqdm
-
+    reference agrees with itself. ``batch_size``: one for all, or one per name; ``memo``: answers already made
+    in this run (:mod:`benchmarks.answers`)."""
     if reference not in predictors:
         raise CompressError(f"the reference {reference!r} is not among the loaded artifacts.")
-    logits: dict[str, np.ndarray] = {}
-    names = [reference] + [n for n in predictors if n != reference]
-    for name in tqdm(names, desc="quality", unit="artifact", disable=not progress or not bars_enabled(), file=sys.stderr, leave=False):
-        logits[name] = predictors[name].logits(texts, batch_size=batch_size if isinstance(batch_size, int)
-                                               else batch_size[name])
+    logits: dict[str, np.ndarray] = answer_each(predictors, reference, batch_size,
+                                                lambda p, b: p.logits(texts, batch_size=b), progress, memo)
     out = {}
     ref_correct = logits[reference].argmax(-1) == labels
     for name in predictors:

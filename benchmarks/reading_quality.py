@@ -12,30 +12,27 @@ and whether the answer is the reference's very text (``same_answer``, what ``min
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Mapping
 
+from benchmarks.answers import Answers, answer_each
 from compress.errors import CompressError
-from compress.progress import bars_enabled
 from benchmarks.stats import mean_drop_interval, mean_interval
 from compress.tasks.qa_metrics import question_scores
 
 
 def evaluate_reading_quality(predictors: Mapping[str, Any], reference: str, scorer: Any,
-                             batch_size: int | Mapping[str, int] = 32, progress: bool = True) -> dict[str, dict[str, Any]]:
+                             batch_size: int | Mapping[str, int] = 32, progress: bool = True,
+                             memo: Answers | None = None) -> dict[str, dict[str, Any]]:
     """``{name: quality}`` for every predictor (see the module docstring); the reference agrees with itself.
-    ``batch_size``: one for all, or one per name."""
-    from tqdm.auto import tqdm
-
+    ``batch_size``: one for all, or one per name; ``memo``: answers already made in this run
+    (:mod:`benchmarks.answers`)."""
     if reference not in predictors:
         raise CompressError(f"the reference {reference!r} is not among the loaded artifacts.")
+    for predictor in predictors.values():
+        scorer.check_model(predictor)
     names = [reference] + [n for n in predictors if n != reference]
-    answers = {}
-    for name in tqdm(names, desc="quality", unit="artifact", disable=not progress or not bars_enabled(),
-                     file=sys.stderr, leave=False):
-        scorer.check_model(predictors[name])
-        answers[name] = scorer.predict(predictors[name], batch_size=batch_size if isinstance(batch_size, int)
-                                       else batch_size[name])
+    answers = answer_each(predictors, reference, batch_size, lambda p, b: scorer.predict(p, batch_size=b), progress,
+                          memo)
     per = {name: question_scores(answers[name], scorer.gold) for name in names}
     out: dict[str, dict[str, Any]] = {}
     for name in names:

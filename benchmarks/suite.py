@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from benchmarks.accuracy import evaluate_quality, split_texts_and_labels
+from benchmarks.answers import Answers
 from benchmarks.gate_results import SCHEMA, SCHEMA_VERSION  # the format bench writes is the one the gate reads
 from benchmarks.latency import fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved, summarize
 from benchmarks.machine import machine_info
@@ -176,7 +177,8 @@ def score_served_runtimes(predictors: dict[str, Any], reference: str, served: di
     batch-1 server returns (measured: ORT INT8 1.5 F1 points under OpenVINO on WNUT-17 test, docs/ner.md). Each
     served runtime is scored on the same examples against the reference, in batches of the smallest size it
     serves (ORT's dynamic INT8 sets its activation scales per batch, padding included, so its batch-1 answers are
-    not its batch-32 answers), the reference in batches of 32 as in the other rows; the choice's quality becomes
+    not its batch-32 answers), the reference in batches of 32 as in the other rows (its answers from that pass,
+    kept by the ``score`` callable's :class:`benchmarks.answers.Answers`); the choice's quality becomes
     the one with the lowest ``metric``, and ``served_runtimes`` lists every runtime with its batch sizes and score.
     """
     for name, runtimes in served.items():
@@ -255,6 +257,7 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         raise CompressError(f"--traffic-file {config.traffic_file}: traffic agreement is measured for sentence "
                             f"classifiers; {who}'s agreement with the reference is measured on --split. "
                             "Drop --traffic-file.")
+    memo = Answers()  # the reference's answers are made once, though served runtimes are scored beside it again
     if reading:  # SQuAD F1 and exact match per question (benchmarks.reading_quality); no integer labels
         from compress.quality import SplitScorer
 
@@ -262,7 +265,7 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         texts, labels = scorer.inputs, None
         metric = "f1"
         score = lambda chosen, bar, batch=32: evaluate_reading_quality(  # noqa: E731
-            chosen, reference, scorer, batch_size=batch, progress=bar)
+            chosen, reference, scorer, batch_size=batch, progress=bar, memo=memo)
     elif tagging:  # entity F1 per sentence (benchmarks.tagging_quality); no integer labels
         from compress.quality import SplitScorer
 
@@ -270,13 +273,13 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
         texts, labels = scorer.inputs, None
         metric = "entity_f1"
         score = lambda chosen, bar, batch=32: evaluate_tagging_quality(  # noqa: E731
-            chosen, reference, scorer, task.entity_types, batch_size=batch, progress=bar)
+            chosen, reference, scorer, task.entity_types, batch_size=batch, progress=bar, memo=memo)
     else:
         check_labels_fit(task, ref_predictor.num_labels, who=f"the reference {ref_predictor.path}")
         texts, labels = split_texts_and_labels(task, config.split)
         metric = "accuracy"
         score = lambda chosen, bar, batch=32: evaluate_quality(  # noqa: E731
-            chosen, reference, texts, labels, batch_size=batch, progress=bar)
+            chosen, reference, texts, labels, batch_size=batch, progress=bar, memo=memo)
     served = served_runtimes(predictors, reference)  # scored through each runtime below, not through the choice
     quality = score({n: p for n, p in predictors.items() if n not in served}, config.progress)
     score_served_runtimes(predictors, reference, served, quality, metric, score)

@@ -310,14 +310,25 @@ def test_real_length_inputs_are_paired_across_artifacts_and_cycled_in_order(trai
         assert np.allclose(np.asarray(got), np.asarray(pt.forward(arrays)), atol=1e-6)
 
 
-def test_bench_scores_a_choice_by_the_least_accurate_runtime_it_serves(trained, data, work):
+def test_bench_scores_a_choice_by_the_least_accurate_runtime_it_serves(trained, data, work, monkeypatch):
     """A choice serving batch 1 from an untrained model and batch 32 from the trained one: bench scores quality at
     batch 32, where only the trained one answers; its row must still show the batch-1 runtime's accuracy (the
-    lower), and say which runtime serves which batch sizes, so a gate on it holds for a batch-1 server too."""
+    lower), and say which runtime serves which batch sizes, so a gate on it holds for a batch-1 server too. The
+    reference, scored beside each served runtime again, answers the split once (benchmarks.answers)."""
     import shutil
 
     from compress.artifact import write_artifact
     from compress.cli import main
+    from compress.runtime import Predictor
+
+    passes: list[tuple[int, int, int]] = []
+    real_logits = Predictor.logits
+
+    def counted(self, texts, *args, **kwargs):
+        passes.append((id(self), len(texts), kwargs.get("batch_size", args[0] if args else None)))
+        return real_logits(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "logits", counted)
 
     untrained = _onnx_of(work, "served-untrained", layers=1, hidden=32)
 
@@ -331,6 +342,9 @@ def test_bench_scores_a_choice_by_the_least_accurate_runtime_it_serves(trained, 
                  str(work / "served-bench"), "--batch-sizes", "1", "--seq-lens", "16", "--warmup", "1", "--runs", "2",
                  "--threads", "1", "--no-memory"]) == 0
     results = json.loads((work / "served-bench" / "results.json").read_text())
+    split_passes = [p for p in passes if p[1] == results["data"]["n"]]
+    # the reference (also the trained row) once, each served runtime once: not the reference again beside each
+    assert len(split_passes) == 3 and len(set(split_passes)) == 3
     rows = {a["name"]: a["quality"] for a in results["artifacts"]}
     served = {r["artifact"]: r for r in rows["served-choice"]["served_runtimes"]}
     assert served["fast"]["batch_sizes"] == [1] and served["good"]["batch_sizes"] == [32]
