@@ -26,14 +26,12 @@ class Answers:
 
     def __init__(self) -> None:
         self._kept: dict[tuple[int, int], tuple[Any, Any]] = {}
-        self.runs = 0  # predictor passes actually made (what the memo saves is visible in tests)
 
     def get(self, predictor: Any, batch_size: int, predict: Callable[[Any, int], Any]) -> Any:
         """``predict(predictor, batch_size)``, or what it returned the first time it was asked."""
         key = (id(predictor), batch_size)
         kept = self._kept.get(key)
         if kept is None or kept[0] is not predictor:
-            self.runs += 1
             kept = (predictor, predict(predictor, batch_size))
             self._kept[key] = kept
         return kept[1]
