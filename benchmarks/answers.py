@@ -30,11 +30,9 @@ class Answers:
     def get(self, predictor: Any, batch_size: int, predict: Callable[[Any, int], Any]) -> Any:
         """``predict(predictor, batch_size)``, or what it returned the first time it was asked."""
         key = (id(predictor), batch_size)
-        kept = self._kept.get(key)
-        if kept is None or kept[0] is not predictor:
-            kept = (predictor, predict(predictor, batch_size))
-            self._kept[key] = kept
-        return kept[1]
+        if key not in self._kept:
+            self._kept[key] = (predictor, predict(predictor, batch_size))
+        return self._kept[key][1]
 
 
 def answer_each(predictors: Mapping[str, Any], reference: str, batch_size: int | Mapping[str, int],
