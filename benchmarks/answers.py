@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Mapping
 
+from compress.errors import CompressError
 from compress.progress import bars_enabled
 
 
@@ -37,11 +38,18 @@ class Answers:
 
 def answer_each(predictors: Mapping[str, Any], reference: str, batch_size: int | Mapping[str, int],
                 predict: Callable[[Any, int], Any], progress: bool = True,
-                memo: Answers | None = None) -> dict[str, Any]:
+                memo: Answers | None = None, check: Callable[[Any], None] | None = None) -> dict[str, Any]:
     """``{name: predict(predictor, batch)}``, the reference first; ``batch_size`` is one for all or one per name;
-    ``memo`` (one per bench run) reuses answers already made at the same batch size."""
+    ``memo`` (one per bench run) reuses answers already made at the same batch size. ``check`` (a scorer's
+    ``check_model``) sees every predictor before the first pass, so a model that cannot answer the split fails
+    before the slow reference has run, not after."""
     from tqdm.auto import tqdm
 
+    if reference not in predictors:
+        raise CompressError(f"the reference {reference!r} is not among the loaded artifacts.")
+    if check is not None:
+        for predictor in predictors.values():
+            check(predictor)
     memo = memo if memo is not None else Answers()
     names = [reference] + [n for n in predictors if n != reference]
     out: dict[str, Any] = {}

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from benchmarks.answers import Answers, answer_each
-from compress.errors import CompressError
 from benchmarks.stats import mean_drop_interval, mean_interval
 from compress.tasks.qa_metrics import question_scores
 
@@ -26,13 +25,9 @@ def evaluate_reading_quality(predictors: Mapping[str, Any], reference: str, scor
     """``{name: quality}`` for every predictor (see the module docstring); the reference agrees with itself.
     ``batch_size``: one for all, or one per name; ``memo``: answers already made in this run
     (:mod:`benchmarks.answers`)."""
-    if reference not in predictors:
-        raise CompressError(f"the reference {reference!r} is not among the loaded artifacts.")
-    for predictor in predictors.values():
-        scorer.check_model(predictor)
     names = [reference] + [n for n in predictors if n != reference]
     answers = answer_each(predictors, reference, batch_size, lambda p, b: scorer.predict(p, batch_size=b), progress,
-                          memo)
+                          memo, check=scorer.check_model)
     per = {name: question_scores(answers[name], scorer.gold) for name in names}
     out: dict[str, dict[str, Any]] = {}
     for name in names:

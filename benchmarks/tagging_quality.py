@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from benchmarks.answers import Answers, answer_each
-from compress.errors import CompressError
 from benchmarks.stats import f1_drop_interval, f1_interval, ratio_interval, type_f1_drop_intervals
 from compress.tasks.ner_metrics import scores_from_counts, sentence_counts, token_agreement
 
@@ -27,12 +26,9 @@ def evaluate_tagging_quality(predictors: Mapping[str, Any], reference: str, scor
     """``{name: quality}`` for every predictor (see the module docstring); the reference agrees with itself.
     ``batch_size``: one for all, or one per name; ``memo``: answers already made in this run
     (:mod:`benchmarks.answers`)."""
-    if reference not in predictors:
-        raise CompressError(f"the reference {reference!r} is not among the loaded artifacts.")
-    for predictor in predictors.values():
-        scorer.check_model(predictor)
     names = [reference] + [n for n in predictors if n != reference]
-    tags = answer_each(predictors, reference, batch_size, lambda p, b: scorer.predict(p, batch_size=b), progress, memo)
+    tags = answer_each(predictors, reference, batch_size, lambda p, b: scorer.predict(p, batch_size=b), progress, memo,
+                       check=scorer.check_model)
     counts = {name: sentence_counts(scorer.gold, tags[name], types)[1] for name in names}
     out: dict[str, dict[str, Any]] = {}
     for name in names:
