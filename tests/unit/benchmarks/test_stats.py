@@ -873,3 +873,26 @@ def test_seed_group_share_of_the_reference_f1_is_paired_and_adds_the_seed_spread
         mean_f1_share_over_seeds_interval(nothing, tight)
     with pytest.raises(ValueError, match="not paired"):
         mean_f1_share_over_seeds_interval(ref, [tight[0], tight[1][:-1]])
+
+
+def test_shares_pooled_over_teachers_are_the_mean_of_each_teachers_share_and_add_the_teachers_spread():
+    """One recipe read on several teachers: each teacher's share (a mean over its own students), averaged; the
+    teachers' spread is a variance term of its own, so teachers that disagree widen the interval."""
+    from benchmarks.stats import mean_f1_share_over_seeds_interval, mean_f1_share_over_teachers_interval
+
+    rng = np.random.default_rng(21)
+    lucky, plain = _tagger_counts(rng, 300, 0.85), _tagger_counts(rng, 300, 0.75)
+    students = [_weaker(lucky, 40), _weaker(lucky, 50), _weaker(lucky, 60)]
+    own = [(lucky, students), (plain, [_weaker(plain, m) for m in (0, 10, 20)])]
+    pooled = mean_f1_share_over_teachers_interval(own)
+    each = [mean_f1_share_over_seeds_interval(t, s) for t, s in own]
+    assert pooled.estimate == pytest.approx(np.mean([e.estimate for e in each]))
+    assert pooled.low < pooled.estimate < pooled.high and "2 teachers" in pooled.method
+    # two teachers alike: no teachers' spread, so narrower than two that disagree
+    alike = mean_f1_share_over_teachers_interval([(lucky, students), (lucky, students)])
+    assert alike.estimate == pytest.approx(each[0].estimate)
+    assert (alike.high - alike.low) < (pooled.high - pooled.low)
+    with pytest.raises(ValueError, match="at least two teachers"):
+        mean_f1_share_over_teachers_interval(own[:1])
+    with pytest.raises(ValueError, match="not paired"):
+        mean_f1_share_over_teachers_interval([own[0], (plain[:-1], [s[:-1] for s in own[1][1]])])
