@@ -519,6 +519,18 @@ def mean_f1_drop_over_seeds_interval(reference_counts: Sequence, seed_counts: Se
     return _seed_mean_interval(per_seed, replicates, len(ref), confidence, "entity F1 drop, paired bootstrap")
 
 
+def _f1_shares(ref: np.ndarray, members: list[np.ndarray], weights: np.ndarray,
+               who: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each member's entity F1 over ``ref``'s on the whole set, and the members' mean share on each bootstrap draw
+    (``weights``); refused when ``who`` (the reference) finds no entity, since a share of 0 means nothing."""
+    ref_f1 = _micro_f1(ref.sum(axis=0))
+    if ref_f1 == 0:
+        raise ValueError(f"{who} finds no entity (F1 0): a share of it means nothing")
+    per_member = np.array([float(_micro_f1(m.sum(axis=0)) / ref_f1) for m in members])
+    ref_draws = _micro_f1(weights @ ref)
+    return per_member, np.mean([relative_to(_micro_f1(weights @ m), ref_draws) for m in members], axis=0)
+
+
 def mean_f1_share_over_seeds_interval(reference_counts: Sequence, seed_counts: Sequence[Sequence],
                                       confidence: float = DEFAULT_CONFIDENCE, resamples: int = RESAMPLES,
                                       seed: int = SEED) -> Interval:
@@ -527,11 +539,7 @@ def mean_f1_share_over_seeds_interval(reference_counts: Sequence, seed_counts: S
     teacher's F1 moves with the sentences as much as the students' do, so the bootstrap resamples both together
     (paired); the seed term is the spread of the seeds' shares, as in :func:`mean_f1_drop_over_seeds_interval`."""
     ref, members, weights = _paired_seed_counts(reference_counts, seed_counts, resamples, seed)
-    if _micro_f1(ref.sum(axis=0)) == 0:
-        raise ValueError("the reference finds no entity (F1 0): a share of it means nothing")
-    per_seed = np.array([float(_micro_f1(m.sum(axis=0)) / _micro_f1(ref.sum(axis=0))) for m in members])
-    ref_draws = _micro_f1(weights @ ref)
-    replicates = np.mean([relative_to(_micro_f1(weights @ m), ref_draws) for m in members], axis=0)
+    per_seed, replicates = _f1_shares(ref, members, weights, "the reference")
     return _seed_mean_interval(per_seed, replicates, len(ref), confidence, "share of the reference's entity F1, "
                                "paired bootstrap")
 
@@ -556,11 +564,9 @@ def mean_f1_share_over_teachers_interval(groups: Sequence[tuple[Sequence, Sequen
         if n is not None and len(ref) != n:
             raise ValueError(f"teachers scored on {n} and {len(ref)} sentences: not paired")
         n = len(ref)
-        if _micro_f1(ref.sum(axis=0)) == 0:
-            raise ValueError("a teacher finds no entity (F1 0): a share of it means nothing")
-        per_teacher.append(np.mean([float(_micro_f1(m.sum(axis=0)) / _micro_f1(ref.sum(axis=0))) for m in members]))
-        ref_draws = _micro_f1(weights @ ref)  # the same weights for every teacher: one seed, the same n
-        replicates.append(np.mean([relative_to(_micro_f1(weights @ m), ref_draws) for m in members], axis=0))
+        shares, draws = _f1_shares(ref, members, weights, "a teacher")  # the same weights for every teacher
+        per_teacher.append(float(shares.mean()))
+        replicates.append(draws)
     return _seed_mean_interval(np.array(per_teacher), np.mean(replicates, axis=0), n, confidence,
                                "share of each teacher's entity F1, mean over its students, paired bootstrap",
                                unit="teacher")
