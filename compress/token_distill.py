@@ -49,14 +49,14 @@ import numpy as np
 
 from compress.artifact import read_meta, weights_sha256
 from compress.assets import cache_dir
-from compress.config import TrainSettings
+from compress.config import DataOptions, TrainSettings
 from compress.errors import CompressError
 from compress.head_check import check_tagger, refuse_untrained_teacher
 from compress.modeling import count_parameters, load_classifier
 from compress.tasks import get_task
 from compress.tasks.alignment import IGNORE_INDEX
 from compress.tasks.task_choice import TOKEN, check_model_task, model_head
-from compress.tasks.token_data import TokenTaskData, load_token_data
+from compress.tasks.token_data import TokenTaskData
 from compress.tasks.token_training import (entity_f1_callback, sentence_word_logits, token_collator, token_logits,
                                            tokenize_tagged_split, word_tags)
 from compress.training import (checkpoint_dir, interrupt_callback, is_main_process, resume_point, run_trainer,
@@ -335,14 +335,15 @@ def _outside_index(task: TokenTaskData, objective: WordObjective) -> int | None:
     return None
 
 
-def _load_teacher(teacher: str | os.PathLike, data: str, eager_attention: bool = False):
+def _load_teacher(teacher: str | os.PathLike, data: DataOptions, eager_attention: bool = False):
     """``(model, tokenizer, weights sha256, tagging data in the teacher's tag order)``; one line when the
-    folder is not a tagger. ``eager_attention``: attention maps can be read (the attention term needs them)."""
+    folder is not a tagger. ``data`` is read as the teacher stage reads it (``--split-seed``, ``--limit``).
+    ``eager_attention``: attention maps can be read (the attention term needs them)."""
     head, _, names = model_head(teacher)
     if head is None or head.name != TOKEN:
         raise CompressError(f"--teacher {teacher}: not a trained tagger (its config names no ...ForTokenClassification "
                             "head). Train one first: bert-compress teacher --data TAGGED.conll --out TEACHER_DIR")
-    task = load_token_data(data, label_names=names)
+    task = data.load_tagging(names)
     t_model, t_tok, _ = load_classifier(teacher, len(names), names, eager_attention=eager_attention, task=TOKEN)
     t_model.eval()
     for p in t_model.parameters():
@@ -356,7 +357,7 @@ def distill_tagger(teacher: str | os.PathLike, student: str | os.PathLike, data:
                    alpha_hard: float = 0.5, max_length: int = 128, resume: bool = False,
                    precision: str = "fp32") -> Path:
     """Distil the tagger ``teacher`` into ``student`` (an encoder folder, any tokenizer) on tagging ``data``."""
-    t_model, t_tok, weights, task = _load_teacher(teacher, data)
+    t_model, t_tok, weights, task = _load_teacher(teacher, DataOptions(data=data))
     check_model_task(student, TOKEN, data, str(student), task.num_labels)
     s_model, s_tok, _ = load_classifier(student, task.num_labels, task.label_names, task=TOKEN)
     settings = {"temperature": temperature, "alpha_kd": alpha_kd, "alpha_hard": alpha_hard, "max_length": max_length,
@@ -377,7 +378,7 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
                              allowed=("unlabeled", "intermediate", "losses", "kd_loss", "schedule"))
     precision = resolve_precision(cfg.precision, training_device(cfg.device)).precision
     eager = cfg.wants_intermediate
-    t_model, t_tok, weights, task = _load_teacher(cfg.teacher, cfg.data.data, eager_attention=eager)
+    t_model, t_tok, weights, task = _load_teacher(cfg.teacher, cfg.data, eager_attention=eager)
     s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, task.label_names, cfg.layer_map, cfg.train.seed,
                                          eager_attention=eager, task=TOKEN)
     return _distill(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info, task, out, cfg.train,

@@ -35,7 +35,7 @@ from compress.head_check import check_tagger
 from compress.hub import snapshot_origin
 from compress.modeling import count_parameters, load_classifier
 from compress.tasks.task_choice import TOKEN, check_model_task
-from compress.tasks.token_data import TokenTaskData, load_token_data
+from compress.tasks.token_data import TokenTaskData
 from compress.tasks.token_training import entity_f1_callback, evaluate_tagger, token_collator, tokenize_tagged_split
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments)
@@ -50,8 +50,7 @@ def _generic(names: list[str] | None) -> bool:
 
 def load_tagging_data(cfg: TeacherConfig, label_names: list[str] | None = None) -> TokenTaskData:
     """The teacher's tagging data (``--data``, cut to ``--limit`` sentences per split, seeded)."""
-    data = load_token_data(cfg.data.data, seed=cfg.data.split_seed, label_names=label_names)
-    return data.subset(cfg.data.limit, seed=cfg.data.split_seed)
+    return cfg.data.load_tagging(label_names)
 
 
 def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:

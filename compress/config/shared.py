@@ -51,8 +51,15 @@ class DataOptions(ConfigBase):
             return load_qa_data(self.data, seed=self.split_seed).subset(self.limit, seed=self.split_seed)
         if task != TOKEN:
             return self.load(num_labels)
+        return self.load_tagging()
 
-        return load_token_data(self.data, seed=self.split_seed).subset(self.limit, seed=self.split_seed)
+    def load_tagging(self, label_names: Sequence[str] | None = None):
+        """Tagging data (a :class:`compress.tasks.token_data.TokenTaskData`) carved with ``split_seed`` and cut
+        to ``limit``, as every stage reads it, so a teacher and its student see the same sentences;
+        ``label_names`` (a trained tagger's tags) fixes the tag order."""
+
+        return (load_token_data(self.data, seed=self.split_seed, label_names=label_names)
+                .subset(self.limit, seed=self.split_seed))
 
 
 @dataclass

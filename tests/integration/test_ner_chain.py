@@ -422,6 +422,23 @@ def test_distill_command_on_tagging_data_builds_a_tagger_student(trained, tmp_pa
     assert "epoch 1: validation entity F1" in printed  # scored after each epoch, like the teacher
 
 
+def test_distill_reads_the_split_and_the_limit_it_is_given(trained, tmp_path):
+    """``--split-seed`` and ``--limit`` reach the tagger student's data, as they reach the teacher's: a student
+    distilled on another carving of a single file than its flags name would score on sentences it trained on."""
+    from compress.cli import main
+    from compress.tasks.token_data import load_token_data
+
+    out = tmp_path / "student"
+    assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
+                 "--init", "teacher-layers", "--out", str(out), "--max-length", "48", "--epochs", "1",
+                 "--batch-size", "8", "--split-seed", "1", "--limit", "30"]) == 0
+    recorded = json.loads((out / "compress.json").read_text())["data"]
+    expected = load_token_data(str(trained.data), seed=1).subset(30, seed=1)
+    assert recorded["sizes"] == expected.sizes() == {"train": 30, "validation": 20, "test": 20}
+    assert recorded["fingerprint"] == expected.fingerprint
+    assert recorded["fingerprint"] != load_token_data(str(trained.data)).subset(30).fingerprint
+
+
 def test_a_word_without_tokens_is_outside_every_entity():
     from compress.tagging import tag_text
 
