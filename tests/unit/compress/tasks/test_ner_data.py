@@ -189,7 +189,7 @@ def test_unsupported_suffix_and_missing_data(tmp_path):
     with pytest.raises(CompressError, match=r"unsupported file type '\.csv' for token classification"):
         load_token_data(str(_write(tmp_path / "x.csv", "a,b\n")))
     for missing in (str(tmp_path / "nope" / "x.conll"), "typo.conll", "typo.jsonl"):
-        with pytest.raises(CompressError, match="neither the built-in wnut17 nor an existing file"):
+        with pytest.raises(CompressError, match=r"neither a built-in tagging set \(wnut17, wikigold\) nor an existing"):
             load_token_data(missing)
 
 
@@ -244,6 +244,26 @@ def test_builtin_wnut17():
     assert task.tags("train")[0][14:17] == ["B-location", "I-location", "I-location"]  # Empire State Building
 
 
+def test_builtin_wikigold_keeps_each_article_in_one_split():
+    task = load_token_data("wikigold")
+    assert task.sizes() == {"train": 1335, "validation": 178, "test": 183}  # a tenth of 1,696 sentences held out
+    assert task.entity_types == ["LOC", "MISC", "ORG", "PER"] and task.converted_from == "iob1"
+    assert task.scheme == "iob2" and task.problems == []
+    lines = {split: set(task.splits[split]["line"]) for split in ("train", "validation", "test")}
+    starts = [0] + [i for i, line in enumerate(token_data.WIKIGOLD_FILE.read_text().splitlines(), 1)
+                    if line.startswith("-DOCSTART-")]
+    article_of = lambda line: sum(start < line for start in starts)  # noqa: E731
+    owners = {split: {article_of(line) for line in lines[split]} for split in lines}
+    assert not owners["train"] & owners["test"] and not owners["train"] & owners["validation"]
+    assert not owners["validation"] & owners["test"] and len(set().union(*owners.values())) == 145
+    again, other = load_token_data("wikigold"), load_token_data("wikigold", seed=1)
+    assert again.fingerprint == task.fingerprint and other.fingerprint != task.fingerprint
+    assert sum(other.sizes().values()) == 1696
+    opening = next(row for split in task.splits.values() for row in split if row["line"] == 1)
+    assert opening["tokens"][:4] == ["010", "is", "the", "tenth"]  # IOB1 "010 I-MISC" read as B-MISC
+    assert task.label_names[opening["tags"][0]] == "B-MISC"
+
+
 def test_wnut17_is_checked_against_its_sha256(tmp_path, monkeypatch):
     copy = tmp_path / "wnut17"
     shutil.copytree(token_data.WNUT17_DIR, copy)
@@ -266,6 +286,16 @@ def test_wnut17_is_a_registered_builtin_of_the_tagging_task():
                                             "sentence classifiers"):
         load_task_data("wnut17")
     assert data_fingerprint("wnut17").startswith("builtin:wnut17:") and "731820e1" in data_fingerprint("wnut17")
+    assert BUILTIN_DATASET_TASKS["wikigold"] == "token-classification" and "wikigold" in BUILTIN_DATASETS
+    assert data_fingerprint("wikigold") == "builtin:wikigold:c797a64d0cf73ed058363f77671486bcfd413e70fda1726ad4a6ba624455225f"
+
+
+def test_wikigold_is_checked_against_its_sha256(tmp_path, monkeypatch):
+    copy = tmp_path / "wikigold.conll.txt"
+    copy.write_bytes(token_data.WIKIGOLD_FILE.read_bytes().replace(b"I-PER", b"I-PRE", 1))
+    monkeypatch.setattr(token_data, "WIKIGOLD_FILE", copy)
+    with pytest.raises(CompressError, match=r"wikigold\.conll\.txt: sha256 \w+ does not match the recorded c797a64d"):
+        token_data.wikigold()
 
 
 # IOB1 (CoNLL-2003's original files, WikiGold): I- opens an entity, B- only right after another of the same type.
