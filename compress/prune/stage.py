@@ -37,8 +37,8 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
 
     ``compress.json`` records the heads and FFN neurons per layer before and after, parameters and
     file size before and after, and the task's primary metric (accuracy; a tagger's entity F1) before
-    pruning, right after, and after recovery. Recovery is the distill stage for every task (:func:`_recover`);
-    a tagger's distils over the whole tagging data: ``--limit`` cuts the scoring and the importance batches only.
+    pruning, right after, and after recovery. Recovery is the distill stage for every task (:func:`_recover`),
+    on the same data options (``--limit``, ``--split-seed``) as the scoring and the importance batches.
     """
 
     cfg.validate()
