@@ -39,6 +39,7 @@ from __future__ import annotations
 import bisect
 import json
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -567,7 +568,7 @@ def wikigold(seed: int = 0, strict: bool = False) -> TokenTaskData:
         starts = [0] + [number for number, line in enumerate(lines, 1) if line.startswith("-DOCSTART-")]
     article = [bisect.bisect_right(starts, s.line) - 1 for s in sentences]
     articles = sorted(set(article))  # the file ends with a -DOCSTART- line and no article below it
-    size = {a: article.count(a) for a in articles}
+    size = Counter(article)
     split_of, held = {}, {"validation": 0, "test": 0}
     for i in np.random.RandomState(seed).permutation(len(articles)):  # whole articles, until each holds 10%
         a = articles[i]
