@@ -48,11 +48,6 @@ def _generic(names: list[str] | None) -> bool:
     return not names or all(n == f"LABEL_{i}" for i, n in enumerate(names))
 
 
-def load_tagging_data(cfg: TeacherConfig, label_names: list[str] | None = None) -> TokenTaskData:
-    """The teacher's tagging data (``--data``, cut to ``--limit`` sentences per split, seeded)."""
-    return cfg.data.load_tagging(label_names)
-
-
 def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a tagger teacher; write it as an artifact at ``out``."""
 
@@ -60,7 +55,7 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
-    data = load_tagging_data(cfg)  # before the model: a bad file should not cost a model fetch
+    data = cfg.data.load_tagging()  # before the model: a bad file should not cost a model fetch
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
     head, head_names = check_model_task(source, TOKEN, cfg.data.data, cfg.model, data.num_labels)
     if head is not None and not _generic(head_names) and head_names != data.label_names:
@@ -68,7 +63,7 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
             raise CompressError(f"--model {cfg.model}: the tagger's tags ({', '.join(head_names)}) are not the tags of "
                                 f"--data {cfg.data.data} ({', '.join(data.label_names)}). Use a tagger trained on this "
                                 "tag set, or a model without a head.")
-        data = load_tagging_data(cfg, head_names)  # the head's order, so its rows keep their meaning
+        data = cfg.data.load_tagging(head_names)  # the head's order, so its rows keep their meaning
     model, tokenizer, has_head = load_classifier(source, data.num_labels, data.label_names, cfg.allow_pickle, task=TOKEN)
     model.to(device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

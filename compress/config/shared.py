@@ -9,7 +9,7 @@ from compress.config.choices import SAMPLINGS, INIT_CHOICES, AUGMENT_OPS
 from compress.config.engine import Problem, _choices, _device_problems, _helped, _precision, ConfigBase, _problem
 from compress.errors import CompressError
 from students.presets import DEFAULT_PRESET, parse_shape
-from compress.data import load_task_data
+from compress.data import BUILTIN_DATASETS, load_task_data
 from compress.tasks.qa_data import load_qa_data
 from compress.tasks.task_choice import QA, TOKEN, data_task
 from compress.tasks.token_data import load_token_data
@@ -23,7 +23,7 @@ from compress.windows import DEFAULT_POOLING, POOLINGS
 class DataOptions(ConfigBase):
     """Where the task data comes from and which columns hold what (the ``--data`` family of flags)."""
 
-    data: str = _helped("movie-reviews", "built-in dataset (movie-reviews, wnut17, wikigold, squad-dev), a csv/tsv/jsonl/parquet "
+    data: str = _helped("movie-reviews", f"built-in dataset ({', '.join(BUILTIN_DATASETS)}), a csv/tsv/jsonl/parquet "
                         "file, a CoNLL or SQuAD .json file, a folder with train/validation/test files, or a Hugging Face "
                         "dataset: hf:NAME[:CONFIG] (or a bare NAME)")
     text_column: str = _helped("text", "column holding the text")
@@ -42,8 +42,8 @@ class DataOptions(ConfigBase):
 
     def load_any(self, num_labels: int | None = None):
         """The data for whichever task it holds: a :class:`compress.tasks.token_data.TokenTaskData` for
-        tagging data (built-in ``wnut17`` and ``wikigold``, CoNLL, tagged JSONL), a :class:`compress.tasks.qa_data.QATaskData`
-        for question answering (built-in ``squad-dev``, SQuAD-format JSON), else :meth:`load`'s classification
+        tagging data (built-in ``wnut17`` and ``wikigold``, CoNLL, tagged JSONL), a
+        :class:`compress.tasks.qa_data.QATaskData` for question answering (built-in ``squad-dev``, SQuAD-format JSON), else :meth:`load`'s classification
         task. For the stages that score any task (quantize's check, optimize, bench)."""
 
         task = data_task(self.data)
