@@ -17,7 +17,7 @@ from compress.losses import names as loss_names
 from compress.data import BUILTIN_UNLABELED
 from benchmarks.report import demo_table
 from compress.artifact import read_meta
-from compress.config import (TRAIN_FLAGS, BenchConfig, DATA_KEYS, DataOptions, DistillConfig, ExportConfig,
+from compress.config import (TRAIN_FLAGS, SELECTION_FLAGS, BenchConfig, DATA_KEYS, DataOptions, DistillConfig, ExportConfig,
                              OptimizeConfig, PretrainConfig, PruneConfig, QuantizeConfig, TeacherConfig, flag_options,
                              setting)
 from compress.device import check_device_spec
@@ -92,6 +92,9 @@ def _add_train_flags(p: argparse.ArgumentParser, cls: type) -> None:
     g = p.add_argument_group("training")
     for key in (*TRAIN_FLAGS, "max_length", "resume", "allow_pickle"):  # TRAIN_FLAGS: the one list of them
         _option(g, cls, key)
+    for key in SELECTION_FLAGS:
+        if key in cls.FLAT:  # teacher and distill, which can pick among their epochs
+            _option(g, cls, key)
     if "pooling" in {f.name for f in dataclasses.fields(cls)}:  # the stages that train a classifier
         _option(g, cls, "pooling")
 

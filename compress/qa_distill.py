@@ -61,7 +61,7 @@ from compress.tasks.qa_data import QATaskData, load_qa_data
 from compress.tasks.qa_features import qa_features
 from compress.tasks.task_choice import QA, model_head
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, interrupt_callback, is_main_process,
-                               resume_point, run_trainer, training_arguments, write_trained_artifact)
+                               resume_point, run_trainer, training_arguments, write_trained_artifact, refuse_keep_best)
 from compress.device import resolve_precision, training_device
 from compress.distill.intermediate import (active_terms, at_student_positions, head_distillation_trainer,
                                            make_projections, teacher_states, terms_record, with_projections)
@@ -340,6 +340,8 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
 
     cfg.validate()
     cfg.refuse_tagger_only("question answering")
+    refuse_keep_best(cfg.train, "a reader student is not scored on validation after each epoch (a QA teacher and a "
+                                "tagger student are)")
     cfg.refuse_beyond_logits("a span reader is not augmented (a word edit can move or break the answer span); "
                              "leave --augment out for QA data, or give transfer questions with --unlabeled.",
                              allowed=("unlabeled", "intermediate", "losses", "kd_loss", "schedule"))

@@ -43,7 +43,7 @@ from compress.tasks.qa_features import decode_spans, encode_qa, qa_features
 from compress.tasks.task_choice import QA, check_model_task
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
-                               write_trained_artifact)
+                               write_trained_artifact, refuse_keep_best)
 from compress.assets import cache_dir
 from compress.device import device_name, resolve_precision, training_device
 from compress.modeling import accepts_token_types, autocast, model_device
@@ -187,8 +187,9 @@ def evaluate_reader(model, tokenizer, split, gold: Sequence[Sequence[str]], max_
 
 
 def f1_callback(split, gold: Sequence[Sequence[str]], tokenizer, max_length: int, stride: int, allow_null: bool,
-                pad_id: int, precision: str):
-    """A Trainer callback: after every epoch, validation exact match and F1 in the log history and on stdout."""
+                pad_id: int, precision: str, keep_best: bool = False):
+    """A Trainer callback: after every epoch, validation exact match and F1 in the log history and on stdout;
+    ``keep_best``: training ends with the weights of the epoch with the best F1."""
 
     def evaluate(model, batch_size: int) -> dict[str, float]:
         scores = evaluate_reader(model, tokenizer, split, gold, max_length, stride, allow_null, batch_size, precision,
@@ -196,7 +197,7 @@ def f1_callback(split, gold: Sequence[Sequence[str]], tokenizer, max_length: int
         return {"validation_f1": scores["f1"], "validation_exact_match": scores["exact_match"]}
 
     return epoch_validation_callback(evaluate, lambda v: f"validation F1 {v['validation_f1']:.4f} "
-                                                         f"(exact match {v['validation_exact_match']:.4f})")
+                                                         f"(exact match {v['validation_exact_match']:.4f})", keep_best)
 
 
 def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
@@ -207,6 +208,8 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
     data = load_qa_task(cfg)  # before the model: a bad file should not cost a model fetch
+    refuse_keep_best(cfg.train, None if "validation" in data.splits else
+                     f"--data {cfg.data.data} has no validation split to score the epochs on")
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
     check_model_task(source, QA, cfg.data.data, cfg.model)
     model, tokenizer, has_head = load_classifier(source, allow_pickle=cfg.allow_pickle, task=QA)
@@ -271,7 +274,7 @@ def _fine_tune(model, tokenizer, data: QATaskData, cfg: TeacherConfig, out, devi
     scorer = None
     if "validation" in data.splits:
         scorer = f1_callback(data.splits["validation"], data.gold_answers("validation"), tokenizer, cfg.max_length,
-                             stride, allow_null, pad_id, precision)
+                             stride, allow_null, pad_id, precision, keep_best=cfg.train.keep_best)
         callbacks.append(scorer)
     trainer = guarded_trainer(out, model=model, args=args, train_dataset=train_ds, data_collator=qa_collator(tokenizer),
                               callbacks=callbacks)
@@ -282,4 +285,6 @@ def _fine_tune(model, tokenizer, data: QATaskData, cfg: TeacherConfig, out, devi
                            "training_windows": len(train_ds)}
     if scorer is not None:
         log["validation_by_epoch"] = scorer.history
+        if scorer.kept is not None:
+            log["kept_epoch"] = scorer.kept
     return log

@@ -34,7 +34,7 @@ from compress.long_texts import window_texts, windows_record
 from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, gather_rows,
                                guarded_trainer, interrupt_callback, is_main_process, print_metrics, resume_point,
-                               run_trainer, training_arguments, world)
+                               run_trainer, training_arguments, world, refuse_keep_best)
 from compress.device import device_name, resolve_precision, training_device
 from compress.qa_teacher import train_qa_teacher
 from compress.tasks.task_choice import QA, SEQUENCE, TOKEN, check_model_task, data_task
@@ -51,6 +51,8 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
 
         return train_qa_teacher(cfg, out)
     cfg.validate()
+    refuse_keep_best(cfg.train, "a sentence classifier's fine-tuning is not scored on validation after each epoch "
+                                "(a tagger's and a QA reader's is)")
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()

@@ -60,7 +60,7 @@ from compress.tasks.token_data import TokenTaskData
 from compress.tasks.token_training import (entity_f1_callback, sentence_word_logits, token_collator, token_logits,
                                            tokenize_tagged_split, word_tags)
 from compress.training import (checkpoint_dir, interrupt_callback, is_main_process, resume_point, run_trainer,
-                               training_arguments, write_trained_artifact)
+                               training_arguments, write_trained_artifact, refuse_keep_best)
 from compress.windows import default_stride
 from compress.config import canonical_sha256
 from compress.device import resolve_precision, training_device
@@ -379,6 +379,8 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     precision = resolve_precision(cfg.precision, training_device(cfg.device)).precision
     eager = cfg.wants_intermediate
     t_model, t_tok, weights, task = _load_teacher(cfg.teacher, cfg.data, eager_attention=eager)
+    refuse_keep_best(cfg.train, None if "validation" in task.splits else
+                     f"--data {cfg.data.data} has no validation split to score the epochs on")
     s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, task.label_names, cfg.layer_map, cfg.train.seed,
                                          eager_attention=eager, task=TOKEN)
     return _distill(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info, task, out, cfg.train,
@@ -510,10 +512,12 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
                                               temperature, train.seed, projections, objective.projection_lr, out)
     t_pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
     callbacks: list[Any] = [stop]
+    scorer = None
     if "validation" in task.splits:  # the student's entity F1 after each epoch, and a warning if still climbing
         s_pad = s_tok.pad_token_id if s_tok.pad_token_id is not None else 0
-        callbacks.append(entity_f1_callback(rows_of("student", s_tok, "validation"), task.tags("validation"),
-                                            task.label_names, s_pad, precision, tagger=s_model))
+        scorer = entity_f1_callback(rows_of("student", s_tok, "validation"), task.tags("validation"), task.label_names,
+                                    s_pad, precision, tagger=s_model, keep_best=train.keep_best)
+        callbacks.append(scorer)
     trainer = trainer_class(model=module, args=args, train_dataset=s_train, callbacks=callbacks,
                             data_collator=_collator(s_tok, task.num_labels, t_pad))
     result = run_trainer(trainer, resume_point(out, resume, fingerprint), Path(out), stop)
@@ -540,7 +544,9 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         "stride": default_stride(max_length),  # the windows it was trained and scored in; Predictor reads them
         "data": task.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
-                     "soft_labels_reused": reused, "rows": len(s_train)},
+                     "soft_labels_reused": reused, "rows": len(s_train),
+                     **({"validation_by_epoch": scorer.history} if scorer is not None else {}),
+                     **({"kept_epoch": scorer.kept} if scorer is not None and scorer.kept is not None else {})},
         "transfer": transfer_info,
         "mention_variants": variants_info,
         "timings": {"total_s": round(time.perf_counter() - started, 1)},

@@ -38,7 +38,7 @@ from compress.tasks.task_choice import TOKEN, check_model_task
 from compress.tasks.token_data import TokenTaskData
 from compress.tasks.token_training import entity_f1_callback, evaluate_tagger, token_collator, tokenize_tagged_split
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
-                               interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments)
+                               interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments, refuse_keep_best)
 from compress.windows import default_stride
 from compress.device import device_name, resolve_precision, training_device
 
@@ -56,6 +56,8 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
     data = cfg.data.load_tagging()  # before the model: a bad file should not cost a model fetch
+    refuse_keep_best(cfg.train, None if "validation" in data.splits else
+                     f"--data {cfg.data.data} has no validation split to score the epochs on")
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
     head, head_names = check_model_task(source, TOKEN, cfg.data.data, cfg.model, data.num_labels)
     if head is not None and not _generic(head_names) and head_names != data.label_names:
@@ -138,7 +140,8 @@ def _fine_tune(model, tokenizer, tokenized, data: TokenTaskData, cfg: TeacherCon
     callbacks: list[Any] = [stop]
     scorer = None
     if "validation" in tokenized:
-        scorer = entity_f1_callback(tokenized["validation"], data.tags("validation"), data.label_names, pad_id, precision)
+        scorer = entity_f1_callback(tokenized["validation"], data.tags("validation"), data.label_names, pad_id, precision,
+                                    keep_best=cfg.train.keep_best)
         callbacks.append(scorer)
     trainer = guarded_trainer(out, model=model, args=args, train_dataset=train_ds,
                               data_collator=token_collator(tokenizer), callbacks=callbacks)
@@ -148,4 +151,6 @@ def _fine_tune(model, tokenizer, tokenized, data: TokenTaskData, cfg: TeacherCon
                            "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size}
     if scorer is not None:
         log["validation_by_epoch"] = scorer.history
+        if scorer.kept is not None:
+            log["kept_epoch"] = scorer.kept
     return log

@@ -61,6 +61,8 @@ DATA_KEYS = ("data", "text_column", "text_pair_column", "label_column", "limit",
 #: The training flags every training command has (``prune`` has a subset, see :class:`PruneConfig`).
 TRAIN_FLAGS = ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "max_steps", "min_steps",
                "save_steps", "sampling")
+#: The training flags of the stages that pick among their epochs (teacher and distill; not pretrain or prune).
+SELECTION_FLAGS = ("keep_best",)
 PRUNE_TRAIN_FLAGS = ("lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "save_steps", "sampling")
 #: The help of ``--precision``, the one setting every stage that trains or runs a model has (:func:`_precision`).
 PRECISION_HELP = ("auto (default): bf16 autocast only where the device runs it natively (a CPU with avx512_bf16 or "
@@ -72,4 +74,4 @@ FULL = {"warmup": 50, "runs": 300, "batch_sizes": (1, 8, 32), "seq_lens": (32, 1
 QUICK = {"warmup": 3, "runs": 10, "batch_sizes": (1,), "seq_lens": (32,), "limit": 64}
 
 
-__all__ = ['SAMPLINGS', 'SOFT_LABEL_RUNTIMES', 'UNLABELED_SELECTIONS', 'SOFT_LABELS_AUTO_MIN_ROWS', 'SOFT_LABELS_HELP', 'UNLABELED_BALANCE_HELP', 'SCHEDULES', 'MENTION_POOLS', 'IMPORTANCES', 'SCOPES', 'MAX_TYPE_F1_DROP', 'MIN_TYPE_SUPPORT', 'MAX_TYPE_F1_DROP_HELP', 'QUANTIZE_METHODS', 'QUANTIZE_GRAPHS', 'INIT_CHOICES', 'AUGMENT_OPS', 'DATA_KEYS', 'TRAIN_FLAGS', 'PRUNE_TRAIN_FLAGS', 'PRECISION_HELP', 'FULL', 'QUICK']
+__all__ = ['SAMPLINGS', 'SOFT_LABEL_RUNTIMES', 'UNLABELED_SELECTIONS', 'SOFT_LABELS_AUTO_MIN_ROWS', 'SOFT_LABELS_HELP', 'UNLABELED_BALANCE_HELP', 'SCHEDULES', 'MENTION_POOLS', 'IMPORTANCES', 'SCOPES', 'MAX_TYPE_F1_DROP', 'MIN_TYPE_SUPPORT', 'MAX_TYPE_F1_DROP_HELP', 'QUANTIZE_METHODS', 'QUANTIZE_GRAPHS', 'INIT_CHOICES', 'AUGMENT_OPS', 'DATA_KEYS', 'TRAIN_FLAGS', 'SELECTION_FLAGS', 'PRUNE_TRAIN_FLAGS', 'PRECISION_HELP', 'FULL', 'QUICK']

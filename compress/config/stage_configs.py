@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Mapping
 
 from compress.config.choices import (SOFT_LABEL_RUNTIMES, UNLABELED_SELECTIONS, SOFT_LABELS_HELP, UNLABELED_BALANCE_HELP, SCHEDULES, MENTION_POOLS, IMPORTANCES, SCOPES,
-                                     TIMING_LENGTHS, TIMING_LENGTHS_HELP, QUANTIZE_METHODS, QUANTIZE_GRAPHS, AUGMENT_OPS, TRAIN_FLAGS, PRUNE_TRAIN_FLAGS,
+                                     TIMING_LENGTHS, TIMING_LENGTHS_HELP, QUANTIZE_METHODS, QUANTIZE_GRAPHS, AUGMENT_OPS, TRAIN_FLAGS, SELECTION_FLAGS, PRUNE_TRAIN_FLAGS,
                                      FULL, QUICK, MAX_TYPE_F1_DROP, MAX_TYPE_F1_DROP_HELP)
 from compress.config.engine import (Problem, _choices, _Bad, _is_int, ConfigBase, _problem, _device_problems,
                                     _precision)
@@ -72,7 +72,7 @@ def _loss_list(value: Any, name: str) -> list[dict] | None:
 class TeacherConfig(ConfigBase, ClassifierSettings):
     """Settings of the teacher stage (``bert-compress teacher``)."""
 
-    FLAT: ClassVar[dict[str, tuple[str, str]]] = {k: ("train", k) for k in TRAIN_FLAGS}
+    FLAT: ClassVar[dict[str, tuple[str, str]]] = {k: ("train", k) for k in (*TRAIN_FLAGS, *SELECTION_FLAGS)}
 
     model: str = "mpnet-base"
     data: DataOptions = field(default_factory=DataOptions)
@@ -98,7 +98,8 @@ class TeacherConfig(ConfigBase, ClassifierSettings):
 class DistillConfig(ConfigBase, KDSettings):
     """Settings of the distill stage (``bert-compress distill``)."""
 
-    FLAT: ClassVar[dict[str, tuple[str, str]]] = {**{k: ("train", k) for k in TRAIN_FLAGS}, "init": ("student", "init")}
+    FLAT: ClassVar[dict[str, tuple[str, str]]] = {**{k: ("train", k) for k in (*TRAIN_FLAGS, *SELECTION_FLAGS)},
+                                                  "init": ("student", "init")}
 
     teacher: str = ""
     data: DataOptions = field(default_factory=DataOptions)

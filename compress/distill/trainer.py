@@ -51,7 +51,7 @@ from compress.teacher import load_teacher, soft_label_cache_path, teacher_logits
 from compress.transfer import TransferOptions, build_transfer
 from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler,
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
-                               world)
+                               world, refuse_keep_best)
 from students.factory import build_student, teacher_shape
 from compress.device import device_name, resolve_precision, training_device
 from compress.qa_distill import distill_stage as distill_reader_stage
@@ -167,6 +167,8 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
         return distill_reader_stage(cfg, out)
     cfg.refuse_tagger_only("sentence classification")
     cfg.validate()
+    refuse_keep_best(cfg.train, "a sentence-classification student is not scored on validation after each epoch "
+                                "(a tagger student is)")
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()

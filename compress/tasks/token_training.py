@@ -197,10 +197,12 @@ def score_token_logits(logits: Sequence[np.ndarray], tokenized, gold: Sequence[S
 
 
 def entity_f1_callback(tokenized, gold: Sequence[Sequence[str]], label_names: Sequence[str], pad_id: int = 0,
-                       precision: str = "fp32", tagger: Any = None):
+                       precision: str = "fp32", tagger: Any = None, keep_best: bool = False):
     """A Trainer callback: after every epoch, validation entity F1 in the log history and on stdout (and a
     warning at the end when the last epoch still lifted it a lot, :func:`compress.training.still_learning`).
-    ``tagger``: the model to score when the Trainer trains a wrapper around it (a student with projections)."""
+    ``tagger``: the model to score when the Trainer trains a wrapper around it (a student with projections);
+    ``keep_best``: training ends with the weights of the epoch with the best entity F1
+    (:func:`compress.training.epoch_validation_callback`)."""
 
     def evaluate(model, batch_size: int) -> dict[str, float]:
         scores = evaluate_tagger(tagger if tagger is not None else model, tokenized, gold, label_names, batch_size,
@@ -208,4 +210,5 @@ def entity_f1_callback(tokenized, gold: Sequence[Sequence[str]], label_names: Se
         return {"validation_entity_f1": scores["entity_f1"], "validation_token_accuracy": scores["token_accuracy"]}
 
     return epoch_validation_callback(evaluate, lambda v: f"validation entity F1 {v['validation_entity_f1']:.4f} "
-                                                         f"(token accuracy {v['validation_token_accuracy']:.4f})")
+                                                         f"(token accuracy {v['validation_token_accuracy']:.4f})",
+                                     keep_best, tagger)

@@ -439,6 +439,39 @@ def test_distill_reads_the_split_and_the_limit_it_is_given(trained, tmp_path):
     assert recorded["fingerprint"] != load_token_data(str(trained.data)).subset(30).fingerprint
 
 
+def test_keep_best_writes_the_student_of_its_best_validation_epoch(trained, tmp_path, capsys):
+    """``--keep-best``: the student written is the epoch with the best validation entity F1, which the written
+    model scores again after training; ``compress.json`` says which epoch that was and what each epoch read."""
+    from compress.cli import main
+
+    out = tmp_path / "student"
+    assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
+                 "--init", "teacher-layers", "--out", str(out), "--max-length", "48", "--epochs", "3", "--lr", "3e-3",
+                 "--batch-size", "8", "--sampling", "sequential", "--keep-best"]) == 0
+    meta = json.loads((out / "compress.json").read_text())
+    epochs = meta["training"]["validation_by_epoch"]
+    kept = meta["training"]["kept_epoch"]
+    best = max(epochs, key=lambda e: e["validation_entity_f1"])  # the first of equals, as max() gives it
+    assert len(epochs) == 3 and kept["epoch"] == best["epoch"] and kept["epochs_compared"] == [1, 2, 3]
+    assert kept["value"] == best["validation_entity_f1"] and kept["last_value"] == epochs[-1]["validation_entity_f1"]
+    assert meta["metrics"]["validation"]["entity_f1"] == pytest.approx(best["validation_entity_f1"], abs=1e-4)
+    assert meta["config"]["train"]["keep_best"] is True
+    assert "--keep-best: " in capsys.readouterr().out
+
+
+def test_keep_best_is_refused_where_no_epoch_is_scored(trained, tmp_path, capsys):
+    """A sentence classifier is not scored after each epoch: ``--keep-best`` stops it before any work, in one
+    line, instead of writing the last epoch under the flag's name."""
+    from compress.cli import main
+
+    csv = write_csv(tmp_path / "sentiment.csv", sentiment_rows(40))
+    assert main(["teacher", "--model", str(trained.path), "--data", str(csv), "--out", str(tmp_path / "t"),
+                 "--keep-best"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--keep-best: a sentence classifier" in err[0] and "Leave --keep-best out" in err[0]
+    assert not (tmp_path / "t").exists()
+
+
 def test_a_word_without_tokens_is_outside_every_entity():
     from compress.tagging import tag_text
 

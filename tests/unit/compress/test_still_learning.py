@@ -40,3 +40,55 @@ def test_the_callback_warns_at_the_end_of_training(capsys):
     assert "epoch 2: validation F1 0.5000" in captured.out
     assert "warning: validation F1 rose 30.0 points in the last epoch (20.0 -> 50.0)" in captured.err
     assert "after 20 optimiser steps" in captured.err
+
+
+def _run_epochs(values, keep_best: bool, kept_model=None):
+    """Three epochs of a real module whose weight is set to the epoch's number before it is scored; the
+    callback's choice is then visible in the weight the module ends with."""
+    import torch
+
+    model = torch.nn.Linear(2, 1)
+    scores = iter(values)
+    callback = epoch_validation_callback(lambda m, batch: {"validation_entity_f1": next(scores), "other": 0.0},
+                                         lambda v: f"F1 {v['validation_entity_f1']:.2f}", keep_best,
+                                         kept_model)
+    args = SimpleNamespace(per_device_eval_batch_size=8)
+    state = None
+    for epoch in range(1, len(values) + 1):
+        with torch.no_grad():
+            (kept_model or model).weight.fill_(float(epoch))
+        state = SimpleNamespace(is_world_process_zero=True, epoch=epoch, global_step=10 * epoch, log_history=[],
+                                max_steps=10 * len(values))
+        callback.on_epoch_end(args, state, None, model=model)
+    callback.on_train_end(args, state, None, model=model)
+    return model, callback
+
+
+def test_keep_best_ends_with_the_best_epochs_weights_and_records_them(capsys):
+    model, callback = _run_epochs([0.58, 0.63, 0.61], keep_best=True)
+    assert model.weight[0, 0].item() == 2.0  # epoch 2's weights, not the last epoch's 3.0
+    assert callback.kept == {"metric": "validation_entity_f1", "epoch": 2, "step": 20, "value": 0.63,
+                             "last_epoch": 3, "last_value": 0.61, "epochs_compared": [1, 2, 3]}
+    assert "--keep-best: keeping epoch 2's weights (validation entity F1 63.00, the best), not the last epoch's " \
+           "(3: 61.00)" in capsys.readouterr().out
+
+
+def test_keep_best_keeps_the_earliest_of_equal_epochs_and_the_last_when_it_is_best(capsys):
+    model, callback = _run_epochs([0.6, 0.6, 0.5], keep_best=True)
+    assert model.weight[0, 0].item() == 1.0 and callback.kept["epoch"] == 1
+    model, callback = _run_epochs([0.5, 0.6, 0.7], keep_best=True)
+    assert model.weight[0, 0].item() == 3.0 and callback.kept["epoch"] == callback.kept["last_epoch"] == 3
+    assert "the last epoch (3) scored best" in capsys.readouterr().out
+
+
+def test_without_keep_best_the_last_epoch_stays_and_nothing_is_recorded():
+    model, callback = _run_epochs([0.58, 0.63, 0.61], keep_best=False)
+    assert model.weight[0, 0].item() == 3.0 and callback.kept is None
+
+
+def test_keep_best_keeps_the_model_it_is_given_when_the_trainer_trains_a_wrapper():
+    import torch
+
+    tagger = torch.nn.Linear(2, 1)
+    wrapper, callback = _run_epochs([0.7, 0.6], keep_best=True, kept_model=tagger)
+    assert tagger.weight[0, 0].item() == 1.0 and callback.kept["epoch"] == 1
