@@ -72,6 +72,22 @@ def test_a_span_reader_teacher_learns_to_point_at_the_answer(reader):
     assert not (out.parent / "teacher.checkpoints").exists()
 
 
+def test_keep_best_writes_the_reader_of_its_best_validation_epoch(reader, tmp_path):
+    """``--keep-best`` on a reader: the weights written are those of the epoch with the best validation F1,
+    which the written reader scores again; compress.json names the epoch."""
+    from dataclasses import replace
+
+    from compress.teacher import train_teacher
+
+    encoder, _, cfg = reader
+    cfg = replace(cfg, train=replace(cfg.train, epochs=3, keep_best=True))
+    meta = json.loads((train_teacher(cfg, tmp_path / "teacher") / "compress.json").read_text())
+    epochs = meta["training"]["validation_by_epoch"]
+    best = max(epochs, key=lambda e: e["validation_f1"])
+    assert meta["training"]["kept_epoch"]["epoch"] == best["epoch"] and len(epochs) == 3
+    assert meta["metrics"]["validation"]["f1"] == pytest.approx(best["validation_f1"], abs=1e-4)
+
+
 def _questions(folder: Path, split: str) -> tuple[list[tuple[str, str]], list[str]]:
     doc = json.loads((folder / f"{split}.json").read_text())
     pairs = [(q["question"], p["context"]) for a in doc["data"] for p in a["paragraphs"] for q in p["qas"]]
