@@ -320,7 +320,7 @@ def epoch_validation_callback(evaluate: Callable[[Any, int], dict[str, float]], 
     12 runs, by 0.1 to 1.3 points of entity F1). ``kept_model`` is the model whose weights are kept when the
     Trainer trains a wrapper around it (default: the Trainer's model). The best epoch's weights are held in
     memory (one copy of the model), like tail averaging's: a resumed run chooses among the epochs it ran after
-    resuming, and ``.kept`` says which it compared."""
+    resuming, ``.kept`` says which it compared, and a warning names an earlier epoch that read more."""
     from transformers import TrainerCallback
 
     class EpochValidation(TrainerCallback):
@@ -358,7 +358,20 @@ def epoch_validation_callback(evaluate: Callable[[Any, int], dict[str, float]], 
                 print(f"warning: {warning}", file=sys.stderr)
             if keep_best and self._best is not None:
                 self._restore(kept_model if kept_model is not None else model)
+                self._warn_if_lost_to_resume(state.log_history)
             return control
+
+        def _warn_if_lost_to_resume(self, log_history: Sequence[dict[str, Any]]) -> None:
+            """After a resume, an epoch scored before it (in the checkpoint's log history) may have read more than
+            every epoch since; its weights are gone, so say so rather than let the kept epoch pass for the best."""
+            name, ran = self.kept["metric"], {h["step"] for h in self.history}
+            earlier = [h for h in log_history if name in h and "step" in h and h["step"] not in ran]
+            better = max(earlier, key=lambda h: h[name], default=None)
+            if better is not None and better[name] > self.kept["value"]:
+                print(f"warning: --keep-best: epoch {better['epoch']:g}, before the resume, read {100 * better[name]:.2f}, "
+                      f"more than the kept epoch's {100 * self.kept['value']:.2f}; its weights were not kept across "
+                      "the resume (rerun without --resume to have it)", file=sys.stderr)
+                self.kept["better_before_resume"] = {"epoch": better["epoch"], "value": better[name]}
 
         def _restore(self, model: Any) -> None:
             """Load the best epoch's weights into ``model`` (unless the last epoch was the best) and record it."""

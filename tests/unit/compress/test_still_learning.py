@@ -92,3 +92,23 @@ def test_keep_best_keeps_the_model_it_is_given_when_the_trainer_trains_a_wrapper
     tagger = torch.nn.Linear(2, 1)
     wrapper, callback = _run_epochs([0.7, 0.6], keep_best=True, kept_model=tagger)
     assert tagger.weight[0, 0].item() == 1.0 and callback.kept["epoch"] == 1
+
+
+def test_keep_best_after_a_resume_says_when_an_earlier_epoch_read_more(capsys):
+    """The best weights live in memory: after a resume, an epoch from before it (in the checkpoint's log history)
+    that read more than every epoch since cannot be kept; the run says so and records it."""
+    import torch
+
+    model = torch.nn.Linear(2, 1)
+    scores = iter([0.60, 0.62])
+    callback = epoch_validation_callback(lambda m, batch: {"validation_entity_f1": next(scores)}, lambda v: "",
+                                         keep_best=True)
+    before = [{"epoch": 1, "step": 10, "validation_entity_f1": 0.65}]  # restored from the checkpoint
+    args = SimpleNamespace(per_device_eval_batch_size=8)
+    for epoch in (2, 3):
+        state = SimpleNamespace(is_world_process_zero=True, epoch=epoch, global_step=10 * epoch, log_history=before,
+                                max_steps=30)
+        callback.on_epoch_end(args, state, None, model=model)
+    callback.on_train_end(args, state, None, model=model)
+    assert callback.kept["epoch"] == 3 and callback.kept["better_before_resume"] == {"epoch": 1, "value": 0.65}
+    assert "epoch 1, before the resume, read 65.00, more than the kept epoch's 62.00" in capsys.readouterr().err
