@@ -55,7 +55,7 @@ from compress.artifact import read_meta, weights_sha256
 from compress.assets import cache_dir
 from compress.errors import CompressError
 from compress.modeling import count_parameters, load_classifier
-from compress.qa_teacher import MODEL_COLUMNS, qa_stride, read_answers, span_logits
+from compress.qa_teacher import MODEL_COLUMNS, f1_callback, qa_stride, read_answers, span_logits
 from compress.tasks import get_task
 from compress.tasks.qa_data import QATaskData, load_qa_data
 from compress.tasks.qa_features import qa_features
@@ -340,8 +340,6 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
 
     cfg.validate()
     cfg.refuse_tagger_only("question answering")
-    refuse_keep_best(cfg.train, "a reader student is not scored on validation after each epoch (a QA teacher and a "
-                                "tagger student are)")
     cfg.refuse_beyond_logits("a span reader is not augmented (a word edit can move or break the answer span); "
                              "leave --augment out for QA data, or give transfer questions with --unlabeled.",
                              allowed=("unlabeled", "intermediate", "losses", "kd_loss", "schedule"))
@@ -358,6 +356,8 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     precision = resolve_precision(cfg.precision, device).precision
     full = load_qa_data(cfg.data.data, seed=cfg.data.split_seed)
     data = full.subset(cfg.data.limit, seed=cfg.data.split_seed)
+    refuse_keep_best(cfg.train, None if "validation" in data.splits else
+                     f"--data {cfg.data.data} has no validation split to score the epochs on")
     transfer = None
     if cfg.unlabeled:
         questions, passages, stats = transfer_questions(cfg.unlabeled, full, data, cfg.unlabeled_limit, cfg.train.seed)
@@ -455,7 +455,13 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
     trainer_class = head_distillation_trainer(lambda epoch: active_terms(cfg, epoch, want_inter), read_teacher,
                                               temperature, train.seed, projections, cfg.projection_lr, out)
     t_pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
-    trainer = trainer_class(model=module, args=args, train_dataset=train_ds, callbacks=[stop],
+    scorer = None
+    if train.keep_best:  # the student's validation F1 after every epoch, its best epoch kept
+        scorer = f1_callback(data.splits["validation"], data.gold_answers("validation"), s_tok, max_length, stride,
+                             allow_null, s_tok.pad_token_id if s_tok.pad_token_id is not None else 0, precision,
+                             keep_best=True, reader=s_model)
+    trainer = trainer_class(model=module, args=args, train_dataset=train_ds,
+                            callbacks=[stop] + ([scorer] if scorer is not None else []),
                             data_collator=_collator(s_tok, t_pad))
     result = run_trainer(trainer, resume_point(out, cfg.resume, fingerprint), Path(out), stop)
 
@@ -488,7 +494,9 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
         "stride": stride, "allow_null": allow_null,  # the windows it was trained and scored in; Predictor reads them
         "data": data.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
-                     "rows": len(train_ds), "soft_labels_reused": reused},
+                     "rows": len(train_ds), "soft_labels_reused": reused,
+                     **({"validation_by_epoch": scorer.history} if scorer is not None else {}),
+                     **({"kept_epoch": scorer.kept} if scorer is not None and scorer.kept is not None else {})},
         "transfer": None if transfer is None else {**transfer.info, "windows": transfer_windows,
                                                    "weight": transfer.weight,
                                                    "soft_labels_reused": reused_by.get("transfer", False)},

@@ -187,17 +187,19 @@ def evaluate_reader(model, tokenizer, split, gold: Sequence[Sequence[str]], max_
 
 
 def f1_callback(split, gold: Sequence[Sequence[str]], tokenizer, max_length: int, stride: int, allow_null: bool,
-                pad_id: int, precision: str, keep_best: bool = False):
+                pad_id: int, precision: str, keep_best: bool = False, reader: Any = None):
     """A Trainer callback: after every epoch, validation exact match and F1 in the log history and on stdout;
-    ``keep_best``: training ends with the weights of the epoch with the best F1."""
+    ``keep_best``: training ends with the weights of the epoch with the best F1. ``reader``: the model to score
+    (and keep) when the Trainer trains a wrapper around it (a student with projections)."""
 
     def evaluate(model, batch_size: int) -> dict[str, float]:
-        scores = evaluate_reader(model, tokenizer, split, gold, max_length, stride, allow_null, batch_size, precision,
+        scores = evaluate_reader(reader if reader is not None else model, tokenizer, split, gold, max_length, stride, allow_null, batch_size, precision,
                                  pad_id)
         return {"validation_f1": scores["f1"], "validation_exact_match": scores["exact_match"]}
 
     return epoch_validation_callback(evaluate, lambda v: f"validation F1 {v['validation_f1']:.4f} "
-                                                         f"(exact match {v['validation_exact_match']:.4f})", keep_best)
+                                                         f"(exact match {v['validation_exact_match']:.4f})", keep_best,
+                                     reader)
 
 
 def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:

@@ -34,7 +34,7 @@ from compress.long_texts import window_texts, windows_record
 from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, gather_rows,
                                guarded_trainer, interrupt_callback, is_main_process, print_metrics, resume_point,
-                               run_trainer, training_arguments, world, refuse_keep_best)
+                               run_trainer, training_arguments, world, refuse_keep_best, epoch_validation_callback)
 from compress.device import device_name, resolve_precision, training_device
 from compress.qa_teacher import train_qa_teacher
 from compress.tasks.task_choice import QA, SEQUENCE, TOKEN, check_model_task, data_task
@@ -51,14 +51,14 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
 
         return train_qa_teacher(cfg, out)
     cfg.validate()
-    refuse_keep_best(cfg.train, "a sentence classifier's fine-tuning is not scored on validation after each epoch "
-                                "(a tagger's and a QA reader's is)")
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
     check_model_task(source, SEQUENCE, cfg.data.data, cfg.model)  # a tagger given classification data: one line
     task = cfg.data.load()
+    refuse_keep_best(cfg.train, None if "validation" in task.splits else
+                     f"--data {cfg.data.data} has no validation split to score the epochs on")
     model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle)
     model.to(device)  # the head check and evaluation run where training does
     timings: dict[str, float] = {}
@@ -85,7 +85,10 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     train_log: dict[str, Any] = {}
     if finetune and cfg.train.epochs > 0:
         t0 = time.perf_counter()
-        train_log = _fine_tune(model, tokenizer, tokenized["train"], cfg, out, device, precision.precision)
+        scorer = accuracy_callback(tokenized["validation"], windows["validation"], task.splits["validation"]["label"],
+                                   cfg.pooling, tokenizer.pad_token_id, precision.precision,
+                                   keep_best=True) if cfg.train.keep_best else None
+        train_log = _fine_tune(model, tokenizer, tokenized["train"], cfg, out, device, precision.precision, scorer)
         timings["fine_tune_s"] = round(time.perf_counter() - t0, 1)
     elif not has_head or untrained_head:
         print("warning: the teacher has no trained classifier head and --epochs is 0: its predictions are random",
@@ -159,8 +162,28 @@ def _cache_evaluation_logits(path: Path, tokenized: dict[str, Any], logits: dict
         save_logits(soft_label_cache_path(keyed, tokenized[name], prefix="", precision=precision), values)
 
 
+def accuracy_callback(rows, windows, labels, pooling: str, pad_id: int, precision: str, prefix: str = "",
+                      keep_best: bool = False, kept_model: Any = None):
+    """A Trainer callback scoring a sentence classifier on validation (accuracy, then macro-F1; a long text's
+    windows pooled as it is served) after every epoch, for ``--keep-best``
+    (:func:`compress.training.epoch_validation_callback`). Only then: the pass costs time, and a classifier's
+    run without it keeps its timings. ``rows``: the validation rows tokenized with ``prefix``; ``kept_model``:
+    the classifier when the Trainer trains a wrapper around it (a student)."""
+    labels = np.asarray(labels)
+
+    def evaluate(model, batch_size: int) -> dict[str, float]:
+        logits = predict_logits(kept_model if kept_model is not None else model, rows, batch_size, precision, prefix,
+                                pad_id if pad_id is not None else 0, progress=False)
+        scores = classification_metrics(windows.pool(logits, pooling), labels)
+        return {"validation_accuracy": scores["accuracy"], "validation_macro_f1": scores["macro_f1"]}
+
+    return epoch_validation_callback(evaluate, lambda v: f"validation accuracy {v['validation_accuracy']:.4f} "
+                                                         f"(macro-F1 {v['validation_macro_f1']:.4f})",
+                                     keep_best, kept_model)
+
+
 def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out, device=None,
-               precision: str = "fp32") -> dict[str, Any]:
+               precision: str = "fp32", scorer: Any = None) -> dict[str, Any]:
     keep = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label", "length") if c in train_ds.column_names]
     train_ds = train_ds.select_columns(keep)
     frozen = freeze_bottom_layers(model, cfg.freeze_layers)
@@ -168,10 +191,16 @@ def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out, device=None,
     resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     stop = interrupt_callback()
     trainer = guarded_trainer(out, model=model, args=args, train_dataset=train_ds,
-                              data_collator=DynamicPaddingCollator({"": tokenizer.pad_token_id}), callbacks=[stop])
+                              data_collator=DynamicPaddingCollator({"": tokenizer.pad_token_id}),
+                              callbacks=[stop] + ([scorer] if scorer is not None else []))
     result = run_trainer(trainer, resume, Path(out), stop)
-    return {**frozen, "global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
-            "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size}
+    log = {**frozen, "global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
+           "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size}
+    if scorer is not None:
+        log["validation_by_epoch"] = scorer.history
+        if scorer.kept is not None:
+            log["kept_epoch"] = scorer.kept
+    return log
 
 
 def _drop_checkpoints(out) -> None:

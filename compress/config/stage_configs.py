@@ -263,6 +263,9 @@ class DistillConfig(ConfigBase, KDSettings):
         if not 0 <= self.average_tail <= 1:
             problems.append(_problem("average_tail", f"--average-tail is a share of the training steps, from 0 (off) "
                                                      f"to 1, got {self.average_tail}"))
+        if self.average_tail > 0 and self.train.keep_best:
+            problems.append(_problem("average_tail", "--average-tail and --keep-best both choose the weights written "
+                                                     "(the mean of the last steps, the best epoch): give one"))
         if self.alpha_pooled < 0:
             problems.append(_problem("alpha_pooled", f"--alpha-pooled must be >= 0, got {self.alpha_pooled}"))
         if self.wants_pooled:

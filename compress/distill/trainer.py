@@ -47,7 +47,7 @@ from compress.head_check import HeadCheck, check_head, refuse_untrained_teacher
 from compress.modeling import (accepts_token_types, autocast, classification_metrics, count_parameters, model_device,
                                predict_logits)
 from compress.distill.teacher_copies import LabelRuntime, choose_label_runtime, fill_copy_cache
-from compress.teacher import load_teacher, soft_label_cache_path, teacher_logits
+from compress.teacher import accuracy_callback, load_teacher, soft_label_cache_path, teacher_logits
 from compress.transfer import TransferOptions, build_transfer
 from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerprint, epoch_seeded_sampler,
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
@@ -167,13 +167,13 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
         return distill_reader_stage(cfg, out)
     cfg.refuse_tagger_only("sentence classification")
     cfg.validate()
-    refuse_keep_best(cfg.train, "a sentence-classification student is not scored on validation after each epoch "
-                                "(a tagger student is)")
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
     timings: dict[str, float] = {}
     task = cfg.data.load(keep_columns=(cfg.gold_labels,) if cfg.gold_labels else ())
+    refuse_keep_best(cfg.train, None if "validation" in task.splits else
+                     f"--data {cfg.data.data} has no validation split to score the epochs on")
     if cfg.gold_labels:
         task = with_gold(task, cfg.gold_labels, cfg.gold_scale)
     want_inter = cfg.wants_intermediate
@@ -306,8 +306,11 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
 
     module = DistillationModule(student, s_shape.hidden, t_shape.hidden, pairs, want_inter, want_pooled)
     t0 = time.perf_counter()
+    scorer = accuracy_callback(tokenized["validation"], windows["validation"], task.splits["validation"]["label"],
+                               cfg.pooling, s_tok.pad_token_id, precision.precision, prefix="s_", keep_best=True,
+                               kept_model=student) if cfg.train.keep_best else None
     train_log = _train(module, teacher, train_ds, cfg, want_inter, out, s_tok.pad_token_id, store, device,
-                       precision.precision)
+                       precision.precision, scorer)
     timings["train_s"] = round(time.perf_counter() - t0, 1)
     # the rows it trained on, labelled + transfer (a long text's windows one each), as every distiller records them
     train_log["rows"] = len(train_ds)
@@ -447,7 +450,8 @@ def _label_up_front(store: SoftLabelStore, teacher, train_ds, precision: str) ->
 
 
 def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, want_inter: bool, out,
-           pad_id: int, store: SoftLabelStore | None, device=None, precision: str = "fp32") -> dict[str, Any]:
+           pad_id: int, store: SoftLabelStore | None, device=None, precision: str = "fp32",
+           scorer: Any = None) -> dict[str, Any]:
     from transformers import Trainer, TrainerCallback
 
     teacher_model = teacher.model
@@ -542,6 +546,8 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
     averager = tail_average_callback(module.student, cfg.average_tail) if cfg.average_tail > 0 else None
     if averager is not None:
         callbacks.append(averager)
+    if scorer is not None:  # --keep-best: the student scored after every epoch, its best epoch kept
+        callbacks.append(scorer)
     trainer = DistillTrainer(model=module, args=args, train_dataset=train_ds, data_collator=DynamicPaddingCollator(pads),
                              callbacks=callbacks)
     teacher_model.to(args.device)  # the Trainer moves the student; the teacher must sit where its inputs arrive
@@ -556,4 +562,6 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
         "soft_label_rows_filled": filled["rows"],
         # the steps whose weights were averaged into the student (compress.distill.averaging), when asked
         "weight_average": averager.record() if averager is not None else None,
+        **({"validation_by_epoch": scorer.history} if scorer is not None else {}),
+        **({"kept_epoch": scorer.kept} if scorer is not None and scorer.kept is not None else {}),
     }

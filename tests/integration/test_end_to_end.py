@@ -257,3 +257,28 @@ def test_encoder_without_head_cannot_teach(tiny_encoder, sentiment_csv, tmp_path
 
     with pytest.raises(CompressError, match="no trained classification head"):
         _distill(tiny_encoder, sentiment_csv, tmp_path / "s")
+
+
+def test_keep_best_scores_a_classifier_each_epoch_and_writes_its_best(trained_teacher, tmp_path, capsys):
+    """``--keep-best`` on sentence classification: teacher and student are scored on validation after every epoch
+    (accuracy, long texts pooled) and the model written is the best epoch's, which scores the same again after
+    training. Without the flag no epoch is scored (a classifier's runs keep their timings)."""
+    teacher, data = trained_teacher
+    assert "validation_by_epoch" not in json.loads((teacher / "compress.json").read_text())["training"]
+    cfg = TeacherConfig(model=str(make_bert(tmp_path / "encoder")), data=DataOptions(str(data)),
+                        train=TrainSettings(epochs=3, lr=2e-3, batch_size=16, logging_steps=1000, keep_best=True))
+    student = DistillConfig(teacher=str(teacher), data=DataOptions(str(data)), student=StudentSpec("2x32", "random"),
+                            train=TrainSettings(epochs=3, lr=2e-3, batch_size=16, logging_steps=1000, keep_best=True))
+    for out in (train_teacher(cfg, tmp_path / "teacher"), distill(student, tmp_path / "student")):
+        meta = json.loads((out / "compress.json").read_text())
+        epochs = meta["training"]["validation_by_epoch"]
+        best = max(epochs, key=lambda e: e["validation_accuracy"])
+        assert len(epochs) == 3 and meta["training"]["kept_epoch"]["epoch"] == best["epoch"]
+        assert meta["metrics"]["validation"]["accuracy"] == pytest.approx(best["validation_accuracy"], abs=1e-4)
+    assert capsys.readouterr().out.count("--keep-best: ") == 2
+
+
+def test_keep_best_and_tail_averaging_are_not_given_together():
+    cfg = DistillConfig(teacher="t", average_tail=0.5, train=TrainSettings(keep_best=True))
+    assert [p.keys for p in cfg.problems()] == [("average_tail",)]
+    assert "both choose the weights written" in cfg.problems()[0].message

@@ -459,19 +459,6 @@ def test_keep_best_writes_the_student_of_its_best_validation_epoch(trained, tmp_
     assert "--keep-best: " in capsys.readouterr().out
 
 
-def test_keep_best_is_refused_where_no_epoch_is_scored(trained, tmp_path, capsys):
-    """A sentence classifier is not scored after each epoch: ``--keep-best`` stops it before any work, in one
-    line, instead of writing the last epoch under the flag's name."""
-    from compress.cli import main
-
-    csv = write_csv(tmp_path / "sentiment.csv", sentiment_rows(40))
-    assert main(["teacher", "--model", str(trained.path), "--data", str(csv), "--out", str(tmp_path / "t"),
-                 "--keep-best"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--keep-best: a sentence classifier" in err[0] and "Leave --keep-best out" in err[0]
-    assert not (tmp_path / "t").exists()
-
-
 def test_a_word_without_tokens_is_outside_every_entity():
     from compress.tagging import tag_text
 

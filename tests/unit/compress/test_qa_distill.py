@@ -167,6 +167,22 @@ def test_an_mpnet_reader_distils_into_a_bert_student_on_soft_labels_alone(mpnet_
     assert meta["distillation"]["intermediate"] is False
 
 
+def test_keep_best_scores_a_reader_student_each_epoch_and_writes_its_best(mpnet_reader, squad, tmp_path):
+    """A QA student is scored on validation after every epoch only under ``--keep-best``; the student written is
+    the best epoch's, which scores the same again after training."""
+    from dataclasses import replace
+
+    from compress.distill.trainer import distill
+
+    cfg = _bert_student_config(mpnet_reader, squad, make_bert(tmp_path / "bert-encoder", layers=2))
+    cfg = replace(cfg, train=replace(cfg.train, keep_best=True))
+    meta = json.loads((distill(cfg, tmp_path / "student") / "compress.json").read_text())
+    epochs = meta["training"]["validation_by_epoch"]
+    best = max(epochs, key=lambda e: e["validation_f1"])
+    assert len(epochs) == 3 and meta["training"]["kept_epoch"]["epoch"] == best["epoch"]
+    assert meta["metrics"]["validation"]["f1"] == pytest.approx(best["validation_f1"], abs=1e-4)
+
+
 def test_teacher_states_are_read_at_the_students_positions():
     """``at_student_positions``: state ``[b, p]`` is the teacher's at ``index[b, p]``, attention ``[b, h, p, q]``
     the teacher's at ``(index[b, p], index[b, q])``."""
