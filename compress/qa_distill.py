@@ -356,8 +356,7 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     precision = resolve_precision(cfg.precision, device).precision
     full = load_qa_data(cfg.data.data, seed=cfg.data.split_seed)
     data = full.subset(cfg.data.limit, seed=cfg.data.split_seed)
-    refuse_keep_best(cfg.train, None if "validation" in data.splits else
-                     f"--data {cfg.data.data} has no validation split to score the epochs on")
+    refuse_keep_best(cfg.train, data.splits, cfg.data.data)
     transfer = None
     if cfg.unlabeled:
         questions, passages, stats = transfer_questions(cfg.unlabeled, full, data, cfg.unlabeled_limit, cfg.train.seed)
@@ -495,8 +494,7 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
         "data": data.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
                      "rows": len(train_ds), "soft_labels_reused": reused,
-                     **({"validation_by_epoch": scorer.history} if scorer is not None else {}),
-                     **({"kept_epoch": scorer.kept} if scorer is not None and scorer.kept is not None else {})},
+                     **(scorer.record() if scorer is not None else {})},
         "transfer": None if transfer is None else {**transfer.info, "windows": transfer_windows,
                                                    "weight": transfer.weight,
                                                    "soft_labels_reused": reused_by.get("transfer", False)},

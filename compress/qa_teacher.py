@@ -193,8 +193,8 @@ def f1_callback(split, gold: Sequence[Sequence[str]], tokenizer, max_length: int
     (and keep) when the Trainer trains a wrapper around it (a student with projections)."""
 
     def evaluate(model, batch_size: int) -> dict[str, float]:
-        scores = evaluate_reader(reader if reader is not None else model, tokenizer, split, gold, max_length, stride, allow_null, batch_size, precision,
-                                 pad_id)
+        scores = evaluate_reader(reader if reader is not None else model, tokenizer, split, gold, max_length, stride,
+                                 allow_null, batch_size, precision, pad_id)
         return {"validation_f1": scores["f1"], "validation_exact_match": scores["exact_match"]}
 
     return epoch_validation_callback(evaluate, lambda v: f"validation F1 {v['validation_f1']:.4f} "
@@ -210,8 +210,7 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
     data = load_qa_task(cfg)  # before the model: a bad file should not cost a model fetch
-    refuse_keep_best(cfg.train, None if "validation" in data.splits else
-                     f"--data {cfg.data.data} has no validation split to score the epochs on")
+    refuse_keep_best(cfg.train, data.splits, cfg.data.data)
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
     check_model_task(source, QA, cfg.data.data, cfg.model)
     model, tokenizer, has_head = load_classifier(source, allow_pickle=cfg.allow_pickle, task=QA)
@@ -286,7 +285,5 @@ def _fine_tune(model, tokenizer, data: QATaskData, cfg: TeacherConfig, out, devi
                            "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size,
                            "training_windows": len(train_ds)}
     if scorer is not None:
-        log["validation_by_epoch"] = scorer.history
-        if scorer.kept is not None:
-            log["kept_epoch"] = scorer.kept
+        log.update(scorer.record())
     return log

@@ -57,8 +57,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
     check_model_task(source, SEQUENCE, cfg.data.data, cfg.model)  # a tagger given classification data: one line
     task = cfg.data.load()
-    refuse_keep_best(cfg.train, None if "validation" in task.splits else
-                     f"--data {cfg.data.data} has no validation split to score the epochs on")
+    refuse_keep_best(cfg.train, task.splits, cfg.data.data)
     model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle)
     model.to(device)  # the head check and evaluation run where training does
     timings: dict[str, float] = {}
@@ -197,9 +196,7 @@ def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out, device=None,
     log = {**frozen, "global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
            "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size}
     if scorer is not None:
-        log["validation_by_epoch"] = scorer.history
-        if scorer.kept is not None:
-            log["kept_epoch"] = scorer.kept
+        log.update(scorer.record())
     return log
 
 

@@ -379,8 +379,7 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     precision = resolve_precision(cfg.precision, training_device(cfg.device)).precision
     eager = cfg.wants_intermediate
     t_model, t_tok, weights, task = _load_teacher(cfg.teacher, cfg.data, eager_attention=eager)
-    refuse_keep_best(cfg.train, None if "validation" in task.splits else
-                     f"--data {cfg.data.data} has no validation split to score the epochs on")
+    refuse_keep_best(cfg.train, task.splits, cfg.data.data)
     s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, task.label_names, cfg.layer_map, cfg.train.seed,
                                          eager_attention=eager, task=TOKEN)
     return _distill(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info, task, out, cfg.train,
@@ -545,8 +544,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         "data": task.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
                      "soft_labels_reused": reused, "rows": len(s_train),
-                     **({"validation_by_epoch": scorer.history} if scorer is not None else {}),
-                     **({"kept_epoch": scorer.kept} if scorer is not None and scorer.kept is not None else {})},
+                     **(scorer.record() if scorer is not None else {})},
         "transfer": transfer_info,
         "mention_variants": variants_info,
         "timings": {"total_s": round(time.perf_counter() - started, 1)},

@@ -56,8 +56,7 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
     data = cfg.data.load_tagging()  # before the model: a bad file should not cost a model fetch
-    refuse_keep_best(cfg.train, None if "validation" in data.splits else
-                     f"--data {cfg.data.data} has no validation split to score the epochs on")
+    refuse_keep_best(cfg.train, data.splits, cfg.data.data)
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
     head, head_names = check_model_task(source, TOKEN, cfg.data.data, cfg.model, data.num_labels)
     if head is not None and not _generic(head_names) and head_names != data.label_names:
@@ -150,7 +149,5 @@ def _fine_tune(model, tokenizer, tokenized, data: TokenTaskData, cfg: TeacherCon
                            "train_loss": round(float(result.training_loss), 5),
                            "effective_batch_size": cfg.train.batch_size * cfg.train.grad_accum * args.world_size}
     if scorer is not None:
-        log["validation_by_epoch"] = scorer.history
-        if scorer.kept is not None:
-            log["kept_epoch"] = scorer.kept
+        log.update(scorer.record())
     return log

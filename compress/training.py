@@ -345,6 +345,10 @@ def epoch_validation_callback(evaluate: Callable[[Any, int], dict[str, float]], 
                 self._remember(kept_model if kept_model is not None else model, entry)
             return control
 
+        def record(self) -> dict[str, Any]:
+            """What ``compress.json`` keeps under ``training``: every epoch's scores, and the epoch kept."""
+            return {"validation_by_epoch": self.history, **({"kept_epoch": self.kept} if self.kept else {})}
+
         def _remember(self, model: Any, entry: dict[str, float]) -> None:
             """Copy the weights when this epoch beats every earlier one on the first value."""
             score = float(next(v for k, v in entry.items() if k not in ("epoch", "step")))
@@ -398,12 +402,14 @@ def epoch_validation_callback(evaluate: Callable[[Any, int], dict[str, float]], 
     return EpochValidation()
 
 
-def refuse_keep_best(settings: TrainSettings, why: str | None) -> None:
-    """Stop before any work when ``--keep-best`` is set where it cannot pick an epoch (``why``: the reason, or
-    ``None`` where it can): a flag silently ignored would write the last epoch's weights under its name."""
-    if settings.keep_best and why:
-        raise CompressError(f"--keep-best: {why}, so there is no epoch to pick. Leave --keep-best out (the last "
-                            "epoch's weights are written).")
+def refuse_keep_best(settings: TrainSettings, splits: Any, data: str) -> None:
+    """Stop before any work when ``--keep-best`` is set and the data (``splits``, read from ``--data data``) has
+    no validation split to score the epochs on: a flag silently ignored would write the last epoch's weights
+    under its name."""
+    if settings.keep_best and "validation" not in splits:
+        raise CompressError(f"--keep-best: --data {data} has no validation split to score the epochs on, so there is "
+                            "no epoch to pick. Add a validation split, or leave --keep-best out (the last epoch's "
+                            "weights are written).")
 
 
 def still_learning(history: Sequence[dict[str, float]], steps: int = 0) -> str | None:

@@ -80,14 +80,14 @@ class TrainSettings(ConfigBase):
     #: 4 epochs of 1,356 sentences are 340 steps and leave the teacher at validation F1 54.6; 850 steps: 83.3).
     min_steps: int = _helped(0, "train at least this many optimiser steps: --epochs is raised (whole epochs) where "
                                 "the training set is too small to reach it (0: off)")
-    #: ``group_by_length`` (default: batches of similar length, least padding), ``random`` or
-    #: ``sequential`` (fixed order: a DDP run then sees exactly the batches of a single process).
     #: Taggers and QA teachers are scored on validation after every epoch anyway; a classifier and a QA student are
     #: scored so only when it is set (the pass costs time). Data without a validation split refuses it
     #: (compress.training.refuse_keep_best) rather than ignore it.
     keep_best: bool = _helped(False, "write the weights of the epoch that scored best on validation (accuracy for a "
                                      "classifier, entity F1 for a tagger, F1 for a QA reader), not the last "
                                      "epoch's")
+    #: ``group_by_length`` (default: batches of similar length, least padding), ``random`` or
+    #: ``sequential`` (fixed order: a DDP run then sees exactly the batches of a single process).
     sampling: str = _helped("group_by_length", "batch order: group_by_length (least padding), random, or sequential",
                             **_choices(*SAMPLINGS))
 

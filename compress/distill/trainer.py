@@ -172,8 +172,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     started = time.perf_counter()
     timings: dict[str, float] = {}
     task = cfg.data.load(keep_columns=(cfg.gold_labels,) if cfg.gold_labels else ())
-    refuse_keep_best(cfg.train, None if "validation" in task.splits else
-                     f"--data {cfg.data.data} has no validation split to score the epochs on")
+    refuse_keep_best(cfg.train, task.splits, cfg.data.data)
     if cfg.gold_labels:
         task = with_gold(task, cfg.gold_labels, cfg.gold_scale)
     want_inter = cfg.wants_intermediate
@@ -562,6 +561,5 @@ def _train(module: DistillationModule, teacher, train_ds, cfg: DistillConfig, wa
         "soft_label_rows_filled": filled["rows"],
         # the steps whose weights were averaged into the student (compress.distill.averaging), when asked
         "weight_average": averager.record() if averager is not None else None,
-        **({"validation_by_epoch": scorer.history} if scorer is not None else {}),
-        **({"kept_epoch": scorer.kept} if scorer is not None and scorer.kept is not None else {}),
+        **(scorer.record() if scorer is not None else {}),
     }

@@ -112,3 +112,18 @@ def test_keep_best_after_a_resume_says_when_an_earlier_epoch_read_more(capsys):
     callback.on_train_end(args, state, None, model=model)
     assert callback.kept["epoch"] == 3 and callback.kept["better_before_resume"] == {"epoch": 1, "value": 0.65}
     assert "epoch 1, before the resume, read 65.00, more than the kept epoch's 62.00" in capsys.readouterr().err
+
+
+def test_keep_best_without_a_validation_split_is_one_line_naming_the_data():
+    import pytest
+
+    from compress.config import TrainSettings
+    from compress.errors import CompressError
+    from compress.training import refuse_keep_best
+
+    refuse_keep_best(TrainSettings(keep_best=True), {"train": 1, "validation": 1}, "my.csv")
+    refuse_keep_best(TrainSettings(), {"train": 1}, "my.csv")  # not asked for: nothing to refuse
+    with pytest.raises(CompressError) as exc:
+        refuse_keep_best(TrainSettings(keep_best=True), {"train": 1, "test": 1}, "my-folder")
+    message = str(exc.value)
+    assert message.startswith("--keep-best: --data my-folder has no validation split") and "\n" not in message
