@@ -43,7 +43,7 @@ def test_the_callback_warns_at_the_end_of_training(capsys):
 
 
 def _run_epochs(values, keep_best: bool, kept_model=None):
-    """Three epochs of a real module whose weight is set to the epoch's number before it is scored; the
+    """One epoch per value, on a real module whose weight is set to the epoch's number before it is scored; the
     callback's choice is then visible in the weight the module ends with."""
     import torch
 
