@@ -457,7 +457,7 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
     scorer = None
     if train.keep_best:  # the student's validation F1 after every epoch, its best epoch kept
         scorer = f1_callback(data.splits["validation"], data.gold_answers("validation"), s_tok, max_length, stride,
-                             allow_null, s_tok.pad_token_id if s_tok.pad_token_id is not None else 0, precision,
+                             allow_null, s_tok.pad_token_id or 0, precision,
                              keep_best=True, reader=s_model)
     trainer = trainer_class(model=module, args=args, train_dataset=train_ds,
                             callbacks=[stop] + ([scorer] if scorer is not None else []),

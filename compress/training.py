@@ -327,7 +327,7 @@ def epoch_validation_callback(evaluate: Callable[[Any, int], dict[str, float]], 
         def __init__(self) -> None:
             self.history: list[dict[str, float]] = []
             self.kept: dict[str, Any] | None = None
-            self._best: tuple[float, dict[str, Any], dict[str, float]] | None = None
+            self._best: tuple[dict[str, float], dict[str, Any]] | None = None  # (epoch's entry, its weights)
 
         def on_epoch_end(self, args, state, control, model=None, **kwargs):
             if model is None or not state.is_world_process_zero:
@@ -349,12 +349,16 @@ def epoch_validation_callback(evaluate: Callable[[Any, int], dict[str, float]], 
             """What ``compress.json`` keeps under ``training``: every epoch's scores, and the epoch kept."""
             return {"validation_by_epoch": self.history, **({"kept_epoch": self.kept} if self.kept else {})}
 
+        @staticmethod
+        def _metric(entry: dict[str, float]) -> str:
+            """The name of an entry's first value, the one epochs are compared on."""
+            return next(k for k in entry if k not in ("epoch", "step"))
+
         def _remember(self, model: Any, entry: dict[str, float]) -> None:
             """Copy the weights when this epoch beats every earlier one on the first value."""
-            score = float(next(v for k, v in entry.items() if k not in ("epoch", "step")))
-            if self._best is None or score > self._best[0]:
-                weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-                self._best = (score, weights, entry)
+            name = self._metric(entry)
+            if self._best is None or entry[name] > self._best[0][name]:
+                self._best = (entry, {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
 
         def on_train_end(self, args, state, control, model=None, **kwargs):
             warning = still_learning(self.history, int(state.max_steps or 0))
@@ -381,9 +385,10 @@ def epoch_validation_callback(evaluate: Callable[[Any, int], dict[str, float]], 
             """Load the best epoch's weights into ``model`` (unless the last epoch was the best) and record it."""
             import torch
 
-            score, weights, entry = self._best
+            entry, weights = self._best
             last = self.history[-1]
-            name = next(k for k in entry if k not in ("epoch", "step"))
+            name = self._metric(entry)
+            score = entry[name]
             self.kept = {"metric": name, "epoch": entry["epoch"], "step": entry["step"], "value": entry[name],
                          "last_epoch": last["epoch"], "last_value": last[name],
                          "epochs_compared": [h["epoch"] for h in self.history]}

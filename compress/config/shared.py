@@ -43,8 +43,9 @@ class DataOptions(ConfigBase):
     def load_any(self, num_labels: int | None = None):
         """The data for whichever task it holds: a :class:`compress.tasks.token_data.TokenTaskData` for
         tagging data (built-in ``wnut17`` and ``wikigold``, CoNLL, tagged JSONL), a
-        :class:`compress.tasks.qa_data.QATaskData` for question answering (built-in ``squad-dev``, SQuAD-format JSON), else :meth:`load`'s classification
-        task. For the stages that score any task (quantize's check, optimize, bench)."""
+        :class:`compress.tasks.qa_data.QATaskData` for question answering (built-in ``squad-dev``, SQuAD-format
+        JSON), else :meth:`load`'s classification task. For the stages that score any task (quantize's check,
+        optimize, bench)."""
 
         task = data_task(self.data)
         if task == QA:
