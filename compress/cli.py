@@ -57,7 +57,7 @@ def _builtin_corpora() -> str:
     return "; ".join(f"{name} ({what})" for name, what in BUILTIN_UNLABELED.items())
 
 
-def _option(g: Any, cls: type, key: str, help: str | None = None, **extra: Any) -> None:
+def _option(g: Any, cls: type, key: str, help: str | None = None, aliases: tuple[str, ...] = (), **extra: Any) -> None:
     """``--KEY`` made from config ``cls``'s setting ``key`` (:func:`compress.config.setting`): its default, type
     and choices are the field's, so each lives in one place; ``help`` says what the flag does (default: the
     field's own ``help``, declared with the settings several commands share) and the default is appended to it
@@ -77,7 +77,7 @@ def _option(g: Any, cls: type, key: str, help: str | None = None, **extra: Any) 
     kwargs.update(extra)
     if default is not None and "(default" not in help and kwargs.get("action") != "store_true":
         help = f"{help} (default {'on' if default is True else 'off' if default is False else _shown(default)})"
-    g.add_argument("--" + key.replace("_", "-"), help=help, **kwargs)
+    g.add_argument("--" + key.replace("_", "-"), *aliases, help=help, **kwargs)
 
 
 def _add_data_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -92,6 +92,7 @@ def _add_train_flags(p: argparse.ArgumentParser, cls: type) -> None:
     g = p.add_argument_group("training")
     for key in (*TRAIN_FLAGS, "max_length", "resume", "allow_pickle"):  # TRAIN_FLAGS: the one list of them
         _option(g, cls, key)
+    _option(g, cls, "stride", aliases=("--doc-stride",))  # run_qa.py's name for a reader's passage overlap
     for key in SELECTION_FLAGS:
         if key in cls.FLAT:  # teacher and distill, which can pick among their epochs
             _option(g, cls, key)
@@ -557,6 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, PruneConfig, "batch_size", "batch size for scoring and recovery")
     for key in ("grad_accum", "warmup_ratio", "max_length", "pooling", "seed"):
         _option(g, PruneConfig, key)
+    _option(g, PruneConfig, "stride", aliases=("--doc-stride",))
     _option(g, PruneConfig, "sampling", "batch order during recovery")
     _option(g, PruneConfig, "save_steps", "checkpoint recovery every N steps")
     _option(g, PruneConfig, "resume", "continue an interrupted recovery from its last checkpoint (made under the same "

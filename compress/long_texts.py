@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from compress.errors import CompressError
-from compress.windows import DEFAULT_POOLING, Windows, backend_of, default_stride, encode_windows, pool_windows
+from compress.windows import DEFAULT_POOLING, Windows, backend_of, encode_windows, pool_windows, window_stride
 
 
 @dataclass
@@ -65,9 +65,9 @@ def window_texts(split: Any, tokenizer: Any, max_length: int, is_pair: bool, str
     """``split`` (a ``datasets.Dataset`` with ``text``, and ``text_pair`` when ``is_pair``) with every text
     longer than ``max_length`` tokens of ``tokenizer`` replaced by the text of each of its windows.
 
-    Windows overlap by ``stride`` tokens (default :func:`compress.windows.default_stride`, of ``max_length``
-    lowered to the tokenizer's limit where it is above it, as tokenization does); for a pair only
-    the second text is cut, every window repeating the first. A tokenizer without a fast backend cannot
+    Windows overlap by ``stride`` tokens (``--stride``; default :func:`compress.windows.default_stride`, of
+    ``max_length`` lowered to the tokenizer's limit where it is above it, as tokenization does); for a pair
+    only the second text is cut, every window repeating the first. A tokenizer without a fast backend cannot
     be windowed: its long texts stay whole and :func:`compress.data.tokenize_split` cuts them with its
     warning.
     """
@@ -90,7 +90,7 @@ def window_texts(split: Any, tokenizer: Any, max_length: int, is_pair: bool, str
         backend_of(tokenizer)
     except CompressError:
         return identity
-    stride = default_stride(max_length) if stride is None else stride
+    stride = window_stride(stride, max_length)
     windows = encode_windows(tokenizer, [firsts[i] for i in long], [seconds[i] for i in long] if is_pair else None,
                              max_length=max_length, stride=stride)
     cut = {i: window_text_spans(windows, k, windowed[i]) for k, i in enumerate(long)}
@@ -113,11 +113,13 @@ def window_texts(split: Any, tokenizer: Any, max_length: int, is_pair: bool, str
     return TextWindows(rows, np.asarray(order, dtype=np.int64), n)
 
 
-def windows_record(windows: dict[str, TextWindows], max_length: int, pooling: str) -> dict[str, Any]:
-    """What a classifier's ``compress.json`` records of how it read long texts: ``stride`` and ``pooling`` at
-    the top level (``Predictor`` serves with them, :data:`compress.runtime.READING_KEYS`), and per split the
-    texts read as several windows and the rows they made (``long_texts``, only where there were any)."""
-    record: dict[str, Any] = {"stride": default_stride(max_length), "pooling": pooling}
+def windows_record(windows: dict[str, TextWindows], max_length: int, stride: int | None,
+                   pooling: str) -> dict[str, Any]:
+    """What a classifier's ``compress.json`` records of how it read long texts: ``stride`` (``--stride``, else the
+    default of ``max_length``) and ``pooling`` at the top level (``Predictor`` serves with them,
+    :data:`compress.runtime.READING_KEYS`), and per split the texts read as several windows and the rows they
+    made (``long_texts``, only where there were any)."""
+    record: dict[str, Any] = {"stride": window_stride(stride, max_length), "pooling": pooling}
     long = {name: {"texts": w.split_texts, "rows": len(w.rows)} for name, w in windows.items() if w.split_texts}
     if long:
         record["long_texts"] = long

@@ -121,9 +121,9 @@ def _corpus(cfg: PretrainConfig) -> tuple[list[str], dict[str, Any]]:
     return texts, stats
 
 
-def _tokenize(texts: list[str], tokenizer, max_length: int):
-    """The corpus as masked-LM rows: a text past ``max_length`` becomes one row per window (compress.long_texts),
-    so no line of the corpus is cut."""
+def _tokenize(texts: list[str], tokenizer, max_length: int, stride: int | None = None):
+    """The corpus as masked-LM rows: a text past ``max_length`` becomes one row per window, neighbours sharing
+    ``stride`` tokens (compress.long_texts), so no line of the corpus is cut."""
     from datasets import Dataset
 
     def encode(batch):
@@ -133,7 +133,8 @@ def _tokenize(texts: list[str], tokenizer, max_length: int):
 
     if not getattr(tokenizer, "is_fast", False):
         raise CompressError("pretrain needs a fast tokenizer (tokenizer.json) to find word boundaries")
-    ds = window_texts(Dataset.from_dict({"text": texts}), tokenizer, max_length, False, what="masked LM (corpus)").rows
+    ds = window_texts(Dataset.from_dict({"text": texts}), tokenizer, max_length, False, stride,
+                      what="masked LM (corpus)").rows
     return ds.map(encode, batched=True, remove_columns=["text"], desc="tokenizing (corpus)", load_from_cache_file=False,
                   new_fingerprint=map_fingerprint(ds, tokenizer, "pretrain corpus", max_length=max_length))
 
@@ -192,8 +193,8 @@ def pretrain(cfg: PretrainConfig, out: str | os.PathLike) -> Path:
     rng = np.random.default_rng(cfg.train.seed)
     order = rng.permutation(len(texts))
     n_eval = min(2000, max(1, int(round(cfg.eval_share * len(texts)))))
-    eval_ds = _tokenize([texts[i] for i in order[:n_eval]], tokenizer, cfg.max_length)
-    train_ds = _tokenize([texts[i] for i in order[n_eval:]], tokenizer, cfg.max_length)
+    eval_ds = _tokenize([texts[i] for i in order[:n_eval]], tokenizer, cfg.max_length, cfg.stride)
+    train_ds = _tokenize([texts[i] for i in order[n_eval:]], tokenizer, cfg.max_length, cfg.stride)
     stats.update(train_texts=len(texts) - n_eval, eval_texts=n_eval, train_rows=len(train_ds), eval_rows=len(eval_ds))
 
     timings: dict[str, float] = {}

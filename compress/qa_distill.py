@@ -390,7 +390,7 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
     started = time.perf_counter()
     if cfg.temperature <= 0:
         raise CompressError(f"--temperature must be > 0, got {cfg.temperature}")
-    max_length, stride = cfg.max_length, qa_stride(cfg.max_length)
+    max_length, stride = cfg.max_length, qa_stride(cfg.max_length, cfg.stride)
     split = data.splits["train"]
     parts = [("train", split["question"][:], split["context"][:], split["answers"][:], 1.0)]
     if transfer is not None and transfer.questions:

@@ -7,8 +7,8 @@ task object (two scores per token: answer starts here, ends here). What users of
 ``run_qa.py`` know, built from :mod:`compress.tasks.qa_features`:
 
 - **training features**: each question + passage pair cut into windows of ``--max-length`` tokens
-  overlapping by a third of the window (``run_qa.py``'s 128 of 384; recorded as ``stride``), only
-  the passage windowed; each window's gold start and end positions from the tokenizer's offsets,
+  overlapping by ``--stride`` tokens (default a third of the window, ``run_qa.py``'s 128 of 384; recorded
+  as ``stride``), only the passage windowed; each window's gold start and end positions from the tokenizer's offsets,
   ``[CLS]`` (position 0) for a window that does not hold the answer;
 - **scoring**: every window's start and end logits, the n-best spans per window (at most 30 tokens
   long), the best span over all windows mapped back to the passage's characters, and the official
@@ -54,10 +54,11 @@ from compress.windows import length_sorted_batches, pad_rows
 MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-def qa_stride(max_length: int) -> int:
-    """The passage overlap between windows: a third of the window, ``run_qa.py``'s 128 of 384 (an answer
-    span must not be cut, so QA overlaps more than tagging's quarter)."""
-    return max(0, int(max_length) // 3)
+def qa_stride(max_length: int, stride: int | None = None) -> int:
+    """The passage overlap between windows: ``stride`` (``--stride`` / ``--doc-stride``) when given, else a third
+    of the window, ``run_qa.py``'s 128 of 384 (an answer span must not be cut, so QA overlaps more than
+    tagging's quarter)."""
+    return max(0, int(max_length) // 3) if stride is None else int(stride)
 
 
 def load_qa_task(cfg: TeacherConfig) -> QATaskData:
@@ -216,7 +217,7 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     model, tokenizer, has_head = load_classifier(source, allow_pickle=cfg.allow_pickle, task=QA)
     model.to(device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    stride = qa_stride(cfg.max_length)
+    stride = qa_stride(cfg.max_length, cfg.stride)
     allow_null = data.with_impossible
     finetune = (not has_head) if cfg.finetune is None else bool(cfg.finetune)
     timings: dict[str, float] = {}

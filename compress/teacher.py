@@ -63,7 +63,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     timings: dict[str, float] = {}
 
     # a text past --max-length is one row per window; scores pool the windows' logits (compress.long_texts)
-    windows = {name: window_texts(split, tokenizer, cfg.max_length, task.is_pair, what=f"teacher ({name})")
+    windows = {name: window_texts(split, tokenizer, cfg.max_length, task.is_pair, cfg.stride, what=f"teacher ({name})")
                for name, split in task.splits.items()}
     tokenized = {name: tokenize_split(windows[name].rows, tokenizer, cfg.max_length, task.is_pair,
                                       with_length=(name == "train"), what="teacher")
@@ -133,7 +133,7 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         "device": device_name(device),
         "precision": precision.to_dict(),
         "data": task.describe(),
-        **windows_record(windows, cfg.max_length, cfg.pooling),
+        **windows_record(windows, cfg.max_length, cfg.stride, cfg.pooling),
         "metrics": metrics,
         "training": train_log,
         "timings": timings,

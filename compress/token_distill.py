@@ -61,7 +61,7 @@ from compress.tasks.token_training import (entity_f1_callback, sentence_word_log
                                            tokenize_tagged_split, word_tags)
 from compress.training import (checkpoint_dir, interrupt_callback, is_main_process, resume_point, run_trainer,
                                training_arguments, write_trained_artifact, refuse_keep_best)
-from compress.windows import default_stride
+from compress.windows import window_stride
 from compress.config import canonical_sha256
 from compress.device import resolve_precision, training_device
 from compress.distill.intermediate import (active_terms, head_distillation_trainer, make_projections, teacher_states,
@@ -84,14 +84,16 @@ def _words_digest(sentences: Sequence[Sequence[str]], max_length: int) -> str:
 
 
 def word_soft_labels(model, tokenizer, sentences: Sequence[Sequence[str]], tags: Sequence[Sequence[int]],
-                     max_length: int, weights: str, precision: str = "fp32") -> tuple[list[np.ndarray], bool]:
+                     max_length: int, weights: str, precision: str = "fp32", stride: int | None = None,
+                     ) -> tuple[list[np.ndarray], bool]:
     """The teacher's logits per word of every sentence, ``(words, labels)`` each (NaN rows for words with no
-    token), read through windows; ``(arrays, reused)``, cached under the teacher's weights hash and the words."""
+    token), read through windows overlapping by ``stride``; ``(arrays, reused)``, cached under the teacher's
+    weights hash, the words and the windows."""
     from datasets import Dataset
 
     # "windowed": a long sentence's words come from overlapping windows (before, from one cut window)
     key = hashlib.sha256(f"{weights}|{_words_digest(sentences, max_length)}|{precision}|words|windowed stride="
-                         f"{default_stride(max_length)}".encode()).hexdigest()
+                         f"{window_stride(stride, max_length)}".encode()).hexdigest()
     path = cache_dir() / "soft-labels" / f"{key}.npz"
     lengths = [len(s) for s in sentences]
     if path.exists():
@@ -100,7 +102,7 @@ def word_soft_labels(model, tokenizer, sentences: Sequence[Sequence[str]], tags:
         if stored_lengths.tolist() == lengths:
             return np.split(flat, np.cumsum(lengths)[:-1]), True
     ds = Dataset.from_dict({"tokens": [list(s) for s in sentences], "tags": [list(t) for t in tags]})
-    tokenized = tokenize_tagged_split(ds, tokenizer, max_length, what="teacher")
+    tokenized = tokenize_tagged_split(ds, tokenizer, max_length, what="teacher", stride=stride)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     out = []
     for per_word, present in sentence_word_logits(token_logits(model, tokenized, precision=precision, pad_id=pad_id),
@@ -150,21 +152,22 @@ def transfer_sentences(options: TransferOptions, task: TokenTaskData) -> tuple[l
 
 
 def _transfer_rows(t_model, t_tok, s_tok, weights: str, sentences: list[list[str]], max_length: int,
-                   precision: str, weight: float):
+                   precision: str, weight: float, stride: int | None = None):
     """The student's rows for unlabelled sentences: the teacher's word soft labels, no gold tags (-100 at every
     position, so only the soft term sees them), ``weight`` on each row; ``(rows, soft labels reused, soft labels)``."""
     from datasets import Dataset
 
     placeholder = [[0] * len(words) for words in sentences]  # marks each word's first sub-token; never a target
-    soft, reused = word_soft_labels(t_model, t_tok, sentences, placeholder, max_length, weights, precision)
+    soft, reused = word_soft_labels(t_model, t_tok, sentences, placeholder, max_length, weights, precision, stride)
     ds = Dataset.from_dict({"tokens": sentences, "tags": placeholder})
-    rows = _student_rows(tokenize_tagged_split(ds, s_tok, max_length, with_length=True, what="student"), soft)
+    rows = _student_rows(tokenize_tagged_split(ds, s_tok, max_length, with_length=True, what="student", stride=stride),
+                         soft)
     rows = rows.map(lambda row: {"labels": [IGNORE_INDEX] * len(row["labels"])}, desc="transfer rows")
     return rows.add_column("weight", [float(weight)] * len(rows)), reused, soft
 
 
 def _variant_rows(t_model, t_tok, s_tok, weights: str, task: TokenTaskData, n: int, seed: int, max_length: int,
-                  precision: str, extra: dict[str, list[Mention]] | None = None,
+                  precision: str, extra: dict[str, list[Mention]] | None = None, stride: int | None = None,
                   ) -> tuple[Any, list[list[str]], dict[str, Any]]:
     """The student's rows for ``n`` mention-replaced variants of each training sentence with an entity
     (:func:`compress.transfer.mentions.mention_variants`, ``extra`` mentions beside the training ones): the
@@ -178,9 +181,10 @@ def _variant_rows(t_model, t_tok, s_tok, weights: str, task: TokenTaskData, n: i
     words, tags, stats = mention_variants(split["tokens"], split["tags"], task.label_names, n, seed, seen, extra)
     if not words:
         return None, words, {**stats, "training_rows": 0, "soft_labels_reused": False}
-    soft, reused = word_soft_labels(t_model, t_tok, words, tags, max_length, weights, precision)
+    soft, reused = word_soft_labels(t_model, t_tok, words, tags, max_length, weights, precision, stride)
     ds = Dataset.from_dict({"tokens": words, "tags": tags})
-    rows = _student_rows(tokenize_tagged_split(ds, s_tok, max_length, with_length=True, what="student"), soft)
+    rows = _student_rows(tokenize_tagged_split(ds, s_tok, max_length, with_length=True, what="student", stride=stride),
+                         soft)
     rows = rows.add_column("weight", [1.0] * len(rows))
     return rows, words, {**stats, "training_rows": len(rows), "soft_labels_reused": reused}
 
@@ -355,16 +359,17 @@ def _load_teacher(teacher: str | os.PathLike, data: DataOptions, eager_attention
 def distill_tagger(teacher: str | os.PathLike, student: str | os.PathLike, data: str, out: str | os.PathLike,
                    train: TrainSettings | None = None, temperature: float = 2.0, alpha_kd: float = 0.5,
                    alpha_hard: float = 0.5, max_length: int = 128, resume: bool = False,
-                   precision: str = "fp32") -> Path:
-    """Distil the tagger ``teacher`` into ``student`` (an encoder folder, any tokenizer) on tagging ``data``."""
+                   precision: str = "fp32", stride: int | None = None) -> Path:
+    """Distil the tagger ``teacher`` into ``student`` (an encoder folder, any tokenizer) on tagging ``data``; a
+    sentence past ``max_length`` tokens is read in windows overlapping by ``stride`` (default a quarter)."""
     t_model, t_tok, weights, task = _load_teacher(teacher, DataOptions(data=data))
     check_model_task(student, TOKEN, data, str(student), task.num_labels)
     s_model, s_tok, _ = load_classifier(student, task.num_labels, task.label_names, task=TOKEN)
     settings = {"temperature": temperature, "alpha_kd": alpha_kd, "alpha_hard": alpha_hard, "max_length": max_length,
-                "train": (train or TrainSettings()).to_dict(), "student": str(student)}
+                "stride": stride, "train": (train or TrainSettings()).to_dict(), "student": str(student)}
     return _distill(t_model, t_tok, weights, str(teacher), s_model, s_tok, {"from": str(student)}, task, out,
                     train or TrainSettings(), WordObjective.logits_only(temperature, alpha_kd, alpha_hard), max_length,
-                    resume, precision, settings)
+                    resume, precision, settings, stride=stride)
 
 
 def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
@@ -385,18 +390,18 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     return _distill(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info, task, out, cfg.train,
                     WordObjective.from_config(cfg), cfg.max_length, cfg.resume, precision, cfg.to_dict(),
                     TransferOptions.from_config(cfg, precision), cfg.mention_variants, cfg.mention_pool,
-                    cfg.allow_untrained_teacher)
+                    cfg.allow_untrained_teacher, stride=cfg.stride)
 
 
 def _teacher_ids(t_tok, s_tok, sentences: Sequence[Sequence[str]], s_ids: list[list[int]], max_length: int,
-                 ) -> tuple[list[list[int]] | None, str]:
+                 stride: int | None = None) -> tuple[list[list[int]] | None, str]:
     """The teacher's ids of the student's rows, position for position, when both tokenizers read the sentences
     into the same word pieces (:func:`compress.distill.intermediate.tokenizations_align`); ``(None, why)``
     otherwise."""
     from datasets import Dataset
 
     ds = Dataset.from_dict({"tokens": [list(w) for w in sentences], "tags": [[0] * len(w) for w in sentences]})
-    t_ids = tokenize_tagged_split(ds, t_tok, max_length, what="teacher")["input_ids"]
+    t_ids = tokenize_tagged_split(ds, t_tok, max_length, what="teacher", stride=stride)["input_ids"]
     aligned, reason = tokenizations_align(t_tok, s_tok, t_ids, s_ids)
     return (t_ids if aligned else None), reason
 
@@ -405,13 +410,14 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
              task: TokenTaskData, out: str | os.PathLike, train: TrainSettings, objective: WordObjective,
              max_length: int, resume: bool, precision: str, settings: dict[str, Any],
              transfer: TransferOptions | None = None, n_variants: int = 0, mention_pool: str = "train",
-             allow_untrained: bool = False) -> Path:
+             allow_untrained: bool = False, stride: int | None = None) -> Path:
     """Train ``s_model`` on the per-word terms of ``objective`` (:func:`word_term_values`, and the intermediate
     ones where the tokenizations align) over the labelled sentences, ``n_variants`` mention-replaced variants
     of each (:func:`_variant_rows`; ``mention_pool`` train+transfer: the teacher's confident transfer mentions
     join the replacements) and the transfer sentences of ``transfer`` (if any), score it and the teacher on
     validation and test (entity F1, word agreement with the teacher), write the student artifact. A teacher that
-    finds no validation entity is refused first (:func:`compress.head_check.check_tagger`) unless ``allow_untrained``."""
+    finds no validation entity is refused first (:func:`compress.head_check.check_tagger`) unless ``allow_untrained``.
+    A sentence past ``max_length`` tokens is read, by both models, in windows overlapping by ``stride``."""
     import torch
     from datasets import concatenate_datasets
 
@@ -425,7 +431,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
 
     def rows_of(who: str, tok, name: str):
         if (who, name) not in scored_rows:
-            scored_rows[who, name] = tokenize_tagged_split(task.splits[name], tok, max_length, what=who)
+            scored_rows[who, name] = tokenize_tagged_split(task.splits[name], tok, max_length, what=who, stride=stride)
         return scored_rows[who, name]
 
     def tags_of(model, tok, who: str, name: str) -> list[list[str]]:
@@ -439,9 +445,11 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
                                                                     task.tags("validation"))),
                                  teacher, allow_untrained)
     split = task.splits["train"]
-    soft, reused = word_soft_labels(t_model, t_tok, split["tokens"], split["tags"], max_length, weights, precision)
+    soft, reused = word_soft_labels(t_model, t_tok, split["tokens"], split["tags"], max_length, weights, precision,
+                                    stride)
     print(f"soft labels (train, {len(soft)} sentences, per word): {'reused from the cache' if reused else 'computed'}")
-    s_train = _student_rows(tokenize_tagged_split(split, s_tok, max_length, with_length=True, what="student"), soft)
+    s_train = _student_rows(tokenize_tagged_split(split, s_tok, max_length, with_length=True, what="student",
+                                                  stride=stride), soft)
     s_train = s_train.add_column("weight", [1.0] * len(s_train))
     transfer_info: dict[str, Any] | None = None
     read = [list(words) for words in split["tokens"]]  # the sentences of the rows, in row order
@@ -451,7 +459,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         if sentences:
             t0 = time.perf_counter()
             extra, extra_reused, transfer_soft = _transfer_rows(t_model, t_tok, s_tok, weights, sentences, max_length,
-                                                                precision, transfer.unlabeled_weight)
+                                                                precision, transfer.unlabeled_weight, stride)
             print(f"soft labels (unlabelled {transfer.unlabeled}, {len(sentences)} sentences, per word): "
                   f"{'reused from the cache' if extra_reused else 'computed'} in {time.perf_counter() - t0:.1f} s")
             transfer_info.update(weight=transfer.unlabeled_weight, training_rows=len(extra),
@@ -464,7 +472,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         t0 = time.perf_counter()
         pool = teacher_mentions(sentences, transfer_soft, task.label_names) if mention_pool == "train+transfer" else None
         rows, variant_words, variants_info = _variant_rows(t_model, t_tok, s_tok, weights, task, n_variants,
-                                                           train.seed, max_length, precision, pool)
+                                                           train.seed, max_length, precision, pool, stride)
         if rows is None:
             print(f"note: --mention-variants {n_variants}: no variant could be made (a variant needs a training "
                   "sentence with an entity whose type has another mention)", file=sys.stderr)
@@ -481,7 +489,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     # Intermediate terms compare states position by position: only where both models read the same pieces.
     want_inter, notes = objective.wants_intermediate(train.epochs), []
     if want_inter:
-        t_ids, reason = _teacher_ids(t_tok, s_tok, read, s_train["input_ids"], max_length)
+        t_ids, reason = _teacher_ids(t_tok, s_tok, read, s_train["input_ids"], max_length, stride)
         if t_ids is None:
             want_inter = False
             notes.append(f"intermediate losses disabled: teacher and student tokenizations do not line up ({reason})")
@@ -540,7 +548,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         "distillation": {**objective.describe(train.epochs, want_inter), "temperature": temperature,
                          "intermediate": want_inter, "layer_map": format_layer_map(pairs) if want_inter else None},
         "notes": notes,
-        "stride": default_stride(max_length),  # the windows it was trained and scored in; Predictor reads them
+        "stride": window_stride(stride, max_length),  # the windows it was trained and scored in; Predictor reads them
         "data": task.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
                      "soft_labels_reused": reused, "rows": len(s_train),

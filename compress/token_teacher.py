@@ -39,7 +39,7 @@ from compress.tasks.token_data import TokenTaskData
 from compress.tasks.token_training import entity_f1_callback, evaluate_tagger, token_collator, tokenize_tagged_split
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments, refuse_keep_best)
-from compress.windows import default_stride
+from compress.windows import window_stride
 from compress.device import device_name, resolve_precision, training_device
 
 
@@ -68,7 +68,8 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     model, tokenizer, has_head = load_classifier(source, data.num_labels, data.label_names, cfg.allow_pickle, task=TOKEN)
     model.to(device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    tokenized = {name: tokenize_tagged_split(split, tokenizer, cfg.max_length, with_length=(name == "train"))
+    tokenized = {name: tokenize_tagged_split(split, tokenizer, cfg.max_length, with_length=(name == "train"),
+                                             stride=cfg.stride)
                  for name, split in data.splits.items()}
     finetune = (not has_head) if cfg.finetune is None else bool(cfg.finetune)
     timings: dict[str, float] = {}
@@ -106,7 +107,8 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         "fine_tuned": fine_tuned,
         "label_names": data.label_names,
         "config": cfg.to_dict(),
-        "stride": default_stride(cfg.max_length),  # the windows it was trained and scored in; Predictor reads them
+        # the windows it was trained and scored in; Predictor reads them
+        "stride": window_stride(cfg.stride, cfg.max_length),
         "device": device_name(device),
         "precision": precision.to_dict(),
         "data": data.describe(),

@@ -59,6 +59,11 @@ def default_stride(max_length: int) -> int:
     return max(0, int(max_length) // 4)
 
 
+def window_stride(stride: int | None, max_length: int) -> int:
+    """The overlap a stage reads long texts with: ``stride`` as given (``--stride``), else :func:`default_stride`."""
+    return default_stride(max_length) if stride is None else int(stride)
+
+
 def check_pooling(pooling: str) -> str:
     """``pooling`` if it is one of :data:`POOLINGS`, else one clear error naming the choices."""
     if pooling not in POOLINGS:

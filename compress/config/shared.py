@@ -13,7 +13,7 @@ from compress.data import BUILTIN_DATASETS, load_task_data
 from compress.tasks.qa_data import load_qa_data
 from compress.tasks.task_choice import QA, TOKEN, data_task
 from compress.tasks.token_data import load_token_data
-from compress.windows import DEFAULT_POOLING, POOLINGS
+from compress.windows import DEFAULT_POOLING, POOLINGS, check_stride
 
 
 # ----------------------------------------------------------------------------- shared parts
@@ -136,6 +136,10 @@ class RunSettings:
     once here and inherited by their configs: a default, a type, a help string and a check in one place."""
 
     max_length: int = _helped(128, "window length in tokens; longer texts are read in overlapping windows")
+    #: How much two neighbouring windows of a long text share; None: the task's default (a quarter of the window,
+    #: a reader's passages a third). The artifact records the stride it used and ``Predictor`` serves with it.
+    stride: int | None = _helped(None, "tokens two neighbouring windows of a text longer than --max-length share "
+                                 "(default a quarter of the window; a reader's passages a third, as --doc-stride)")
     allow_pickle: bool = _helped(False, "accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
     #: Continue an interrupted run from its last checkpoint (beside the output).
     resume: bool = _helped(False, "continue from the last checkpoint of an interrupted run")
@@ -148,6 +152,11 @@ class RunSettings:
         problems = []
         if self.max_length < 8:
             problems.append(_problem("max_length", f"--max-length must be >= 8, got {self.max_length}"))
+        elif self.stride is not None:
+            try:
+                check_stride(self.stride, self.max_length)
+            except CompressError as e:
+                problems.append(_problem("stride", str(e)))
         return problems + _device_problems(self)
 
 

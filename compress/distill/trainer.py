@@ -194,7 +194,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
 
     # Each model tokenizes the text its own way; the teacher's ids feed its cached logits. A text past
     # --max-length is one row per student window, the teacher reading the same words (compress.long_texts).
-    windows = {name: window_texts(split, s_tok, cfg.max_length, task.is_pair, what=f"student ({name})")
+    windows = {name: window_texts(split, s_tok, cfg.max_length, task.is_pair, cfg.stride, what=f"student ({name})")
                for name, split in task.splits.items()}
     tokenized = {}
     for name in task.splits:
@@ -383,7 +383,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
         "device": device_name(device),
         "precision": precision.to_dict(),
         "data": task.describe(),
-        **windows_record(windows, cfg.max_length, cfg.pooling),
+        **windows_record(windows, cfg.max_length, cfg.stride, cfg.pooling),
         "transfer": transfer.describe() if transfer is not None else None,
         "metrics": metrics,
         "training": train_log,

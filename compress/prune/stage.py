@@ -30,6 +30,7 @@ from compress.qa_teacher import evaluate_reader, qa_collator, qa_stride, qa_trai
 from compress.runtime import artifact_kind
 from compress.tasks.task_choice import check_model_task
 from compress.tasks.token_training import score_token_logits, token_collator, token_logits, tokenize_tagged_split
+from compress.windows import window_stride
 
 
 def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
@@ -75,13 +76,13 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     if reading:
         # training windows with gold positions (importance scoring); the splits are scored by reading them
         tokenized = {"train": qa_training_rows(task.splits["train"], tokenizer, cfg.max_length,
-                                               qa_stride(cfg.max_length)),
+                                               qa_stride(cfg.max_length, cfg.stride)),
                      **{name: split for name, split in task.splits.items() if name != "train"}}
     elif tagging:
-        tokenized = {name: tokenize_tagged_split(split, tokenizer, cfg.max_length, what=name)
+        tokenized = {name: tokenize_tagged_split(split, tokenizer, cfg.max_length, what=name, stride=cfg.stride)
                      for name, split in task.splits.items()}
     else:  # a text past --max-length is one row per window, scored pooled (compress.long_texts)
-        windows = {name: window_texts(split, tokenizer, cfg.max_length, task.is_pair, what=name)
+        windows = {name: window_texts(split, tokenizer, cfg.max_length, task.is_pair, cfg.stride, what=name)
                    for name, split in task.splits.items()}
         tokenized = {name: tokenize_split(windows[name].rows, tokenizer, cfg.max_length, task.is_pair, what=name)
                      for name in task.splits}
@@ -92,7 +93,8 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
 
     def evaluate(m, reference: dict[str, np.ndarray] | None, desc: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if reading:
-            return _reader_evaluation(m, tokenizer, task, eval_splits, cfg.max_length, pad_id), {}
+            return _reader_evaluation(m, tokenizer, task, eval_splits, cfg.max_length,
+                                      qa_stride(cfg.max_length, cfg.stride), pad_id), {}
         if tagging:
             return evaluate_tagger_splits(m, reference)
         logits = {name: windows[name].pool(predict_logits(m, tokenized[name], batch_size=64, pad_id=pad_id,
@@ -201,8 +203,9 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
             "precision": (recovery or {}).get("precision"),
             "data": task.describe(),
             "task": task_name,
-            **({"stride": qa_stride(cfg.max_length), "allow_null": task.with_impossible} if reading
-               else {} if tagging else windows_record(windows, cfg.max_length, cfg.pooling)),
+            **({"stride": qa_stride(cfg.max_length, cfg.stride), "allow_null": task.with_impossible} if reading
+               else {"stride": window_stride(cfg.stride, cfg.max_length)} if tagging
+               else windows_record(windows, cfg.max_length, cfg.stride, cfg.pooling)),
             "metrics": final_metrics,
             "timings": timings,
             "notes": notes,
@@ -316,11 +319,12 @@ def _recovery_record(cfg: PruneConfig, teacher: str, recovered_dir: Path) -> dic
     }
 
 
-def _reader_evaluation(model, tokenizer, task, splits: list[str], max_length: int, pad_id: int) -> dict[str, Any]:
+def _reader_evaluation(model, tokenizer, task, splits: list[str], max_length: int, stride: int,
+                       pad_id: int) -> dict[str, Any]:
     """A reader's SQuAD exact match and F1 per split, read in its windows (as the teacher scores it)."""
 
     return {name: evaluate_reader(model, tokenizer, task.splits[name], task.gold_answers(name), max_length,
-                                  qa_stride(max_length), task.with_impossible, pad_id=pad_id) for name in splits}
+                                  stride, task.with_impossible, pad_id=pad_id) for name in splits}
 
 
 def _tagger_evaluation(task, tokenized: dict[str, Any], splits: list[str], pad_id: int):

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from compress.tasks.alignment import IGNORE_INDEX
-from compress.windows import Windows, default_stride, encode_windows, max_context_windows
+from compress.windows import Windows, encode_windows, max_context_windows, window_stride
 from compress.data import DynamicPaddingCollator
 from compress.modeling import accepts_token_types, autocast, model_device
 from compress.training import epoch_validation_callback
@@ -95,7 +95,7 @@ def tokenize_tagged_split(ds, tokenizer, max_length: int, with_length: bool = Fa
         print(f"warning: --max-length {max_length} exceeds the {what} tokenizer's limit {limit}; using {limit}",
               file=sys.stderr)
         max_length = limit
-    stride = default_stride(max_length) if stride is None else stride
+    stride = window_stride(stride, max_length)
     sentences = [list(words) for words in ds["tokens"]]
     windows = encode_windows(tokenizer, sentences, max_length=max_length, stride=stride, words=True)
     columns = window_rows(windows, ds["tags"], [len(words) for words in sentences])

@@ -35,6 +35,8 @@ class TransferOptions:
     augment_ops: str = ",".join(OPS)
     seed: int = 0
     max_length: int = 128
+    #: ``--stride``: the overlap of a long text's windows (None: the default of ``max_length``).
+    stride: int | None = None
     #: The decided precision (fp32, bf16 or fp16) the teacher labels and proposes words in.
     precision: str = "fp32"
 
@@ -47,7 +49,8 @@ class TransferOptions:
                    unlabeled_limit=getattr(cfg, "unlabeled_limit", None),
                    unlabeled_balance=getattr(cfg, "unlabeled_balance", None),
                    unlabeled_select=getattr(cfg, "unlabeled_select", "random"), augment=cfg.augment,
-                   augment_ops=cfg.augment_ops, seed=cfg.train.seed, max_length=cfg.max_length, precision=precision)
+                   augment_ops=cfg.augment_ops, seed=cfg.train.seed, max_length=cfg.max_length,
+                   stride=getattr(cfg, "stride", None), precision=precision)
 
     @property
     def active(self) -> bool:
@@ -76,11 +79,13 @@ def with_mask_token(ds, tokenizer, is_pair: bool):
                   new_fingerprint=map_fingerprint(ds, None, "mask tokens", token=token, is_pair=is_pair))
 
 
-def tokenize_for_distillation(ds, student_tokenizer, teacher_tokenizer, max_length: int, is_pair: bool):
+def tokenize_for_distillation(ds, student_tokenizer, teacher_tokenizer, max_length: int, is_pair: bool,
+                              stride: int | None = None):
     """Tokenize rows for the student (``s_*`` + ``length``) and the teacher (``t_*``), as distill does; a text past
-    ``max_length`` becomes one row per student window, both models reading its words (compress.long_texts)."""
+    ``max_length`` becomes one row per student window (overlapping by ``stride``), both models reading its words
+    (compress.long_texts)."""
 
-    ds = window_texts(ds, student_tokenizer, max_length, is_pair, what="student (transfer rows)").rows
+    ds = window_texts(ds, student_tokenizer, max_length, is_pair, stride, what="student (transfer rows)").rows
     out = tokenize_split(with_mask_token(ds, student_tokenizer, is_pair), student_tokenizer, max_length, is_pair,
                          prefix="s_", with_length=True, what="student")
     t_ds = tokenize_split(with_mask_token(ds, teacher_tokenizer, is_pair), teacher_tokenizer, max_length, is_pair,
@@ -205,7 +210,8 @@ def build_transfer(options: TransferOptions, task, teacher, student_tokenizer, l
         info[name] = len(ds)
         if not len(ds):
             continue
-        tokenized = tokenize_for_distillation(ds, student_tokenizer, teacher.tokenizer, options.max_length, task.is_pair)
+        tokenized = tokenize_for_distillation(ds, student_tokenizer, teacher.tokenizer, options.max_length,
+                                              task.is_pair, options.stride)
         n = len(tokenized)
         if n != len(ds):  # texts past --max-length, one row per window
             info.setdefault("rows", {})[name] = n

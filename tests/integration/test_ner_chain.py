@@ -422,6 +422,36 @@ def test_distill_command_on_tagging_data_builds_a_tagger_student(trained, tmp_pa
     assert "epoch 1: validation entity F1" in printed  # scored after each epoch, like the teacher
 
 
+def test_stride_sets_the_windows_of_a_tagger_student_its_soft_labels_and_its_serving(trained, tmp_path):
+    """``--stride``: a sentence past the window is read by teacher and student in windows that overlap by it
+    (more rows than the default's smaller overlap), the teacher's word soft labels are cached per stride, and
+    the student records the stride and is served with it."""
+    from compress.cli import main
+    from compress.modeling import load_classifier
+    from compress.runtime import Predictor
+    from compress.tasks.token_training import tokenize_tagged_split
+    from compress.token_distill import word_soft_labels
+
+    model, tok, _ = load_classifier(trained.path, task="token-classification")
+    words = [["Alice", "is", "in", "New", "York", "and", "Bob", "is", "in", "Paris", "with", "Carol"]]
+    _, reused = word_soft_labels(model, tok, words, [[0] * 12], 8, "stride-sha")
+    assert not reused
+    assert word_soft_labels(model, tok, words, [[0] * 12], 8, "stride-sha", stride=4)[1] is False  # other windows
+    assert word_soft_labels(model, tok, words, [[0] * 12], 8, "stride-sha", stride=4)[1] is True
+
+    out = tmp_path / "student"
+    assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
+                 "--init", "teacher-layers", "--out", str(out), "--max-length", "8", "--stride", "4", "--epochs", "1",
+                 "--batch-size", "8"]) == 0
+    meta = json.loads((out / "compress.json").read_text())
+    assert (meta["stride"], meta["config"]["stride"]) == (4, 4) and Predictor.load(out).stride == 4
+    from compress.config import DataOptions
+
+    train = DataOptions(data=str(trained.data)).load_tagging(meta["label_names"]).splits["train"]
+    rows = {stride: len(tokenize_tagged_split(train, tok, 8, stride=stride)) for stride in (4, None)}
+    assert meta["training"]["rows"] == rows[4] > rows[None] > len(train)
+
+
 def test_distill_reads_the_split_and_the_limit_it_is_given(trained, tmp_path):
     """``--split-seed`` and ``--limit`` reach the tagger student's data, as they reach the teacher's: a student
     distilled on another carving of a single file than its flags name would score on sentences it trained on."""

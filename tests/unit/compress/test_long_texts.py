@@ -174,6 +174,13 @@ def _served_accuracy(folder, data, split: str) -> tuple[float, np.ndarray, objec
     return float((logits.argmax(-1) == labels).mean()), logits.argmax(-1), predictor
 
 
+def _distill(teacher, data, out, capsys, *flags: str):
+    """``bert-compress distill`` of a 1-layer student from ``teacher`` with windows of ``MAX_LENGTH`` tokens."""
+    return run_cli(["distill", "--teacher", str(teacher), "--data", str(data), "--student", "1x32", "--init", "random",
+                    "--lr", "2e-3", "--batch-size", "16", "--max-length", str(MAX_LENGTH), *flags, "--out", str(out)],
+                   capsys)
+
+
 def test_the_teacher_trains_on_windows_and_records_the_accuracy_predictor_serves(trained):
     root, data, teacher = trained
     meta = json.loads((teacher / "compress.json").read_text())
@@ -192,9 +199,7 @@ def test_the_teacher_trains_on_windows_and_records_the_accuracy_predictor_serves
 def test_distill_reads_the_same_windows_and_records_pooling_max(trained, capsys):
     root, data, teacher = trained
     out = root / "student-max"
-    done = run_cli(["distill", "--teacher", str(teacher), "--data", str(data), "--student", "1x32", "--init", "random",
-                    "--epochs", "2", "--lr", "2e-3", "--batch-size", "16", "--max-length", str(MAX_LENGTH),
-                    "--pooling", "max", "--out", str(out)], capsys)
+    done = _distill(teacher, data, out, capsys, "--epochs", "2", "--pooling", "max")
     assert done.returncode == 0, done.stderr[-2000:]
     meta = json.loads((out / "compress.json").read_text())
     assert (meta["stride"], meta["pooling"], meta["config"]["pooling"]) == (STRIDE, "max", "max")
@@ -211,3 +216,36 @@ def test_distill_reads_the_same_windows_and_records_pooling_max(trained, capsys)
     agreement = float((teacher_max.logits(texts).argmax(-1) == student_pred).mean())
     assert meta["metrics"]["test"]["agreement"] == pytest.approx(agreement, abs=1e-9)
     assert meta["metrics"]["test"]["teacher_accuracy"] != meta["metrics"]["test"]["accuracy"] or agreement == 1.0
+
+
+def test_stride_sets_the_overlap_of_the_training_windows_and_travels_to_serving(trained, capsys):
+    """``--stride`` (a smaller overlap than the default quarter): distill trains and scores on windows that
+    overlap by it (fewer rows than the default gives), records it, and ``Predictor`` serves with it, so the
+    recorded accuracy is still the served one."""
+    from compress.config import DataOptions
+
+    root, data, teacher = trained
+    out = root / "student-stride"
+    done = _distill(teacher, data, out, capsys, "--epochs", "1", "--stride", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    meta = json.loads((out / "compress.json").read_text())
+    assert (meta["stride"], meta["config"]["stride"]) == (2, 2)
+    train = DataOptions(str(data)).load().splits["train"]
+    from compress.modeling import load_classifier
+
+    _, student_tok, _ = load_classifier(out)
+    rows = {stride: len(window_texts(train, student_tok, MAX_LENGTH, False, stride).rows) for stride in (2, None)}
+    assert meta["long_texts"]["train"]["rows"] == meta["training"]["rows"] == rows[2] < rows[None]
+    for split in ("validation", "test"):
+        accuracy, _, predictor = _served_accuracy(out, data, split)
+        assert predictor.stride == 2
+        assert meta["metrics"][split]["accuracy"] == pytest.approx(accuracy, abs=1e-9)
+
+
+def test_a_stride_the_window_cannot_hold_is_refused_before_any_work(trained, tmp_path, capsys):
+    root, data, teacher = trained
+    out = tmp_path / "student"
+    done = _distill(teacher, data, out, capsys, "--stride", str(MAX_LENGTH - 2))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and not out.exists()
+    assert f"--stride {MAX_LENGTH - 2}" in lines[0] and f"from 0 to {MAX_LENGTH - 3}" in lines[0], lines

@@ -88,6 +88,31 @@ def test_keep_best_writes_the_reader_of_its_best_validation_epoch(reader, tmp_pa
     assert meta["metrics"]["validation"]["f1"] == pytest.approx(best["validation_f1"], abs=1e-4)
 
 
+def test_doc_stride_sets_the_readers_passage_windows_and_is_served(reader, squad_folder, tmp_path, capsys):
+    """``--doc-stride`` (``--stride``): the reader trains and is scored on passage windows that overlap by it,
+    records it, and ``Predictor`` serves with it; a stride its window cannot hold is one line before any work."""
+    from compress.cli import main
+    from compress.qa_teacher import load_qa_task, qa_training_rows, reader_windows
+    from compress.runtime import Predictor
+
+    encoder, _, cfg = reader
+    flags = ["teacher", "--model", str(encoder), "--data", str(squad_folder), "--max-length", "48", "--epochs", "1",
+             "--lr", "3e-3", "--batch-size", "16"]
+    assert main(flags + ["--doc-stride", "46", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--stride 46" in err[0] and not (tmp_path / "bad").exists()
+    out = tmp_path / "teacher"
+    assert main(flags + ["--doc-stride", "24", "--out", str(out)]) == 0  # more overlap than the default 16
+    meta = json.loads((out / "compress.json").read_text())
+    assert (meta["stride"], meta["config"]["stride"]) == (24, 24) and Predictor.load(out).stride == 24
+    data = load_qa_task(cfg)
+    tok = Predictor.load(out).tokenizer
+    rows = {stride: len(qa_training_rows(data.splits["train"], tok, 48, stride)) for stride in (24, 16)}
+    windows = {stride: len(reader_windows(tok, data.splits["test"], 48, stride)) for stride in (24, 16)}
+    assert meta["training"]["training_windows"] == rows[24] > rows[16]
+    assert meta["metrics"]["test"]["windows"] == windows[24] > windows[16]
+
+
 def _questions(folder: Path, split: str) -> tuple[list[tuple[str, str]], list[str]]:
     doc = json.loads((folder / f"{split}.json").read_text())
     pairs = [(q["question"], p["context"]) for a in doc["data"] for p in a["paragraphs"] for q in p["qas"]]
