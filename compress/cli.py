@@ -30,6 +30,7 @@ from compress.stages import all_stages, find, get
 from compress.summary import format_table, summary_rows
 from compress.tagging import AGGREGATIONS, DEFAULT_AGGREGATION, format_tagged
 from compress.tasks.qa_features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST
+from compress.tasks.registry import get_task, task_names
 from compress.windows import POOLINGS
 from students.factory import describe_presets
 
@@ -416,8 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
     _option(p, QuantizeConfig, "max_accuracy_drop", "largest drop of the task's metric on validation (accuracy, "
             "entity F1, SQuAD F1; 0.01 = one point) accepted before fallbacks are tried")
     _option(p, QuantizeConfig, "max_type_f1_drop")
+    per_channel_tasks = " and ".join(name for name in task_names() if get_task(name).int8_per_channel)
     _option(p, QuantizeConfig, "per_channel", "per-channel weight scales from the start (where ort-dynamic starts "
-                                              "for a token-classification model anyway)")
+            f"anyway for {per_channel_tasks or 'no task'}, whose logits lost more to one scale per weight matrix)")
     _option(p, QuantizeConfig, "reduce_range", "7-bit weights (CPUs without VNNI; ONNX Runtime only)")
     _option(p, QuantizeConfig, "graph", "ONNX graph quantized: fused (ORT transformer fusions; ort-dynamic default) "
             "or unfused (plain MatMuls; ort-static default). Measure both: see bert-compress optimize")

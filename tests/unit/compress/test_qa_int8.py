@@ -45,6 +45,9 @@ def test_ort_int8_of_a_reader_is_checked_on_validation_f1_and_serves_spans(reade
     assert q["f1_fp32"] > 0.9 and q["within_budget"] is True and q["f1_drop"] <= 0.05
     chosen = next(c for c in q["candidates"] if c["name"] == q["chosen"])
     assert {"f1", "f1_drop", "exact_match", "agreement", "max_abs_logit_diff"} <= set(chosen)
+    # a reader's ladder starts at per-channel weight scales (Task.int8_per_channel), and says so
+    assert q["candidates"][0]["per_channel"] is True and meta["config"]["per_channel"] is False
+    assert any("question-answering default" in n for n in meta["notes"])
     assert meta["metrics"]["validation"]["n"] == 40 and 0.9 <= meta["metrics"]["validation"]["agreement"] <= 1.0
     passage = "the film was long . the key is white . a bad day"
     answer = Predictor.load(out).predict([("what is the key ?", passage)])[0]
