@@ -427,6 +427,7 @@ def test_stride_sets_the_windows_of_a_tagger_student_its_soft_labels_and_its_ser
     (more rows than the default's smaller overlap), the teacher's word soft labels are cached per stride, and
     the student records the stride and is served with it."""
     from compress.cli import main
+    from compress.config import DataOptions
     from compress.modeling import load_classifier
     from compress.runtime import Predictor
     from compress.tasks.token_training import tokenize_tagged_split
@@ -445,8 +446,6 @@ def test_stride_sets_the_windows_of_a_tagger_student_its_soft_labels_and_its_ser
                  "--batch-size", "8"]) == 0
     meta = json.loads((out / "compress.json").read_text())
     assert (meta["stride"], meta["config"]["stride"]) == (4, 4) and Predictor.load(out).stride == 4
-    from compress.config import DataOptions
-
     train = DataOptions(data=str(trained.data)).load_tagging(meta["label_names"]).splits["train"]
     rows = {stride: len(tokenize_tagged_split(train, tok, 8, stride=stride)) for stride in (4, None)}
     assert meta["training"]["rows"] == rows[4] > rows[None] > len(train)

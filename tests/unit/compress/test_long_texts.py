@@ -5,7 +5,7 @@ windows, every other column copied, re-tokenizing to the window's own tokens (ex
 one token; whole words only, for words of several pieces, with every word whole in some window);
 byte-level BPE keeps the spelling of a window's first word; pairs cut only the second text; the
 teacher and distill stages train on the windows and score texts pooled, so the accuracy they record
-is the one ``Predictor`` serves on the same texts, and ``--pooling`` is recorded and served.
+is the one ``Predictor`` serves on the same texts, and ``--pooling`` and ``--stride`` are recorded and served.
 """
 
 from __future__ import annotations
@@ -223,6 +223,7 @@ def test_stride_sets_the_overlap_of_the_training_windows_and_travels_to_serving(
     overlap by it (fewer rows than the default gives), records it, and ``Predictor`` serves with it, so the
     recorded accuracy is still the served one."""
     from compress.config import DataOptions
+    from compress.modeling import load_classifier
 
     root, data, teacher = trained
     out = root / "student-stride"
@@ -231,8 +232,6 @@ def test_stride_sets_the_overlap_of_the_training_windows_and_travels_to_serving(
     meta = json.loads((out / "compress.json").read_text())
     assert (meta["stride"], meta["config"]["stride"]) == (2, 2)
     train = DataOptions(str(data)).load().splits["train"]
-    from compress.modeling import load_classifier
-
     _, student_tok, _ = load_classifier(out)
     rows = {stride: len(window_texts(train, student_tok, MAX_LENGTH, False, stride).rows) for stride in (2, None)}
     assert meta["long_texts"]["train"]["rows"] == meta["training"]["rows"] == rows[2] < rows[None]
