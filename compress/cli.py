@@ -58,6 +58,10 @@ def _builtin_corpora() -> str:
     return "; ".join(f"{name} ({what})" for name, what in BUILTIN_UNLABELED.items())
 
 
+#: ``--stride``'s other name in every stage that reads windows: run_qa.py's for a reader's passage overlap.
+STRIDE_ALIASES = ("--doc-stride",)
+
+
 def _option(g: Any, cls: type, key: str, help: str | None = None, aliases: tuple[str, ...] = (), **extra: Any) -> None:
     """``--KEY`` made from config ``cls``'s setting ``key`` (:func:`compress.config.setting`): its default, type
     and choices are the field's, so each lives in one place; ``help`` says what the flag does (default: the
@@ -93,7 +97,7 @@ def _add_train_flags(p: argparse.ArgumentParser, cls: type) -> None:
     g = p.add_argument_group("training")
     for key in (*TRAIN_FLAGS, "max_length", "resume", "allow_pickle"):  # TRAIN_FLAGS: the one list of them
         _option(g, cls, key)
-    _option(g, cls, "stride", aliases=("--doc-stride",))  # run_qa.py's name for a reader's passage overlap
+    _option(g, cls, "stride", aliases=STRIDE_ALIASES)
     for key in SELECTION_FLAGS:
         if key in cls.FLAT:  # teacher and distill, which can pick among their epochs
             _option(g, cls, key)
@@ -467,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32, help="texts per batch (default 32)")
     p.add_argument("--max-length", type=int, default=None,
                    help="window length in tokens; longer texts are read in overlapping windows (default: the artifact's)")
-    p.add_argument("--stride", "--doc-stride", dest="stride", type=int, default=None,
+    p.add_argument("--stride", *STRIDE_ALIASES, dest="stride", type=int, default=None,
                    help="tokens two neighbouring windows share; a reader's passage overlap (--doc-stride) "
                         "(default: the artifact's, else a quarter of the window)")
     p.add_argument("--pooling", choices=POOLINGS, default=None,
@@ -560,7 +564,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, PruneConfig, "batch_size", "batch size for scoring and recovery")
     for key in ("grad_accum", "warmup_ratio", "max_length", "pooling", "seed"):
         _option(g, PruneConfig, key)
-    _option(g, PruneConfig, "stride", aliases=("--doc-stride",))
+    _option(g, PruneConfig, "stride", aliases=STRIDE_ALIASES)
     _option(g, PruneConfig, "sampling", "batch order during recovery")
     _option(g, PruneConfig, "save_steps", "checkpoint recovery every N steps")
     _option(g, PruneConfig, "resume", "continue an interrupted recovery from its last checkpoint (made under the same "
