@@ -88,7 +88,8 @@ def onnx_facts(path: Path, meta: dict[str, Any] | None) -> dict[str, Any]:
 
 def _load_predictors(config: BenchConfig, precision: str = "fp32") -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Open the reference and the artifacts (the reference first; listed twice, it is opened once);
-    PyTorch fp32 artifacts run in ``precision``, as decided for the bench's ``--precision``."""
+    PyTorch fp32 artifacts run in ``precision``, as decided for the bench's ``--precision``, and every artifact
+    reads long texts with ``--stride`` / ``--pooling`` where given (else as it recorded)."""
 
     ref_path = Path(config.reference).expanduser().resolve()
     paths = [ref_path]
@@ -109,7 +110,7 @@ def _load_predictors(config: BenchConfig, precision: str = "fp32") -> tuple[list
     predictors = {}
     for path, name in zip(paths, artifact_names(paths)):
         predictor = Predictor.load(path, threads=config.threads, spinning=False, device=config.device,
-                                   precision=precision)
+                                   precision=precision, stride=config.stride, pooling=config.pooling)
         predictors[name] = predictor
         group, index = group_of.get(path, (None, None))
         entries.append({"name": name, "path": str(path), "is_reference": path == ref_path, "predictor": predictor,

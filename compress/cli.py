@@ -525,6 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="load mode: N client threads calling one Predictor at once, per N (e.g. 1,2,4); every answer "
                         "checked against the single-threaded one")
     _option(p, BenchConfig, "load_requests", "requests per client count in load mode")
+    _option(p, BenchConfig, "stride", aliases=STRIDE_ALIASES)
+    _option(p, BenchConfig, "pooling")
     _add_data_flags(p)
     _add_device_flag(p, "every artifact")
     _add_precision_flag(p, "the PyTorch fp32 artifacts (other kinds keep their own)")

@@ -622,6 +622,15 @@ class ChoicePredictor(Predictor):
                   "differ. Run bert-compress optimize on this machine.", file=sys.stderr)
         return self
 
+    def set_windows(self, stride: int | None = None, pooling: str | None = None) -> "ChoicePredictor":
+        """:meth:`Predictor.set_windows`, and the same stride and pooling for every runtime the choice serves
+        from: ``bench`` scores each served runtime on its own, and it must read a long text as the choice does
+        (a ``stride`` given to :meth:`Predictor.load` or ``bench --stride`` included)."""
+        super().set_windows(stride, pooling)
+        for sub in getattr(self, "by_batch_size", {}).values():  # not yet there while __init__ sets the defaults
+            sub.set_windows(self.stride, self.pooling)
+        return self
+
     def for_batch_size(self, batch_size: int) -> Predictor:
         """The artifact that serves batches of ``batch_size`` rows."""
 

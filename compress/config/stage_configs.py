@@ -10,9 +10,10 @@ from compress.config.choices import (SOFT_LABEL_RUNTIMES, UNLABELED_SELECTIONS, 
                                      TIMING_LENGTHS, TIMING_LENGTHS_HELP, QUANTIZE_METHODS, QUANTIZE_GRAPHS, AUGMENT_OPS, TRAIN_FLAGS, SELECTION_FLAGS, PRUNE_TRAIN_FLAGS,
                                      FULL, QUICK, MAX_TYPE_F1_DROP, MAX_TYPE_F1_DROP_HELP)
 from compress.config.engine import (Problem, _choices, _Bad, _is_int, ConfigBase, _problem, _device_problems,
-                                    _precision)
+                                    _helped, _precision)
 from compress.config.shared import DataOptions, ClassifierSettings, KDSettings, RunSettings, TrainSettings, StudentSpec, transfer_problems
 from compress.errors import CompressError
+from compress.windows import POOLINGS
 from compress.losses import check_terms
 from compress.losses import names as loss_names
 from benchmarks.machine import available_cpus
@@ -580,6 +581,15 @@ class BenchConfig(ConfigBase):
     load_clients: list[int] | None = None
     #: ``--load-requests N``: requests per client-thread count.
     load_requests: int = 200
+    #: ``--stride`` / ``--pooling``: how every artifact reads a text longer than its window, in place of what each
+    #: recorded when it was trained (``None``: the recorded one), so window settings can be compared on the same
+    #: models and examples; results.json records what each artifact used.
+    stride: int | None = _helped(None, "tokens two neighbouring windows of a text longer than an artifact's window "
+                                 "share, for every artifact (default: what each artifact recorded)")
+    pooling: str | None = field(default=None, metadata={
+        **_optional_choice(*POOLINGS), "choices": POOLINGS,
+        "help": "how the windows' logits of a long text become one for every classifier: mean or max (default: "
+                "what each artifact recorded)"})
     #: ``--device``: where every artifact runs (one device per bench run; results.json records it).
     device: str = "auto"
     precision: str = _precision()
@@ -627,6 +637,10 @@ class BenchConfig(ConfigBase):
             value = getattr(self, key)
             if value is not None and value < 1:
                 problems.append(_problem(key, f"--{key.replace('_', '-')} must be at least 1, got {value}."))
+        if self.stride is not None and (not _is_int(self.stride) or self.stride < 0):
+            problems.append(_problem("stride", f"--stride must be a whole number of tokens, 0 or more; got "
+                                               f"{self.stride!r}. Whether it fits each artifact's window is "
+                                               "checked when the artifact is opened."))
         if self.load_clients is not None and (not self.load_clients or any(not _is_int(v) or v < 1
                                                                            for v in self.load_clients)):
             problems.append(_problem("load_clients", f"--load-clients must be positive integers such as 1,2,4; got "

@@ -21,6 +21,8 @@ from compress.windows import encode_windows
 from tests.conftest import FILLER, NEGATIVE, POSITIVE, make_bert, make_tokenizer, run_cli, write_csv
 
 MAX_LENGTH, STRIDE = 24, 6
+#: the fewest timed rounds bench takes, on the whole test split (``--quick`` would sample it)
+FAST_BENCH = ("--batch-sizes", "1", "--seq-lens", "16", "--warmup", "0", "--runs", "1", "--threads", "1", "--no-memory")
 
 
 def _dataset(columns: dict[str, list]):
@@ -248,3 +250,64 @@ def test_a_stride_the_window_cannot_hold_is_refused_before_any_work(trained, tmp
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and not out.exists()
     assert f"--stride {MAX_LENGTH - 2}" in lines[0] and f"from 0 to {MAX_LENGTH - 3}" in lines[0], lines
+
+
+def test_bench_reads_every_artifact_with_the_stride_and_pooling_it_is_given(trained, tmp_path, capsys):
+    """``bench --stride/--pooling``: every artifact reads the long test texts that way instead of as it recorded
+    (results.json says what each used), so two window settings are compared on the same model and examples; a
+    stride one artifact's window cannot hold is refused in one line before anything is measured."""
+    from compress.config import DataOptions
+    from compress.runtime import Predictor
+
+    root, data, teacher = trained
+    texts = DataOptions(str(data)).load().splits["test"]["text"][:]
+
+    def bench(out, *flags):
+        done = run_cli(["bench", str(teacher), "--reference", str(teacher), "--data", str(data), "--out", str(out),
+                        *FAST_BENCH, *flags], capsys)
+        assert done.returncode == 0, done.stderr[-2000:]
+        (row,) = json.loads((out / "results.json").read_text())["artifacts"]
+        return row
+
+    given, recorded = bench(tmp_path / "given", "--stride", "2", "--pooling", "max"), bench(tmp_path / "recorded")
+    assert (given["stride"], given["pooling"], recorded["stride"], recorded["pooling"]) == (2, "max", STRIDE, "mean")
+    served = {key: Predictor.load(teacher).set_windows(*windows).logits(texts).argmax(-1)
+              for key, windows in (("given", (2, "max")), ("recorded", (None, None)))}
+    assert given["quality"]["predictions"] == served["given"].tolist()
+    assert recorded["quality"]["predictions"] == served["recorded"].tolist()
+    assert given["quality"]["predictions"] != recorded["quality"]["predictions"]  # the flags changed what was read
+
+    out = tmp_path / "refused"
+    done = run_cli(["bench", str(teacher), "--reference", str(teacher), "--data", str(data), "--out", str(out),
+                    *FAST_BENCH, "--stride", str(MAX_LENGTH - 2)], capsys)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1 and not out.exists()
+    assert f"--stride {MAX_LENGTH - 2}" in lines[0], lines
+
+
+def test_a_choice_reads_with_one_stride_and_pooling_in_every_runtime_it_serves(trained, tmp_path):
+    """A ``choice`` (optimize's output) records the reading settings of the model it was made from; each runtime
+    it serves from must read a long text the same way, since bench scores them one by one, and a stride given
+    to ``Predictor.load`` must reach them too."""
+    import shutil
+
+    from compress.artifact import write_artifact
+    from compress.config import DataOptions
+    from compress.runtime import Predictor
+
+    root, data, teacher = trained
+
+    def fill(folder):
+        for name in ("a", "b"):
+            shutil.copytree(teacher, folder / "candidates" / name, ignore=shutil.ignore_patterns("*.checkpoints"))
+
+    choice = write_artifact(tmp_path / "choice", fill, {"stage": "optimize", "kind": "choice", "stride": 4, "choice": {
+        "by_batch_size": {"1": "candidates/a", "32": "candidates/b"}}})
+    texts = DataOptions(str(data)).load().splits["test"]["text"][:]
+    for given, expected in (((None, None), (4, "mean")), ((2, "max"), (2, "max"))):
+        predictor = Predictor.load(choice, stride=given[0], pooling=given[1])
+        subs = list(predictor.by_batch_size.values())
+        assert {(p.stride, p.pooling) for p in [predictor, *subs]} == {expected}  # the teacher recorded STRIDE, mean
+        for batch_size, sub in predictor.by_batch_size.items():
+            assert np.allclose(sub.logits(texts, batch_size=batch_size),
+                               predictor.logits(texts, batch_size=batch_size), atol=1e-5)
