@@ -278,11 +278,12 @@ def test_bench_reads_every_artifact_with_the_stride_and_pooling_it_is_given(trai
     assert given["quality"]["predictions"] != recorded["quality"]["predictions"]  # the flags changed what was read
 
     out = tmp_path / "refused"
-    done = run_cli(["bench", str(teacher), "--reference", str(teacher), "--data", str(data), "--out", str(out),
-                    *FAST_BENCH, "--stride", str(MAX_LENGTH - 2)], capsys)
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode != 0 and len(lines) == 1 and not out.exists()
-    assert f"--stride {MAX_LENGTH - 2}" in lines[0], lines
+    for stride, message in ((MAX_LENGTH - 2, f"--stride {MAX_LENGTH - 2}: the overlap"), (-1, "got -1")):
+        done = run_cli(["bench", str(teacher), "--reference", str(teacher), "--data", str(data), "--out", str(out),
+                        *FAST_BENCH, "--stride", str(stride)], capsys)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode != 0 and len(lines) == 1 and not out.exists()
+        assert message in lines[0], lines
 
 
 def test_a_choice_reads_with_one_stride_and_pooling_in_every_runtime_it_serves(trained, tmp_path):
