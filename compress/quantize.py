@@ -297,6 +297,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
                     record.update(evaluation.score(candidate))
                     over = evaluation.scorer.failures(record, max_accuracy_drop, max_type_drop=max_type_f1_drop)
                     record["within_budget"] = not over
+                    record["failed_checks"] = over  # what the warning and the report name if it is kept anyway
                 record["seconds"] = round(time.perf_counter() - c0, 2)
             except CompressError:
                 raise
@@ -320,8 +321,10 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
         chosen_dir = built[chosen["name"]]
         within = chosen.get("within_budget") if evaluation is not None else None
         if evaluation is not None and not within:
-            notes.append(f"no candidate kept the {evaluation.scorer.metric} drop within {max_accuracy_drop:g}; kept the "
-                         f"best one ({chosen['name']}, drop {chosen[evaluation.scorer.drop_key]:.4f})")
+            # Name what the kept one failed: a tagger's can be a type's loss with the overall drop within budget.
+            notes.append(f"no candidate passed the checks on validation; kept the best one on {metric} "
+                         f"({chosen['name']}, drop {chosen[evaluation.scorer.drop_key]:.4f}: "
+                         f"{'; '.join(chosen['failed_checks'])})")
             print(f"warning: {notes[-1]}", file=sys.stderr)
 
         fp32_size = folder_size_bytes(fp32_dir)
@@ -330,6 +333,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             "candidates": candidates,
             "chosen": chosen["name"],
             "max_accuracy_drop": max_accuracy_drop, "within_budget": within,
+            "failed_checks": chosen.get("failed_checks") or [],
             **({"max_type_f1_drop": max_type_f1_drop} if metric == "entity_f1" else {}),
             # The task's primary metric: accuracy_fp32/int8/drop for a classifier, entity_f1_... for a tagger.
             "metric": metric, f"{metric}_fp32": evaluation.fp32 if evaluation else None,
@@ -408,10 +412,12 @@ def _report(path: Path, q: dict[str, Any]) -> None:
     m = q.get("metric", "accuracy")
     if q[f"{m}_fp32"] is None:
         print(f"quantize: {path} ({q['chosen']}; {size}; accuracy not measured)")
-    else:
-        print(f"quantize: {path} ({q['chosen']}; {size}; validation {m.replace('_', ' ')} fp32 {q[f'{m}_fp32']:.4f} -> "
-              f"{ {'BF16': 'bf16', 'FP32': 'fp32'}.get(q.get('weight_type'), 'int8')} {q[f'{m}_int8']:.4f}, drop {q[f'{m}_drop']:.4f}, "
-              f"{'within' if q['within_budget'] else 'OVER'} budget {q['max_accuracy_drop']:g})")
+        return
+    weights = {"BF16": "bf16", "FP32": "fp32"}.get(q.get("weight_type"), "int8")
+    verdict = (f"within budget {q['max_accuracy_drop']:g}" if q["within_budget"] else
+               "failed: " + "; ".join(q.get("failed_checks") or [f"over budget {q['max_accuracy_drop']:g}"]))
+    print(f"quantize: {path} ({q['chosen']}; {size}; validation {m.replace('_', ' ')} fp32 {q[f'{m}_fp32']:.4f} -> "
+          f"{weights} {q[f'{m}_int8']:.4f}, drop {q[f'{m}_drop']:.4f}, {verdict})")
 
 
 class _Evaluation:

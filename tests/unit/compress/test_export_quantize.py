@@ -271,12 +271,17 @@ def test_accuracy_budget_fallbacks_keep_the_best_candidate(exported, data_csv, w
     assert any("classifier" in n for n in excluded) and any("layer.3/" in n for n in excluded)
     assert read_meta(path)["metrics"]["validation"]["accuracy"] == best
     assert Predictor.load(path).predict(TEXTS[:3])[1].shape == (3, 2)
-    assert "no candidate kept the accuracy drop" in capsys.readouterr().err
+    # the warning and the report name the kept candidate's own failed checks, which compress.json records
+    assert q["failed_checks"] == chosen["failed_checks"] == [f"accuracy drop {q['accuracy_drop']:.4f} > budget -1"]
+    captured = capsys.readouterr()
+    assert (f"no candidate passed the checks on validation; kept the best one on accuracy ({q['chosen']}, drop "
+            f"{q['accuracy_drop']:.4f}: accuracy drop {q['accuracy_drop']:.4f} > budget -1)") in captured.err
+    assert f"failed: accuracy drop {q['accuracy_drop']:.4f} > budget -1)" in captured.out
 
     # A generous budget stops at the first candidate.
     path = quantize(exported, work / "int8-budget", data=DataOptions(str(data_csv)), max_accuracy_drop=1.0)
     q = read_meta(path)["quantization"]
-    assert len(q["candidates"]) == 1 and q["within_budget"] is True
+    assert len(q["candidates"]) == 1 and q["within_budget"] is True and q["failed_checks"] == []
 
 
 def test_torch_fallbacks_keep_fp32_sensitive_layers(trained, data_csv, work):

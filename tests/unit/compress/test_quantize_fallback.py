@@ -173,7 +173,7 @@ def test_every_candidate_over_budget_keeps_the_best_with_its_numbers(every_fallb
         first_best["accuracy"], first_best["accuracy_drop"], first_best["size_bytes"])
     meta = read_meta(path)
     assert meta["metrics"]["validation"]["accuracy"] == first_best["accuracy"]
-    assert any(f"kept the best one ({first_best['name']}, drop {first_best['accuracy_drop']:.4f})" in n
+    assert any(f"kept the best one on accuracy ({first_best['name']}, drop {first_best['accuracy_drop']:.4f}: " in n
                for n in meta["notes"])
     # the file written is that candidate: its validation accuracy is the one recorded
     task = DataOptions(str(data)).load()
@@ -195,7 +195,7 @@ def test_a_budget_between_two_candidates_stops_at_the_first_within_it(every_fall
     assert [c["within_budget"] for c in q["candidates"]] == [False, True]
     assert q["chosen"] == "per-channel" and q["within_budget"] is True
     assert q["accuracy_drop"] == budget
-    assert not any("no candidate kept" in n for n in read_meta(path)["notes"])
+    assert not any("no candidate passed the checks" in n for n in read_meta(path)["notes"])
 
 
 def test_when_every_candidate_fails_to_build_nothing_is_written_and_each_error_is_named(planted, tmp_path):
@@ -273,7 +273,7 @@ def test_torch_loop_measures_every_candidate_and_keeps_the_best(torch_every_fall
     assert (q["accuracy_int8"], q["accuracy_drop"], q["size_bytes_int8"]) == (kept["accuracy"], kept["accuracy_drop"],
                                                                                kept["size_bytes"])
     assert meta["metrics"]["validation"]["accuracy"] == kept["accuracy"]
-    assert any(f"kept the best one ({kept['name']}" in n for n in meta["notes"])
+    assert any(f"kept the best one on accuracy ({kept['name']}, " in n for n in meta["notes"])
     # each candidate's time is part of the loop's, which is part of the stage's (rounded to 0.01 s each)
     loop, total = meta["timings"]["candidates_s"], meta["timings"]["total_s"]
     assert all(isinstance(t, float) and t == round(t, 2) >= 0 for t in [c["seconds"] for c in cands] + [loop])
@@ -300,7 +300,7 @@ def test_torch_loop_stops_at_the_first_candidate_within_budget(torch_every_fallb
         assert [c["within_budget"] for c in q["candidates"]] == [False] * (tried - 1) + [True]
         assert q["chosen"] == TORCH_DYNAMIC[tried - 1] and q["within_budget"] is True
         assert q["accuracy_drop"] == drops[tried - 1] <= budget
-        assert not any("no candidate kept" in n for n in meta["notes"])
+        assert not any("no candidate passed the checks" in n for n in meta["notes"])
 
 
 def test_without_data_one_candidate_is_built_and_nothing_is_judged(planted):
@@ -313,7 +313,7 @@ def test_without_data_one_candidate_is_built_and_nothing_is_judged(planted):
     assert "accuracy" not in q["candidates"][0] and "within_budget" not in q["candidates"][0]
     assert q["chosen"] == "per-tensor" and q["within_budget"] is None and q["accuracy_fp32"] is None
     assert q["size_bytes_int8"] == q["candidates"][0]["size_bytes"]
-    assert "metrics" not in meta and not any("no candidate kept" in n for n in meta["notes"])
+    assert "metrics" not in meta and not any("no candidate passed the checks" in n for n in meta["notes"])
 
 
 
