@@ -268,6 +268,24 @@ def test_tokenizers_that_split_text_apart_are_refused_in_one_line():
     assert "\n" not in str(info.value) and "--init teacher-layers" in str(info.value)
 
 
+def test_comparing_the_pieces_of_a_whole_passage_is_not_reported_as_too_long(caplog):
+    """The check tokenizes whole passages (longer than a model's window) only to compare their pieces; it must
+    not print transformers' "Token indices sequence length is longer than the specified maximum" warning, which
+    tells a user the model will fail on them (the model reads them in windows)."""
+    from compress.qa_distill import check_same_pieces
+
+    def short(tokenizer):
+        tokenizer.model_max_length = 8  # each tokenizer warns once: a fresh one per call
+        return tokenizer
+
+    passage = " ".join(["the key is red ."] * 10)
+    short(make_tokenizer())(passage, add_special_tokens=False)
+    assert "Token indices sequence length" in caplog.text  # what the check printed before
+    caplog.clear()
+    check_same_pieces(short(make_tokenizer()), short(make_mpnet_tokenizer()), [passage], "--data x.json")
+    assert "Token indices sequence length" not in caplog.text
+
+
 def test_a_teacher_that_is_not_a_reader_and_unsupported_options_are_one_line(squad, mpnet_reader, tmp_path):
     from compress.distill.trainer import distill
 
