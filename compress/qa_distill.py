@@ -137,9 +137,11 @@ def check_same_pieces(teacher_tok: Any, student_tok: Any, texts: Sequence[str], 
     unique = list(dict.fromkeys(t for t in texts if t))
     for start in range(0, len(unique), 256):
         chunk = unique[start:start + 256]
-        with quiet_transformers():  # whole passages on purpose, compared piece by piece and never run through a
-            t_ids = teacher_tok(chunk, add_special_tokens=False)["input_ids"]  # model: not transformers' "longer
-            s_ids = student_tok(chunk, add_special_tokens=False)["input_ids"]  # than the maximum" warning's case
+        # Whole passages on purpose: compared piece by piece, never run through a model, so transformers'
+        # "longer than the specified maximum ... will result in indexing errors" warning is not this case.
+        with quiet_transformers():
+            t_ids = teacher_tok(chunk, add_special_tokens=False)["input_ids"]
+            s_ids = student_tok(chunk, add_special_tokens=False)["input_ids"]
         for text, t, s in zip(chunk, t_ids, s_ids):
             t_pieces = teacher_tok.convert_ids_to_tokens(t)
             s_pieces = student_tok.convert_ids_to_tokens(s)
