@@ -415,7 +415,7 @@ def _report(path: Path, q: dict[str, Any]) -> None:
         return
     weights = {"BF16": "bf16", "FP32": "fp32"}.get(q.get("weight_type"), "int8")
     verdict = (f"within budget {q['max_accuracy_drop']:g}" if q["within_budget"] else
-               "failed: " + "; ".join(q.get("failed_checks") or [f"over budget {q['max_accuracy_drop']:g}"]))
+               "failed: " + "; ".join(q["failed_checks"]))
     print(f"quantize: {path} ({q['chosen']}; {size}; validation {m.replace('_', ' ')} fp32 {q[f'{m}_fp32']:.4f} -> "
           f"{weights} {q[f'{m}_int8']:.4f}, drop {q[f'{m}_drop']:.4f}, {verdict})")
 
