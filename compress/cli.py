@@ -222,7 +222,7 @@ def cmd_predict(a: argparse.Namespace) -> int:
     if predictor.task == "question-answering":
         passage = read_passage(a.model, a.question, a.context_file, a.texts)
         for r in predictor.predict([(q, passage) for q in a.question], batch_size=a.batch_size, n_best=a.n_best,
-                                   max_answer_length=a.max_answer_length):
+                                   max_answer_length=a.max_answer_length, null_threshold=a.null_threshold):
             print(f"{r['answer'] or '(no answer)'}\tscore={r['score']:.4f}\tchars {r['start']}-{r['end']}\t{r['question']}")
         return 0
     if a.question or a.context_file:
@@ -485,6 +485,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"a reader: start and end candidates paired per window (default {DEFAULT_N_BEST})")
     p.add_argument("--max-answer-length", type=int, default=DEFAULT_MAX_ANSWER_LENGTH,
                    help=f"a reader: the longest answer in tokens (default {DEFAULT_MAX_ANSWER_LENGTH})")
+    p.add_argument("--null-threshold", type=float, default=None,
+                   help="a SQuAD 2.0 reader: answer nothing when the null score beats the best span by more than this "
+                        "(default: the one chosen on validation, recorded in the artifact; else 0.0)")
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("run", help="run the stages a recipe (YAML) names, skipping finished ones")

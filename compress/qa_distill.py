@@ -56,10 +56,11 @@ from compress.assets import cache_dir
 from compress.errors import CompressError
 from compress.modeling import count_parameters, load_classifier
 from compress.quiet import quiet_transformers
-from compress.qa_teacher import MODEL_COLUMNS, f1_callback, qa_stride, read_answers, span_logits
+from compress.qa_teacher import (MODEL_COLUMNS, announce_null_threshold, f1_callback, qa_stride, score_reader,
+                                 span_logits)
 from compress.tasks import get_task
 from compress.tasks.qa_data import QATaskData, load_qa_data
-from compress.tasks.qa_features import qa_features
+from compress.tasks.qa_features import DEFAULT_NULL_THRESHOLD, qa_features
 from compress.tasks.task_choice import QA, model_head
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, interrupt_callback, is_main_process,
                                resume_point, run_trainer, training_arguments, write_trained_artifact, refuse_keep_best)
@@ -378,16 +379,17 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     t_model.to(device)
     allow_null = bool(t_meta.get("allow_null", data.with_impossible))
     return distill_reader(t_model, t_tok, weights, str(cfg.teacher), s_model, s_tok, info, data, out, cfg, precision,
-                          allow_null, transfer)
+                          allow_null, transfer, t_meta.get("null_threshold"))
 
 
 def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
                    data: QATaskData, out: str | os.PathLike, cfg: Any, precision: str, allow_null: bool,
-                   transfer: ReaderTransfer | None = None) -> Path:
+                   transfer: ReaderTransfer | None = None, teacher_null_threshold: float | None = None) -> Path:
     """Train ``s_model`` on the loss terms of ``cfg`` (:func:`span_term_values` for the start/end scores, the
     intermediate ones on the teacher's windows read at the student's positions) over the labelled questions and
     ``transfer``'s, score it and the teacher on validation and test (EM, F1, and both against the teacher's
-    answers), write the student artifact."""
+    answers), write the student artifact. With SQuAD 2.0 data the teacher answers at its recorded null threshold
+    (``teacher_null_threshold``) and the student at the one with its best validation F1."""
     import torch
     from datasets import Dataset
 
@@ -468,23 +470,24 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
                             data_collator=_collator(s_tok, t_pad))
     result = run_trainer(trainer, resume_point(out, cfg.resume, fingerprint), Path(out), stop)
 
-    metrics: dict[str, Any] = {}
+    named = [name for name in ("validation", "test") if name in data.splits]
+    splits, golds = {n: data.splits[n] for n in named}, {n: data.gold_answers(n) for n in named}
+    read = {}
+    for who, model, tok in (("teacher", t_model, t_tok), ("student", s_model, s_tok)):
+        # the teacher answers at the null threshold its own stage chose; the student's is chosen on validation
+        read[who] = score_reader(model, tok, splits, golds, max_length, stride, allow_null, precision=precision,
+                                 pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
+                                 weights=weights if who == "teacher" else None,
+                                 null_threshold=(DEFAULT_NULL_THRESHOLD if teacher_null_threshold is None
+                                                 else teacher_null_threshold) if who == "teacher" else None)
     score = get_task(QA).score
-    for name in ("validation", "test"):
-        if name not in data.splits:
-            continue
-        answers = {}
-        for who, model, tok in (("teacher", t_model, t_tok), ("student", s_model, s_tok)):
-            pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-            answers[who], windows = read_answers(model, tok, data.splits[name], max_length, stride, allow_null,
-                                                 precision=precision, pad_id=pad,
-                                                 weights=weights if who == "teacher" else None)
-        gold = data.gold_answers(name)
-        teacher_scores = score([a["answer"] for a in answers["teacher"]], gold)
-        metrics[name] = {**score([a["answer"] for a in answers["student"]], gold,
-                                 [a["answer"] for a in answers["teacher"]]),
+    metrics: dict[str, Any] = {}
+    for name in named:
+        teacher_scores = read["teacher"].metrics[name]
+        metrics[name] = {**score([a["answer"] for a in read["student"].answers[name]], golds[name],
+                                 [a["answer"] for a in read["teacher"].answers[name]]),
                          "teacher_f1": teacher_scores["f1"], "teacher_exact_match": teacher_scores["exact_match"],
-                         "questions": len(gold), "windows": windows}
+                         "questions": len(golds[name]), "windows": read["student"].metrics[name]["windows"]}
     meta = {
         "stage": "distill", "kind": "pytorch", "task": QA, "model_type": s_model.config.model_type,
         "parameters": count_parameters(s_model),
@@ -495,6 +498,7 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
                                                    train.epochs), "temperature": temperature,
                          "intermediate": want_inter, "layer_map": format_layer_map(pairs) if want_inter else None},
         "stride": stride, "allow_null": allow_null,  # the windows it was trained and scored in; Predictor reads them
+        **read["student"].record(),
         "data": data.describe(), "metrics": metrics,
         "training": {"global_steps": result.global_step, "train_loss": round(float(result.training_loss), 5),
                      "rows": len(train_ds), "soft_labels_reused": reused,
@@ -510,4 +514,5 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
     parts = [f"{n} F1 {m['f1']:.4f} (teacher {m['teacher_f1']:.4f}; exact match {m['exact_match']:.4f}, "
              f"F1 against the teacher's answers {m['reference_f1']:.4f})" for n, m in metrics.items()]
     print("student: " + "; ".join(parts))
+    announce_null_threshold("student", read["student"].null)
     return path

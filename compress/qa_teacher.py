@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -39,7 +40,9 @@ from compress.hub import snapshot_origin
 from compress.modeling import count_parameters, load_classifier
 from compress.tasks import get_task
 from compress.tasks.qa_data import QATaskData, load_qa_data
-from compress.tasks.qa_features import decode_spans, encode_qa, qa_features
+from compress.tasks.qa_features import (DEFAULT_NULL_THRESHOLD, NEVER_NULL, apply_null_threshold, decode_spans,
+                                        encode_qa, null_margins, qa_features)
+from compress.tasks.qa_metrics import best_null_threshold, question_scores
 from compress.tasks.task_choice import QA, check_model_task
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
@@ -126,11 +129,15 @@ def span_logits(model, input_ids: Sequence[Sequence[int]], token_type_ids: Seque
     return starts, ends
 
 
+#: What the answers cache keeps of a decoded answer: enough for :func:`apply_null_threshold` (not the n-best list).
+CACHED_KEYS = ("answer", "start", "end", "score", "logit", "null_logit", "window", "null_score")
+
+
 def _answers_path(weights: str, windows, allow_null: bool, precision: str) -> Path:
     """Where a reader's decoded answers to these exact windows are cached (keyed like soft labels)."""
     import hashlib
 
-    digest = hashlib.sha256(f"{weights}|allow_null={allow_null}|{precision}|answers v1".encode())
+    digest = hashlib.sha256(f"{weights}|allow_null={allow_null}|{precision}|answers v2".encode())
     for ids in windows.input_ids:
         digest.update(np.asarray(ids, dtype=np.int64).tobytes())
         digest.update(b"\x1e")
@@ -138,13 +145,14 @@ def _answers_path(weights: str, windows, allow_null: bool, precision: str) -> Pa
 
 
 def store_answers(weights: str, windows, allow_null: bool, precision: str, answers: list[dict[str, Any]]) -> None:
-    """Cache a reader's answers (text and character span; written atomically) for :func:`read_answers`."""
+    """Cache a reader's answers at :data:`NEVER_NULL` (text, character span, and what another null threshold
+    needs; written atomically) for :func:`read_answers`."""
     import json
     import tempfile
 
     path = _answers_path(weights, windows, allow_null, precision)
     path.parent.mkdir(parents=True, exist_ok=True)
-    keep = [{k: a[k] for k in ("answer", "start", "end", "score")} for a in answers]
+    keep = [{k: a[k] for k in CACHED_KEYS} for a in answers]
     with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as handle:
         json.dump(keep, handle)
     os.replace(handle.name, path)
@@ -158,31 +166,110 @@ def reader_windows(tokenizer, split, max_length: int, stride: int):
 
 def read_answers(model, tokenizer, split, max_length: int, stride: int, allow_null: bool = False,
                  batch_size: int = 32, precision: str = "fp32", pad_id: int = 0,
-                 weights: str | None = None) -> tuple[list[dict[str, Any]], int]:
-    """The model's decoded answer to every question of a split (windows, n-best spans, best over windows)
-    and the number of windows read. With ``weights`` (the reader's weights sha256), answers the teacher
-    stage cached for the very same windows are reused instead of running the model again (distill scores
-    its teacher on the splits the teacher stage has just read)."""
+                 weights: str | None = None,
+                 null_threshold: float = DEFAULT_NULL_THRESHOLD) -> tuple[list[dict[str, Any]], int]:
+    """The model's decoded answer to every question of a split (windows, n-best spans, best over windows) at
+    ``null_threshold`` (:data:`NEVER_NULL` for the best span of every question, which
+    :func:`apply_null_threshold` turns into any threshold's answers), and the number of windows read. With
+    ``weights`` (the reader's weights sha256), answers the teacher stage cached for the very same windows are
+    reused instead of running the model again (distill scores its teacher on the splits the teacher stage has
+    just read)."""
     import json
 
     contexts = list(split["context"])
     windows = reader_windows(tokenizer, split, max_length, stride)
+    raw = None
     if weights:
         path = _answers_path(weights, windows, allow_null, precision)
         if path.exists():
             stored = json.loads(path.read_text(encoding="utf-8"))
             if len(stored) == len(contexts):
-                return stored, len(windows)
-    starts, ends = window_logits(model, windows, batch_size, precision, pad_id)
-    return decode_spans(windows, starts, ends, contexts, allow_null=allow_null), len(windows)
+                raw = stored
+    if raw is None:
+        starts, ends = window_logits(model, windows, batch_size, precision, pad_id)
+        raw = decode_spans(windows, starts, ends, contexts, allow_null=allow_null, null_threshold=NEVER_NULL)
+    return apply_null_threshold(raw, null_threshold), len(windows)
+
+
+def choose_null_threshold(answers: Sequence[dict[str, Any]], gold: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """The null threshold with the best F1 on these answers (a :data:`NEVER_NULL` reading of validation), as
+    ``{"null_threshold", "f1", "f1_at_default", "chosen_on"}``: SQuAD 2.0 readers answer nothing when the null
+    score beats the best span by more than it (:func:`compress.tasks.qa_metrics.best_null_threshold`)."""
+    answered = question_scores([a["answer"] for a in answers], gold)["f1"]
+    empty = question_scores([""] * len(answers), gold)["f1"]
+    threshold, f1 = best_null_threshold(null_margins(answers), answered, empty, DEFAULT_NULL_THRESHOLD)
+    at_default = question_scores([a["answer"] for a in apply_null_threshold(answers, DEFAULT_NULL_THRESHOLD)],
+                                 gold)["f1"]
+    return {"null_threshold": round(threshold, 6), "f1": f1, "f1_at_default": float(at_default.mean()),
+            "chosen_on": "validation"}
+
+
+@dataclass
+class ReaderScores:
+    """What :func:`score_reader` read: per split the SQuAD scores (``metrics``), the answers at the reader's null
+    threshold (``answers``) and at :data:`NEVER_NULL` (``raw``, what the answers cache keeps), and how the
+    threshold was set (``null``: ``None`` for SQuAD 1.1 data, where no answer is empty)."""
+
+    metrics: dict[str, dict[str, Any]]
+    answers: dict[str, list[dict[str, Any]]]
+    raw: dict[str, list[dict[str, Any]]]
+    null: dict[str, Any] | None
+
+    @property
+    def null_threshold(self) -> float:
+        return self.null["null_threshold"] if self.null else DEFAULT_NULL_THRESHOLD
+
+    def record(self) -> dict[str, Any]:
+        """The artifact's ``null_threshold`` (a reading key: Predictor and every derived artifact answer with it)
+        and ``null_threshold_choice``; nothing for SQuAD 1.1 data."""
+        if self.null is None:
+            return {}
+        return {"null_threshold": self.null_threshold, "null_threshold_choice": self.null}
+
+
+def score_reader(model, tokenizer, splits: dict[str, Any], golds: dict[str, Sequence[Sequence[str]]],
+                 max_length: int, stride: int, allow_null: bool, *, precision: str = "fp32", pad_id: int = 0,
+                 weights: str | None = None, null_threshold: float | None = None,
+                 batch_size: int = 32) -> ReaderScores:
+    """SQuAD scores and answers of a reader on each of ``splits`` (:class:`ReaderScores`).
+
+    A reader of SQuAD 2.0 data (``allow_null``) answers at ``null_threshold`` when given (a teacher's recorded
+    one), else at the threshold with the best F1 on validation (:func:`choose_null_threshold`; 0.0 without a
+    validation split)."""
+    read = {name: read_answers(model, tokenizer, split, max_length, stride, allow_null, batch_size, precision,
+                               pad_id, weights, null_threshold=NEVER_NULL)
+            for name, split in splits.items()}
+    raw = {name: given for name, (given, _) in read.items()}
+    null = None
+    if allow_null:
+        if null_threshold is not None:
+            null = {"null_threshold": float(null_threshold), "chosen_on": "given"}
+        elif "validation" in raw:
+            null = choose_null_threshold(raw["validation"], golds["validation"])
+        else:
+            null = {"null_threshold": DEFAULT_NULL_THRESHOLD, "chosen_on": "default (no validation split)"}
+    threshold = null["null_threshold"] if null else DEFAULT_NULL_THRESHOLD
+    answers = {name: apply_null_threshold(given, threshold) for name, given in raw.items()}
+    score = get_task(QA).score
+    metrics = {name: {**score([a["answer"] for a in answers[name]], golds[name]), "questions": len(answers[name]),
+                      "windows": read[name][1]} for name in splits}
+    return ReaderScores(metrics, answers, raw, null)
+
+
+def announce_null_threshold(who: str, null: dict[str, Any] | None) -> None:
+    """One line on the threshold a SQuAD 2.0 reader answers at, when it was chosen on validation."""
+    if null and null["chosen_on"] == "validation":
+        print(f"{who}: null threshold {null['null_threshold']:g}, chosen on validation (F1 {null['f1']:.4f} against "
+              f"{null['f1_at_default']:.4f} at {DEFAULT_NULL_THRESHOLD:g}); Predictor and every artifact made from "
+              "this one answer with it")
 
 
 def evaluate_reader(model, tokenizer, split, gold: Sequence[Sequence[str]], max_length: int, stride: int,
                     allow_null: bool = False, batch_size: int = 32, precision: str = "fp32",
-                    pad_id: int = 0) -> dict[str, Any]:
-    """SQuAD exact match and F1 of the model's answers on a split (:func:`read_answers`)."""
+                    pad_id: int = 0, null_threshold: float = DEFAULT_NULL_THRESHOLD) -> dict[str, Any]:
+    """SQuAD exact match and F1 of the model's answers on a split at ``null_threshold`` (:func:`read_answers`)."""
     answers, windows = read_answers(model, tokenizer, split, max_length, stride, allow_null, batch_size, precision,
-                                    pad_id)
+                                    pad_id, null_threshold=null_threshold)
     scores = get_task(QA).score([a["answer"] for a in answers], gold)
     return {**scores, "questions": len(answers), "windows": windows}
 
@@ -194,8 +281,10 @@ def f1_callback(split, gold: Sequence[Sequence[str]], tokenizer, max_length: int
     (and keep) when the Trainer trains a wrapper around it (a student with projections)."""
 
     def evaluate(model, batch_size: int) -> dict[str, float]:
-        scores = evaluate_reader(reader if reader is not None else model, tokenizer, split, gold, max_length, stride,
-                                 allow_null, batch_size, precision, pad_id)
+        # a SQuAD 2.0 reader is scored at its best null threshold on validation, the one it would be given
+        scores = score_reader(reader if reader is not None else model, tokenizer, {"validation": split},
+                              {"validation": gold}, max_length, stride, allow_null, precision=precision,
+                              pad_id=pad_id, batch_size=batch_size).metrics["validation"]
         return {"validation_f1": scores["f1"], "validation_exact_match": scores["exact_match"]}
 
     return epoch_validation_callback(evaluate, lambda v: f"validation F1 {v['validation_f1']:.4f} "
@@ -230,13 +319,10 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     elif not has_head:
         print("warning: the reader has no trained head and --epochs is 0: its answers are random", file=sys.stderr)
     t0 = time.perf_counter()
-    metrics, answers = {}, {}
-    for name in ("validation", "test"):
-        if name in data.splits:
-            answers[name], windows = read_answers(model, tokenizer, data.splits[name], cfg.max_length, stride,
-                                                  allow_null, precision=precision.precision, pad_id=pad_id)
-            metrics[name] = {**get_task(QA).score([a["answer"] for a in answers[name]], data.gold_answers(name)),
-                             "questions": len(answers[name]), "windows": windows}
+    named = [name for name in ("validation", "test") if name in data.splits]
+    scores = score_reader(model, tokenizer, {n: data.splits[n] for n in named}, {n: data.gold_answers(n) for n in named},
+                          cfg.max_length, stride, allow_null, precision=precision.precision, pad_id=pad_id)
+    metrics = scores.metrics
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     timings["total_s"] = round(time.perf_counter() - started, 1)
     meta = {
@@ -247,6 +333,7 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         "config": cfg.to_dict(),
         "stride": stride,  # the passage windows it was trained and scored in
         "allow_null": allow_null,
+        **scores.record(),
         "device": device_name(device), "precision": precision.to_dict(), "data": data.describe(),
         "metrics": metrics, "training": train_log, "timings": timings,
     }
@@ -254,12 +341,13 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         return Path(out)
     path = write_trained_artifact(out, model, tokenizer, meta)
     weights = (read_meta(path) or {}).get("weights_sha256")
-    for name, given in answers.items():  # for distill, which scores this teacher on the same splits
+    for name, given in scores.raw.items():  # for distill, which scores this teacher on the same splits
         store_answers(weights, reader_windows(tokenizer, data.splits[name], cfg.max_length, stride), allow_null,
                       precision.precision, given)
     parts = [f"{split} F1 {m['f1']:.4f} (exact match {m['exact_match']:.4f}, {m['questions']} questions)"
              for split, m in metrics.items()]
     print("teacher: " + "; ".join(parts) + f" ({timings['total_s']:.0f} s)")
+    announce_null_threshold("teacher", scores.null)
     return path
 
 

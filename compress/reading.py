@@ -5,7 +5,8 @@ trained with (``stride`` from its ``compress.json``; only the passage is windowe
 repeats the question), every window gives a start and an end logit per token, and the answer is the
 best span over all windows (:func:`compress.tasks.qa_features.decode_spans`: n-best starts and ends
 per window, at most 30 tokens by default, mapped back to the passage's characters; the null answer competes
-when the reader was trained on SQuAD 2.0 data, ``allow_null`` in its ``compress.json``). numpy and
+when the reader was trained on SQuAD 2.0 data, ``allow_null`` in its ``compress.json``, and wins when it beats the
+best span by more than the ``null_threshold`` chosen on validation and recorded there). numpy and
 the tokenizer only, so an ONNX reader is served without torch like the other tasks.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from compress.errors import CompressError
-from compress.tasks.qa_features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST, decode_spans
+from compress.tasks.qa_features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST, DEFAULT_NULL_THRESHOLD, decode_spans
 
 
 def _pairs(inputs: Any) -> tuple[list[str], list[str]]:
@@ -39,22 +40,30 @@ def _pairs(inputs: Any) -> tuple[list[str], list[str]]:
 
 
 def answer_questions(predictor, inputs: Sequence[tuple[str, str]], batch_size: int = 32, *,
-                     n_best: int = DEFAULT_N_BEST, max_answer_length: int = DEFAULT_MAX_ANSWER_LENGTH
-                     ) -> list[dict[str, Any]]:
+                     n_best: int = DEFAULT_N_BEST, max_answer_length: int = DEFAULT_MAX_ANSWER_LENGTH,
+                     null_threshold: float | None = None) -> list[dict[str, Any]]:
     """One dict per question: ``question``, ``answer`` (a span of the passage, ``""`` for no answer),
     ``start`` / ``end`` (characters in the passage: ``passage[start:end] == answer``) and ``score``.
 
     ``n_best`` starts and ends are paired in each window and a span holds at most ``max_answer_length``
     tokens (``run_qa.py``'s 20 and 30): a longer limit finds long answers (addresses, lists) at the cost
-    of more spurious long spans."""
+    of more spurious long spans. A SQuAD 2.0 reader answers nothing when the null score beats the best span by
+    more than ``null_threshold`` (default: the one its stage chose on validation, ``null_threshold`` in
+    ``compress.json``; 0.0, ``run_qa.py``'s, for a reader that has none)."""
     questions, passages = _pairs(inputs)
     if not questions:
         return []
     windows = predictor.encode(list(zip(questions, passages)))
     rows = predictor.run_windows(windows, batch_size)
-    allow_null = bool((predictor.meta or {}).get("allow_null", False))
+    meta = predictor.meta or {}
+    allow_null = bool(meta.get("allow_null", False))
+    if null_threshold is None:
+        null_threshold = float(meta.get("null_threshold", DEFAULT_NULL_THRESHOLD))
+    elif not allow_null:
+        raise CompressError("--null-threshold: this reader was trained on SQuAD 1.1 data (every question has an "
+                            "answer), so it never answers nothing; the setting is for SQuAD 2.0 readers.")
     decoded = decode_spans(windows, [r[:, 0] for r in rows], [r[:, 1] for r in rows], passages, n_best=n_best,
-                           max_answer_length=max_answer_length, allow_null=allow_null)
+                           max_answer_length=max_answer_length, allow_null=allow_null, null_threshold=null_threshold)
     return [{"question": q, "answer": d["answer"], "start": d["start"], "end": d["end"], "score": d["score"]}
             for q, d in zip(questions, decoded)]
 

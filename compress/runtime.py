@@ -117,9 +117,10 @@ def recorded_setting(meta: dict[str, Any] | None, key: str, valid: Callable[[Any
     return None
 
 
-#: How an artifact reads inputs longer than its window, recorded by the stage that trained it (top level of
-#: ``compress.json``) and carried by every artifact made from it (export, quantize, optimize).
-READING_KEYS = ("stride", "pooling", "allow_null")
+#: How an artifact reads its inputs (the windows of inputs longer than its window; a SQuAD 2.0 reader's null
+#: threshold), recorded by the stage that trained it (top level of ``compress.json``) and carried by every artifact
+#: made from it (export, quantize, optimize).
+READING_KEYS = ("stride", "pooling", "allow_null", "null_threshold")
 
 
 def reading_settings(parent_meta: dict[str, Any] | None) -> dict[str, Any]:
@@ -358,13 +359,14 @@ class Predictor:
         return windows.batches(batch_size, pad_id, self.need_token_types)
 
     def predict(self, texts: Text | Sequence[Text], batch_size: int = 32, aggregation: str = "first",
-                word_tags: bool = False, **reading: int) -> Any:
+                word_tags: bool = False, **reading: Any) -> Any:
         """``(labels, probabilities)``: the label name and the softmax over labels for each input.
 
         For a span reader (``question-answering``): ``texts`` are ``(question, passage)`` tuples, and the
         result one dict per question, ``{"question", "answer", "start", "end", "score"}`` with character
         offsets into the passage (:mod:`compress.reading`); ``n_best=`` and ``max_answer_length=`` set its
-        span search (:func:`compress.reading.answer_questions`), and the windows' overlap (the doc stride)
+        span search and ``null_threshold=`` when a SQuAD 2.0 reader answers nothing (default: the one recorded
+        in its ``compress.json``; :func:`compress.reading.answer_questions`), and the windows' overlap (the doc stride)
         is ``stride`` (:meth:`set_windows`).
 
         For a tagger (``self.task == "token-classification"``): a list with one dict per text,

@@ -26,7 +26,7 @@ from compress.assets import resolve_model
 from compress.device import device_name, training_device
 from compress.export import check_out_is_not_input
 from compress.modeling import classification_metrics, count_parameters, load_classifier, model_device, predict_logits
-from compress.qa_teacher import evaluate_reader, qa_collator, qa_stride, qa_training_rows
+from compress.qa_teacher import qa_collator, qa_stride, qa_training_rows, score_reader
 from compress.runtime import artifact_kind
 from compress.tasks.task_choice import check_model_task
 from compress.tasks.token_training import score_token_logits, token_collator, token_logits, tokenize_tagged_split
@@ -203,7 +203,9 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
             "precision": (recovery or {}).get("precision"),
             "data": task.describe(),
             "task": task_name,
-            **({"stride": qa_stride(cfg.max_length, cfg.stride), "allow_null": task.with_impossible} if reading
+            **({"stride": qa_stride(cfg.max_length, cfg.stride), "allow_null": task.with_impossible,
+                **({"null_threshold": final_metrics[eval_splits[0]]["null_threshold"]}
+                   if eval_splits and "null_threshold" in final_metrics[eval_splits[0]] else {})} if reading
                else {"stride": window_stride(cfg.stride, cfg.max_length)} if tagging
                else windows_record(windows, cfg.max_length, cfg.stride, cfg.pooling)),
             "metrics": final_metrics,
@@ -321,10 +323,15 @@ def _recovery_record(cfg: PruneConfig, teacher: str, recovered_dir: Path) -> dic
 
 def _reader_evaluation(model, tokenizer, task, splits: list[str], max_length: int, stride: int,
                        pad_id: int) -> dict[str, Any]:
-    """A reader's SQuAD exact match and F1 per split, read in its windows (as the teacher scores it)."""
-
-    return {name: evaluate_reader(model, tokenizer, task.splits[name], task.gold_answers(name), max_length,
-                                  stride, task.with_impossible, pad_id=pad_id) for name in splits}
+    """A reader's SQuAD exact match and F1 per split, read in its windows (as the teacher scores it); with SQuAD
+    2.0 data at the null threshold chosen on validation for this very model, recorded in each split's scores."""
+    scores = score_reader(model, tokenizer, {name: task.splits[name] for name in splits},
+                          {name: task.gold_answers(name) for name in splits}, max_length, stride, task.with_impossible,
+                          pad_id=pad_id)
+    if scores.null is not None:
+        for metrics in scores.metrics.values():
+            metrics["null_threshold"] = scores.null_threshold
+    return scores.metrics
 
 
 def _tagger_evaluation(task, tokenized: dict[str, Any], splits: list[str], pad_id: int):

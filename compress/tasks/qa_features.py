@@ -19,13 +19,16 @@ The conventions are those users know from transformers' ``run_qa.py`` / ``utils_
   windows of a question is the answer, mapped back to the passage's characters through the
   offsets. SQuAD 2.0's null score is ``start_logits[0] + end_logits[0]``, the smallest over the
   question's windows (the window most sure there *is* an answer, as ``utils_qa`` takes it); with
-  ``allow_null`` the answer is empty when ``null - best > null_threshold``.
+  ``allow_null`` the answer is empty when ``null - best > null_threshold``. Decoded once with
+  ``null_threshold=math.inf`` (the best span whenever there is one), :func:`apply_null_threshold` gives
+  any other threshold's answers without reading the windows again: what choosing it on validation needs.
 
 numpy and a ``tokenizers`` backend only (no torch), so the torch-free runtime can decode too.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -39,6 +42,8 @@ from compress.windows import Windows, encode_windows
 NULL_INDEX = 0
 #: ``utils_qa.postprocess_qa_predictions``'s defaults.
 DEFAULT_N_BEST, DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_NULL_THRESHOLD = 20, 30, 0.0
+#: Decode with this threshold to keep the best span of every question that has one (the null answer never wins).
+NEVER_NULL = math.inf
 #: ``run_qa.py``'s defaults (a third of the window overlaps).
 DEFAULT_MAX_LENGTH, DEFAULT_DOC_STRIDE = 384, 128
 
@@ -138,7 +143,9 @@ def decode_spans(windows: Windows, start_logits: Sequence[np.ndarray], end_logit
     batch are fine: positions past the window are never looked at). Per question: ``answer`` (text),
     ``start`` / ``end`` (characters in the passage, ``context[start:end] == answer``; ``0, 0`` for no
     answer), ``score`` (the answer's probability among the n-best, as ``utils_qa`` computes it),
-    ``logit`` (start + end logit), ``null_logit`` and the ``n_best`` list of candidates.
+    ``logit`` (start + end logit), ``null_logit``, ``window`` (the answer's window, -1 for the empty answer),
+    ``null_score`` (the null answer's probability among the n-best; ``None`` without ``allow_null``) and the
+    ``n_best`` list of candidates.
     """
     _check_decoding(n_best, max_answer_length)
     if len(start_logits) != len(windows) or len(end_logits) != len(windows):
@@ -183,5 +190,26 @@ def decode_spans(windows: Windows, start_logits: Sequence[np.ndarray], end_logit
             chosen = best
         out.append({"answer": chosen["answer"], "start": chosen["start"], "end": chosen["end"],
                     "score": chosen.get("probability", 0.0), "logit": chosen["logit"], "null_logit": float(null),
+                    "window": chosen["window"], "null_score": empty.get("probability") if allow_null else None,
                     "n_best": candidates})
+    return out
+
+
+def null_margins(decoded: Sequence[dict[str, Any]]) -> np.ndarray:
+    """Per question of a :data:`NEVER_NULL` decoding, ``null - best``: the answer is empty at a threshold below it
+    (``inf`` where no span was valid: empty at every threshold)."""
+    return np.array([np.inf if d["window"] < 0 else d["null_logit"] - d["logit"] for d in decoded], dtype=np.float64)
+
+
+def apply_null_threshold(decoded: Sequence[dict[str, Any]], null_threshold: float) -> list[dict[str, Any]]:
+    """The answers :func:`decode_spans` gives at ``null_threshold``, from its answers at :data:`NEVER_NULL`
+    (with ``allow_null``): a question whose ``null - best`` exceeds the threshold gets the empty answer, scored
+    with the null answer's probability (``null_score``). Answers decoded without ``allow_null`` have no null
+    answer and come back as they are."""
+    out = []
+    for d, margin in zip(decoded, null_margins(decoded)):
+        if d["null_score"] is not None and d["window"] >= 0 and margin > null_threshold:
+            d = {**d, "answer": "", "start": 0, "end": 0, "score": d["null_score"], "logit": d["null_logit"],
+                 "window": -1}
+        out.append(d)
     return out

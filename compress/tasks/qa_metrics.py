@@ -11,6 +11,10 @@ A question without an answer (SQuAD 2.0) has the empty string as its one gold an
 script does: only an empty prediction scores 1 there, and an empty prediction scores 0 on a
 question that has an answer. Gold answers that normalise to nothing are dropped the same way.
 
+With SQuAD 2.0 questions the null threshold (answer nothing when the null score beats the best span by more
+than it) is chosen the way the v2.0 script's ``find_best_thresh`` does, on validation:
+:func:`best_null_threshold`.
+
 Per-question scores are kept (:func:`question_scores`) so a paired bootstrap over questions can
 resample them; :func:`squad_scores` averages them. Scores are fractions in [0, 1] like every other
 metric of bert-compress (the official scripts print them times 100).
@@ -93,3 +97,42 @@ def squad_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]],
         out["reference_exact_match"] = float(ref["exact_match"].mean()) if n else 0.0
         out["reference_f1"] = float(ref["f1"].mean()) if n else 0.0
     return out
+
+
+def best_null_threshold(margins: Sequence[float], answered_f1: Sequence[float], empty_f1: Sequence[float],
+                        default: float = 0.0) -> tuple[float, float]:
+    """``(threshold, mean F1)``: the null threshold with the best mean F1, and that F1.
+
+    Question ``i`` is answered with its best span (F1 ``answered_f1[i]``) when ``margins[i]`` (null score minus
+    best span score) is at most the threshold, else left empty (``empty_f1[i]``: 1 for an unanswerable question);
+    ``inf`` margins are empty at every threshold. Every cut between two sorted margins is tried, as the v2.0
+    script sweeps its no-answer probabilities; a cut is placed halfway between its two margins (the script puts it
+    on one of them, where unseen questions land on either side by a hair), and among cuts of equal F1 the one
+    nearest ``default`` (``run_qa.py``'s 0.0) wins, so a threshold moves only when it scores better.
+    """
+    margins = np.asarray(margins, dtype=np.float64)
+    answered, empty = np.asarray(answered_f1, dtype=np.float64), np.asarray(empty_f1, dtype=np.float64)
+    if not len(margins):
+        return float(default), 0.0
+    order = np.argsort(margins, kind="stable")
+    m = margins[order]
+    # answering the k questions with the smallest margins: F1 = their answered F1 + the others' empty F1
+    totals = np.round(np.concatenate([[0.0], np.cumsum(answered[order] - empty[order])]) + empty.sum(), 9)
+    finite = np.isfinite(m)
+    cuts = []
+    for k in range(len(m) + 1):  # k answered: a threshold in [m[k-1], m[k]) (-inf below all, beyond the largest)
+        if k and not finite[k - 1]:
+            break
+        low = m[k - 1] if k else -np.inf
+        high = m[k] if k < len(m) else np.inf
+        if low == high:
+            continue  # equal margins: a threshold cannot answer one and not the other
+        if low <= default < high:
+            cut = float(default)
+        elif np.isinf(low) or np.isinf(high):
+            cut = float(high - 1.0 if np.isinf(low) else low + 1.0)
+        else:
+            cut = float((low + high) / 2)
+        cuts.append((totals[k], -abs(cut - default), cut))
+    best_total, _, threshold = max(cuts)
+    return threshold, float(best_total / len(margins))

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compress.config import DataOptions, DistillConfig, StudentSpec, TeacherConfig, TrainSettings
+from compress.config import DataOptions, DistillConfig, StudentSpec, TrainSettings
 from compress.errors import CompressError
 from tests.conftest import make_bert, make_mpnet, make_mpnet_tokenizer, make_tokenizer
-from tests.support.squad import squad_splits
+from tests.support.squad import squad_splits, train_tiny_reader
 
 MAX_LENGTH = 48
 
@@ -32,12 +32,8 @@ def squad(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def mpnet_reader(squad, tmp_path_factory) -> Path:
-    from compress.teacher import train_teacher
-
     root = tmp_path_factory.mktemp("mpnet-reader")
-    cfg = TeacherConfig(model=str(make_mpnet(root / "encoder", layers=2)), data=DataOptions(str(squad)),
-                        max_length=MAX_LENGTH, train=TrainSettings(epochs=2, lr=3e-3, batch_size=16, logging_steps=1000))
-    return train_teacher(cfg, root / "teacher")
+    return train_tiny_reader(root, squad, make_mpnet(root / "encoder", layers=2), MAX_LENGTH)
 
 
 @pytest.mark.parametrize("make", [make_tokenizer, make_mpnet_tokenizer], ids=["bert", "mpnet"])

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from compress.errors import CompressError
-from compress.tasks.qa_features import (NULL_INDEX, answer_positions, decode_spans, encode_qa, first_answer_spans,
-                                        qa_features, span_chars)
+from compress.tasks.qa_features import (NEVER_NULL, NULL_INDEX, answer_positions, apply_null_threshold, decode_spans,
+                                        encode_qa, first_answer_spans, null_margins, qa_features, span_chars)
 from tests.conftest import make_tokenizer
 
 
@@ -191,6 +191,38 @@ def test_the_null_answer_wins_only_past_the_threshold(tok, long_windows):
     # null - best = 8 - 6 = 2: a threshold of 2 keeps the span, just below 2 gives the null answer.
     assert decode_spans(long_windows, start, end, [CONTEXT], allow_null=True, null_threshold=2.0)[0]["answer"] == "Seine"
     assert decode_spans(long_windows, start, end, [CONTEXT], allow_null=True, null_threshold=1.99)[0]["answer"] == ""
+
+
+def test_any_null_threshold_from_one_decoding(tok):
+    """A reading at NEVER_NULL turned into a threshold's answers is what decoding at that threshold gives, for
+    questions whose null score sits below, between and above their spans (and one with no valid span)."""
+    rng = np.random.default_rng(0)
+    contexts = ["Paris is the capital of France and its largest city.", "The Seine flows through Paris.",
+                "Berlin is in Germany.", "Rome is old."]
+    windows = encode_qa(tok, ["Where?", "What flows?", "Where is Berlin?", "Old?"], contexts, max_length=24,
+                        doc_stride=6)
+    start = [rng.normal(0, 2, len(ids)) for ids in windows.input_ids]
+    end = [rng.normal(0, 2, len(ids)) for ids in windows.input_ids]
+    for i in range(3):  # a valid span in the first window of each of these (two starts and two ends are paired)
+        w = int(windows.windows_of(i)[0])
+        a, _ = windows.segment[w]
+        start[w][a], end[w][a + 1] = 9.0, 9.0
+    for w in windows.windows_of(3):  # no valid span: the two best starts come after the two best ends
+        a, b = windows.segment[int(w)]
+        start[int(w)][b - 2:b] = 9.0
+        end[int(w)][a:a + 2] = 9.0
+    read = dict(allow_null=True, n_best=2)
+    raw = decode_spans(windows, start, end, contexts, null_threshold=NEVER_NULL, **read)
+    margins = null_margins(raw)
+    assert np.isinf(margins[3]) and raw[3]["answer"] == "" and np.isfinite(margins[:3]).all()
+    keys = ("answer", "start", "end", "score", "logit", "window")
+    for threshold in (-np.inf, *(margins[:3] - 1e-6), *margins[:3], 0.0, 5.0, np.inf):
+        direct = decode_spans(windows, start, end, contexts, null_threshold=threshold, **read)
+        applied = apply_null_threshold(raw, threshold)
+        assert [{k: d[k] for k in keys} for d in applied] == [{k: d[k] for k in keys} for d in direct]
+    assert {a["answer"] == "" for a in apply_null_threshold(raw, -np.inf)} == {True}
+    v1 = decode_spans(windows, start, end, contexts, n_best=2, null_threshold=NEVER_NULL)  # SQuAD 1.1: no null
+    assert apply_null_threshold(v1, -np.inf) == v1
 
 
 def test_several_questions_and_bad_settings(tok):

@@ -86,3 +86,37 @@ def test_question_answering_is_registered_with_what_the_stages_need():
     assert task_for_architectures(["BertForQuestionAnswering"]) is qa
     assert qa.score(["Denver Broncos"], [["the Denver Broncos"]])["f1"] == 1.0
     assert qa.model_class().__name__ == "AutoModelForQuestionAnswering"
+
+
+def test_best_null_threshold_by_hand():
+    """Four questions, null - best margins -2, -1, 1, 3: answering the first (or the first three) scores 3 of 4,
+    and of the two cuts the one nearer 0 wins, halfway between the margins it separates."""
+    from compress.tasks.qa_metrics import best_null_threshold
+
+    margins, answered, empty = [3.0, -1.0, 1.0, -2.0], [0, 0, 1, 1], [1, 1, 0, 0]
+    assert best_null_threshold(margins, answered, empty) == (-1.5, 0.75)
+    # 0 separates the best cut (answer the two below it): 0 itself is kept, the default moves only to score better
+    assert best_null_threshold([-2.0, -1.0, 1.0, 3.0], [1, 1, 0, 0], [0, 0, 1, 1]) == (0.0, 1.0)
+    # no valid span (inf): empty at every threshold; everything answerable and right: answer all
+    assert best_null_threshold([np.inf, 5.0], [0, 1], [0, 0]) == (6.0, 0.5)
+    assert best_null_threshold([], [], []) == (0.0, 0.0)
+    # equal margins cannot be split (answering one of them would score 1.0): both or neither, 0.5 either way
+    assert best_null_threshold([1.0, 1.0], [1, 0], [0, 1]) == (0.0, 0.5)
+
+
+def test_best_null_threshold_is_the_best_of_every_threshold():
+    """On random questions the chosen threshold's F1 is the best F1 any threshold gives (a dense sweep), and
+    is what answering by that threshold scores."""
+    from compress.tasks.qa_metrics import best_null_threshold
+
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        n = int(rng.integers(1, 40))
+        margins = np.round(rng.normal(0, 3, n), 1)  # rounded: ties among margins too
+        margins[rng.random(n) < 0.1] = np.inf
+        answered, empty = rng.random(n), (rng.random(n) < 0.5).astype(float)
+        threshold, f1 = best_null_threshold(margins, answered, empty)
+        score = lambda t: float(np.where(margins <= t, answered, empty).mean())
+        assert f1 == pytest.approx(score(threshold))
+        grid = np.concatenate([[-np.inf], np.linspace(-12, 12, 4801)])
+        assert f1 == pytest.approx(max(score(t) for t in grid))

@@ -1,0 +1,132 @@
+"""A SQuAD 2.0 reader's null threshold: chosen on validation by the stage that trains it, recorded, and the one
+every later reading uses (Predictor, `predict`, the ONNX export, the distilled student's own).
+
+Synthetic SQuAD 2.0 files (tests/support/squad.py): 40% of the questions are asked of a passage whose colour is
+the door's, not the key's, so the right answer is none. A tiny BERT reader learns both in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compress.config import DataOptions, DistillConfig, StudentSpec, TeacherConfig, TrainSettings
+from compress.errors import CompressError
+from tests.conftest import make_bert
+from tests.support.squad import squad_splits, train_tiny_reader
+
+MAX_LENGTH = 48
+
+
+@pytest.fixture(scope="module")
+def squad2(tmp_path_factory) -> Path:
+    return squad_splits(tmp_path_factory.mktemp("squad2"), impossible=0.4)
+
+
+@pytest.fixture(scope="module")
+def reader2(squad2, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("reader2")
+    return train_tiny_reader(root, squad2, make_bert(root / "encoder", layers=2), MAX_LENGTH)
+
+
+def _pairs(squad2: Path, split: str) -> tuple[list[tuple[str, str]], list[bool]]:
+    doc = json.loads((squad2 / f"{split}.json").read_text())
+    qas = [(q["question"], p["context"], q["is_impossible"]) for a in doc["data"] for p in a["paragraphs"]
+           for q in p["qas"]]
+    return [(q, c) for q, c, _ in qas], [i for _, _, i in qas]
+
+
+def test_the_teacher_chooses_its_null_threshold_on_validation_and_records_it(reader2, squad2):
+    from compress.qa_teacher import choose_null_threshold, read_answers
+    from compress.modeling import load_classifier
+    from compress.tasks.qa_data import load_qa_data
+
+    meta = json.loads((reader2 / "compress.json").read_text())
+    choice = meta["null_threshold_choice"]
+    assert meta["allow_null"] is True and choice["chosen_on"] == "validation"
+    assert meta["null_threshold"] == choice["null_threshold"]
+    assert choice["f1"] >= choice["f1_at_default"]
+    assert meta["metrics"]["validation"]["f1"] == pytest.approx(choice["f1"])
+    # the choice is the best threshold on a fresh reading of validation, and the test score is read at it
+    model, tok, _ = load_classifier(reader2, task="question-answering")
+    data = load_qa_data(str(squad2))
+    precision = meta["precision"]["precision"]  # what the stage scored in (auto: bf16 where the CPU has it)
+    raw, _ = read_answers(model, tok, data.splits["validation"], MAX_LENGTH, meta["stride"], True,
+                          precision=precision, null_threshold=np.inf)
+    assert choose_null_threshold(raw, data.gold_answers("validation")) == choice
+    test, _ = read_answers(model, tok, data.splits["test"], MAX_LENGTH, meta["stride"], True,
+                           precision=precision, null_threshold=meta["null_threshold"])
+    from compress.tasks.qa_metrics import squad_scores
+
+    assert squad_scores([a["answer"] for a in test], data.gold_answers("test"))["f1"] == \
+        pytest.approx(meta["metrics"]["test"]["f1"])
+    unanswerable = meta["metrics"]["test"]
+    assert unanswerable["no_answer_n"] > 0 and unanswerable["has_answer_n"] > 0
+
+
+def test_predictor_and_the_export_answer_at_the_recorded_threshold(reader2, squad2, tmp_path):
+    from compress.export import export_onnx
+    from compress.qa_teacher import read_answers
+    from compress.modeling import load_classifier
+    from compress.runtime import Predictor
+    from compress.tasks.qa_data import load_qa_data
+
+    meta = json.loads((reader2 / "compress.json").read_text())
+    pairs, impossible = _pairs(squad2, "test")
+    served = Predictor.load(reader2).predict(pairs)
+    model, tok, _ = load_classifier(reader2, task="question-answering")
+    staged, _ = read_answers(model, tok, load_qa_data(str(squad2)).splits["test"], MAX_LENGTH, meta["stride"], True,
+                             null_threshold=meta["null_threshold"])
+    assert [a["answer"] for a in served] == [a["answer"] for a in staged]
+    assert any(a["answer"] == "" for a in served) and any(a["answer"] for a in served)
+    # the threshold decides: far above every margin nothing is empty, far below everything is
+    assert all(a["answer"] for a in Predictor.load(reader2).predict(pairs, null_threshold=1e9))
+    assert not any(a["answer"] for a in Predictor.load(reader2).predict(pairs, null_threshold=-1e9))
+
+    onnx = export_onnx(str(reader2), tmp_path / "onnx")
+    assert json.loads((Path(onnx) / "compress.json").read_text())["null_threshold"] == meta["null_threshold"]
+    assert [a["answer"] for a in Predictor.load(onnx).predict(pairs)] == [a["answer"] for a in served]
+
+
+def test_predict_takes_a_null_threshold_and_a_squad11_reader_refuses_it(reader2, squad2, tmp_path, capsys):
+    from compress.cli import main
+    from compress.teacher import train_teacher
+
+    passage = tmp_path / "passage.txt"
+    passage.write_text("the film was long . the door is red . the night was short")
+    args = ["predict", "--model", str(reader2), "--question", "what is the key ?", "--context-file", str(passage)]
+    assert main(args + ["--null-threshold", "1e9"]) == 0
+    assert "(no answer)" not in capsys.readouterr().out
+    assert main(args + ["--null-threshold=-1e9"]) == 0
+    assert capsys.readouterr().out.startswith("(no answer)")
+
+    v1 = train_teacher(TeacherConfig(model=str(make_bert(tmp_path / "encoder", layers=1)),
+                                     data=DataOptions(str(squad_splits(tmp_path / "squad11"))), max_length=MAX_LENGTH,
+                                     train=TrainSettings(epochs=0)), tmp_path / "v1")
+    meta = json.loads((v1 / "compress.json").read_text())
+    assert meta["allow_null"] is False and "null_threshold" not in meta
+    from compress.runtime import Predictor
+
+    with pytest.raises(CompressError, match="trained on SQuAD 1.1 data") as info:
+        Predictor.load(v1).predict([("what is the key ?", "the key is red .")], null_threshold=1.0)
+    assert "\n" not in str(info.value)
+
+
+def test_the_distilled_student_chooses_its_own_threshold(reader2, squad2, tmp_path):
+    """distill scores the teacher at the teacher's recorded threshold and the student at the one with the
+    student's best validation F1, recorded in the student's compress.json."""
+    from compress.distill.trainer import distill
+
+    t_meta = json.loads((reader2 / "compress.json").read_text())
+    cfg = DistillConfig(teacher=str(reader2), data=DataOptions(str(squad2)), max_length=MAX_LENGTH,
+                        student=StudentSpec("1x32", init="random"), alpha_kd=1.0, alpha_hard=0.5,
+                        train=TrainSettings(epochs=1, lr=3e-3, batch_size=16, logging_steps=1000))
+    meta = json.loads((distill(cfg, tmp_path / "student") / "compress.json").read_text())
+    choice = meta["null_threshold_choice"]
+    assert choice["chosen_on"] == "validation" and meta["null_threshold"] == choice["null_threshold"]
+    assert meta["metrics"]["validation"]["f1"] == pytest.approx(choice["f1"]) and choice["f1"] >= choice["f1_at_default"]
+    for split in ("validation", "test"):  # the teacher as its own stage scored it
+        assert meta["metrics"][split]["teacher_f1"] == pytest.approx(t_meta["metrics"][split]["f1"])
