@@ -13,13 +13,15 @@ task object (two scores per token: answer starts here, ends here). What users of
 - **scoring**: every window's start and end logits, the n-best spans per window (at most 30 tokens
   long), the best span over all windows mapped back to the passage's characters, and the official
   SQuAD exact match and F1 (:mod:`compress.tasks.qa_metrics`); with SQuAD 2.0 data the null
-  answer competes (``allow_null``).
+  answer competes (``allow_null``), at the null threshold with the best validation F1 (:func:`score_reader`,
+  recorded as ``null_threshold``: a model trained on few questions rarely beats its null score by
+  ``run_qa.py``'s 0.0).
 
 Training is the other teachers' machinery: the guarded Trainer (seeded batch order, NaN guard),
 fingerprinted checkpoints and ``--resume``, Ctrl-C, validation F1 logged after every epoch and an
 atomic artifact with ``"task": "question-answering"``. A model whose head is for another task is
-refused in one line before transformers loads it. The later stages (soft labels, distillation,
-export, INT8, Predictor) do not take QA artifacts yet.
+refused in one line before transformers loads it. :func:`score_reader` is also how distill and prune
+score the readers they write.
 """
 
 from __future__ import annotations
@@ -192,16 +194,27 @@ def read_answers(model, tokenizer, split, max_length: int, stride: int, allow_nu
 
 
 def choose_null_threshold(answers: Sequence[dict[str, Any]], gold: Sequence[Sequence[str]]) -> dict[str, Any]:
-    """The null threshold with the best F1 on these answers (a :data:`NEVER_NULL` reading of validation), as
-    ``{"null_threshold", "f1", "f1_at_default", "chosen_on"}``: SQuAD 2.0 readers answer nothing when the null
-    score beats the best span by more than it (:func:`compress.tasks.qa_metrics.best_null_threshold`)."""
+    """The null threshold a SQuAD 2.0 reader answers at, from a :data:`NEVER_NULL` reading of validation.
+
+    The threshold with the best F1 (:func:`compress.tasks.qa_metrics.best_null_threshold`) replaces 0.0
+    (``run_qa.py``'s) only when its gain is told from noise: the paired 95% bootstrap interval over the
+    questions of its F1 minus 0.0's lies above zero. Otherwise one or two questions of validation would move it,
+    and the next split pays. The record: ``null_threshold`` (the one used) and its ``f1``, ``f1_at_default``,
+    the sweep's ``best_threshold`` / ``best_f1``, ``gain_interval`` and ``chosen_on``."""
+    from benchmarks.stats import mean_drop_interval
+
+    def per_question(threshold: float) -> np.ndarray:
+        return question_scores([a["answer"] for a in apply_null_threshold(answers, threshold)], gold)["f1"]
+
     answered = question_scores([a["answer"] for a in answers], gold)["f1"]
     empty = question_scores([""] * len(answers), gold)["f1"]
-    threshold, f1 = best_null_threshold(null_margins(answers), answered, empty, DEFAULT_NULL_THRESHOLD)
-    at_default = question_scores([a["answer"] for a in apply_null_threshold(answers, DEFAULT_NULL_THRESHOLD)],
-                                 gold)["f1"]
-    return {"null_threshold": round(threshold, 6), "f1": f1, "f1_at_default": float(at_default.mean()),
-            "chosen_on": "validation"}
+    best, best_f1 = best_null_threshold(null_margins(answers), answered, empty, DEFAULT_NULL_THRESHOLD)
+    at_default, at_best = per_question(DEFAULT_NULL_THRESHOLD), per_question(best)
+    gain = mean_drop_interval(at_best, at_default)  # mean(best - default), paired over the questions
+    used = best if gain.low > 0 else DEFAULT_NULL_THRESHOLD
+    return {"null_threshold": round(used, 6), "f1": float((at_best if used == best else at_default).mean()),
+            "f1_at_default": float(at_default.mean()), "best_threshold": round(best, 6), "best_f1": best_f1,
+            "gain_interval": [round(gain.low, 6), round(gain.high, 6)], "chosen_on": "validation"}
 
 
 @dataclass
@@ -257,11 +270,20 @@ def score_reader(model, tokenizer, splits: dict[str, Any], golds: dict[str, Sequ
 
 
 def announce_null_threshold(who: str, null: dict[str, Any] | None) -> None:
-    """One line on the threshold a SQuAD 2.0 reader answers at, when it was chosen on validation."""
-    if null and null["chosen_on"] == "validation":
+    """One line on the threshold a SQuAD 2.0 reader answers at, when validation decided it."""
+    if not null or null["chosen_on"] != "validation":
+        return
+    low, high = null["gain_interval"]
+    if null["best_threshold"] == DEFAULT_NULL_THRESHOLD:
+        print(f"{who}: null threshold {DEFAULT_NULL_THRESHOLD:g}, the best on validation too (F1 {null['f1']:.4f})")
+    elif null["null_threshold"] == null["best_threshold"]:
         print(f"{who}: null threshold {null['null_threshold']:g}, chosen on validation (F1 {null['f1']:.4f} against "
-              f"{null['f1_at_default']:.4f} at {DEFAULT_NULL_THRESHOLD:g}); Predictor and every artifact made from "
-              "this one answer with it")
+              f"{null['f1_at_default']:.4f} at {DEFAULT_NULL_THRESHOLD:g}, gain [{low:+.4f}, {high:+.4f}]); Predictor "
+              "and every artifact made from this one answer with it")
+    else:
+        print(f"{who}: null threshold {DEFAULT_NULL_THRESHOLD:g} kept: the best on validation "
+              f"({null['best_threshold']:g}, F1 {null['best_f1']:.4f} against {null['f1_at_default']:.4f}) is not "
+              f"told from noise (gain [{low:+.4f}, {high:+.4f}])")
 
 
 def evaluate_reader(model, tokenizer, split, gold: Sequence[Sequence[str]], max_length: int, stride: int,

@@ -67,6 +67,31 @@ def test_the_teacher_chooses_its_null_threshold_on_validation_and_records_it(rea
     assert unanswerable["no_answer_n"] > 0 and unanswerable["has_answer_n"] > 0
 
 
+def _reading(margins: list[float], texts: list[str]) -> list[dict]:
+    """A NEVER_NULL reading by hand: each question's best span ``texts[i]`` and its null - best margin."""
+    return [{"answer": t, "start": 0, "end": len(t), "score": 0.5, "logit": 1.0, "null_logit": 1.0 + m, "window": 0,
+             "null_score": 0.5} for m, t in zip(margins, texts)]
+
+
+@pytest.mark.parametrize("moved", [1, 10])
+def test_the_threshold_moves_only_for_a_gain_told_from_noise(moved):
+    """40 questions: 20 unanswerable (margin 3: empty at 0 and should stay so), 20 answerable and read right;
+    ``moved`` of these have margin 0.5 (empty at 0.0, answered by any threshold past 0.5). One question's gain is
+    within the noise of 40 and 0.0 stays; ten questions' moves the threshold to 1.75 (halfway to 3)."""
+    from compress.qa_teacher import choose_null_threshold
+
+    margins = [3.0] * 20 + [0.5] * moved + [-1.0] * (20 - moved)
+    gold = [[""]] * 20 + [["red"]] * 20
+    choice = choose_null_threshold(_reading(margins, ["blue"] * 20 + ["red"] * 20), gold)
+    assert choice["best_threshold"] == 1.75 and choice["best_f1"] == 1.0
+    assert choice["f1_at_default"] == pytest.approx(1 - moved / 40)
+    if moved == 1:
+        assert choice["null_threshold"] == 0.0 and choice["gain_interval"][0] == 0.0
+        assert choice["f1"] == choice["f1_at_default"]
+    else:
+        assert choice["null_threshold"] == 1.75 and choice["gain_interval"][0] > 0 and choice["f1"] == 1.0
+
+
 def test_predictor_and_the_export_answer_at_the_recorded_threshold(reader2, squad2, tmp_path):
     from compress.export import export_onnx
     from compress.qa_teacher import read_answers
