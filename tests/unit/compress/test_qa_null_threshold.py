@@ -155,3 +155,31 @@ def test_the_distilled_student_chooses_its_own_threshold(reader2, squad2, tmp_pa
     assert meta["metrics"]["validation"]["f1"] == pytest.approx(choice["f1"]) and choice["f1"] >= choice["f1_at_default"]
     for split in ("validation", "test"):  # the teacher as its own stage scored it
         assert meta["metrics"][split]["teacher_f1"] == pytest.approx(t_meta["metrics"][split]["f1"])
+
+
+def test_a_pruned_reader_answers_at_the_threshold_chosen_for_it(reader2, squad2, tmp_path):
+    """prune scores the pruned reader at the null threshold validation chooses for that model, records it in
+    each split's scores and as the artifact's reading setting, and Predictor answers with it."""
+    from compress.config import PruneConfig
+    from compress.prune.stage import prune
+    from compress.qa_teacher import choose_null_threshold, read_answers
+    from compress.modeling import load_classifier
+    from compress.runtime import Predictor
+    from compress.tasks.qa_data import load_qa_data
+
+    cfg = PruneConfig(model=str(reader2), data=DataOptions(str(squad2)), heads=0.5, ffn=0.5, importance="magnitude",
+                      recover_epochs=0, max_length=MAX_LENGTH, train=TrainSettings(epochs=0, batch_size=16))
+    out = prune(cfg, tmp_path / "pruned")
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["allow_null"] is True
+    assert meta["metrics"]["validation"]["null_threshold"] == meta["metrics"]["test"]["null_threshold"] == \
+        meta["null_threshold"]
+    model, tok, _ = load_classifier(out, task="question-answering")
+    data = load_qa_data(str(squad2))
+    raw, _ = read_answers(model, tok, data.splits["validation"], MAX_LENGTH, meta["stride"], True,
+                          null_threshold=np.inf)
+    assert choose_null_threshold(raw, data.gold_answers("validation"))["null_threshold"] == meta["null_threshold"]
+    pairs, _ = _pairs(squad2, "test")
+    staged, _ = read_answers(model, tok, data.splits["test"], MAX_LENGTH, meta["stride"], True,
+                             null_threshold=meta["null_threshold"])
+    assert [a["answer"] for a in Predictor.load(out).predict(pairs)] == [a["answer"] for a in staged]
