@@ -88,7 +88,7 @@ def _option(g: Any, cls: type, key: str, help: str | None = None, aliases: tuple
 def _add_data_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
     g = p.add_argument_group("data")
     _option(g, DataOptions, "data", required=required)
-    for key in ("text_column", "text_pair_column", "label_column", "limit", "split_seed"):
+    for key in DATA_KEYS[1:]:  # after --data itself
         _option(g, DataOptions, key)
 
 

@@ -59,7 +59,7 @@ from compress.quiet import quiet_transformers
 from compress.qa_teacher import (MODEL_COLUMNS, announce_null_threshold, f1_callback, qa_stride, score_reader,
                                  span_logits)
 from compress.tasks import get_task
-from compress.tasks.qa_data import QATaskData, load_qa_data
+from compress.tasks.qa_data import QATaskData
 from compress.tasks.qa_features import DEFAULT_NULL_THRESHOLD, qa_features
 from compress.tasks.task_choice import QA, model_head
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, interrupt_callback, is_main_process,
@@ -359,7 +359,7 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
                             "as they come, not selected by similarity; leave it out for QA data.")
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device).precision
-    full = load_qa_data(cfg.data.data, seed=cfg.data.split_seed)
+    full = cfg.data.load_qa(whole=True)
     data = full.subset(cfg.data.limit, seed=cfg.data.split_seed)
     refuse_keep_best(cfg.train, data.splits, cfg.data.data)
     transfer = None

@@ -41,7 +41,7 @@ from compress.config import TeacherConfig
 from compress.hub import snapshot_origin
 from compress.modeling import count_parameters, load_classifier
 from compress.tasks import get_task
-from compress.tasks.qa_data import QATaskData, load_qa_data
+from compress.tasks.qa_data import QATaskData
 from compress.tasks.qa_features import (DEFAULT_NULL_THRESHOLD, NEVER_NULL, apply_null_threshold, decode_spans,
                                         encode_qa, null_margins, qa_features)
 from compress.tasks.qa_metrics import best_null_threshold, question_scores
@@ -68,8 +68,7 @@ def qa_stride(max_length: int, stride: int | None = None) -> int:
 
 def load_qa_task(cfg: TeacherConfig) -> QATaskData:
     """The teacher's QA data (``--data``, cut to ``--limit`` questions per split, seeded)."""
-    data = load_qa_data(cfg.data.data, seed=cfg.data.split_seed)
-    return data.subset(cfg.data.limit, seed=cfg.data.split_seed)
+    return cfg.data.load_qa()
 
 
 def qa_training_rows(split, tokenizer, max_length: int, stride: int):

@@ -37,17 +37,17 @@ from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bo
                                run_trainer, training_arguments, world, refuse_keep_best, epoch_validation_callback)
 from compress.device import device_name, resolve_precision, training_device
 from compress.qa_teacher import train_qa_teacher
-from compress.tasks.task_choice import QA, SEQUENCE, TOKEN, check_model_task, data_task
+from compress.tasks.task_choice import QA, SEQUENCE, TOKEN, check_model_task
 from compress.token_teacher import train_token_teacher
 
 
 def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a teacher; write it as an artifact at ``out``."""
 
-    if data_task(cfg.data.data) == TOKEN:  # tagging data: the tagger teacher (same Trainer machinery)
+    if cfg.data.task() == TOKEN:  # tagging data: the tagger teacher (same Trainer machinery)
 
         return train_token_teacher(cfg, out)
-    if data_task(cfg.data.data) == QA:  # SQuAD-format data: the span-reader teacher
+    if cfg.data.task() == QA:  # SQuAD-format data: the span-reader teacher
 
         return train_qa_teacher(cfg, out)
     cfg.validate()

@@ -10,9 +10,9 @@ from compress.config.engine import Problem, _choices, _device_problems, _helped,
 from compress.errors import CompressError
 from students.presets import DEFAULT_PRESET, parse_shape
 from compress.data import BUILTIN_DATASETS, load_task_data
-from compress.tasks.qa_data import load_qa_data
-from compress.tasks.task_choice import QA, TOKEN, data_task
-from compress.tasks.token_data import load_token_data
+from compress.tasks.qa_data import ANSWERS_COLUMNS, CONTEXT_COLUMNS, QUESTION_COLUMNS, load_qa_data
+from compress.tasks.task_choice import QA, QA_COLUMN_FLAGS, TAGGING_COLUMN_FLAGS, TOKEN, data_task
+from compress.tasks.token_data import TAG_COLUMNS, TOKEN_COLUMNS, load_token_data
 from compress.windows import DEFAULT_POOLING, POOLINGS, check_stride
 
 
@@ -29,8 +29,31 @@ class DataOptions(ConfigBase):
     text_column: str = _helped("text", "column holding the text")
     text_pair_column: str | None = _helped(None, "second text column for sentence-pair tasks")
     label_column: str = _helped("label", "column holding the label")
+    token_column: str | None = _helped(None, "tagging data (a JSONL table or hf:NAME): the column of word lists "
+                                       f"(default: the first of {', '.join(TOKEN_COLUMNS)})")
+    tag_column: str | None = _helped(None, "tagging data: the column of tag lists "
+                                     f"(default: the first of {', '.join(TAG_COLUMNS)})")
+    question_column: str | None = _helped(None, "question-answering data from hf:NAME: the question column "
+                                          f"(default: the first of {', '.join(QUESTION_COLUMNS)})")
+    context_column: str | None = _helped(None, "question-answering data from hf:NAME: the passage column "
+                                         f"(default: the first of {', '.join(CONTEXT_COLUMNS)})")
+    answers_column: str | None = _helped(None, "question-answering data from hf:NAME: the answers column, in the squad "
+                                         f"shape (default: the first of {', '.join(ANSWERS_COLUMNS)})")
     limit: int | None = _helped(None, "use at most this many rows per split (quick runs)")
     split_seed: int = _helped(0, "seed of the 80/10/10 split of a single file")
+
+    def task(self) -> str:
+        """The task the data is for (:func:`compress.tasks.task_choice.data_task`); a tagging or QA column flag
+        given says it."""
+        return data_task(self.data, {key: getattr(self, key)
+                                     for key in (*TAGGING_COLUMN_FLAGS, *QA_COLUMN_FLAGS)})
+
+    def load_qa(self, whole: bool = False):
+        """Question-answering data (a :class:`compress.tasks.qa_data.QATaskData`) with the columns given, carved
+        with ``split_seed`` and cut to ``limit`` unless ``whole``."""
+        data = load_qa_data(self.data, self.split_seed, self.question_column, self.context_column,
+                            self.answers_column)
+        return data if whole else data.subset(self.limit, seed=self.split_seed)
 
     def load(self, num_labels: int | None = None, keep_columns: tuple[str, ...] = ()):
         """The task (a :class:`compress.data.TaskData`), loaded and validated, cut to ``limit`` rows;
@@ -47,9 +70,9 @@ class DataOptions(ConfigBase):
         JSON), else :meth:`load`'s classification task. For the stages that score any task (quantize's check,
         optimize, bench)."""
 
-        task = data_task(self.data)
+        task = self.task()
         if task == QA:
-            return load_qa_data(self.data, seed=self.split_seed).subset(self.limit, seed=self.split_seed)
+            return self.load_qa()
         if task != TOKEN:
             return self.load(num_labels)
         return self.load_tagging()
@@ -59,8 +82,8 @@ class DataOptions(ConfigBase):
         to ``limit``, as every stage reads it, so a teacher and its student see the same sentences;
         ``label_names`` (a trained tagger's tags) fixes the tag order."""
 
-        return (load_token_data(self.data, seed=self.split_seed, label_names=label_names)
-                .subset(self.limit, seed=self.split_seed))
+        return (load_token_data(self.data, self.token_column, self.tag_column, seed=self.split_seed,
+                                label_names=label_names).subset(self.limit, seed=self.split_seed))
 
 
 @dataclass

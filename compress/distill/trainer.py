@@ -55,7 +55,7 @@ from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerpr
 from students.factory import build_student, teacher_shape
 from compress.device import device_name, resolve_precision, training_device
 from compress.qa_distill import distill_stage as distill_reader_stage
-from compress.tasks.task_choice import QA, TOKEN, data_task
+from compress.tasks.task_choice import QA, TOKEN
 from compress.token_distill import distill_stage
 from compress.training import print_metrics
 
@@ -159,10 +159,10 @@ def _weights(terms: list[LossTerm]) -> dict[str, float]:
 def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     """Distil a student from a teacher artifact on the task data and write the student artifact."""
 
-    if data_task(cfg.data.data) == TOKEN:  # tagging data: soft labels per word (compress.token_distill)
+    if cfg.data.task() == TOKEN:  # tagging data: soft labels per word (compress.token_distill)
 
         return distill_stage(cfg, out)
-    if data_task(cfg.data.data) == QA:  # SQuAD-format data: the teacher's logits on the student's windows
+    if cfg.data.task() == QA:  # SQuAD-format data: the teacher's logits on the student's windows
 
         return distill_reader_stage(cfg, out)
     cfg.refuse_tagger_only("sentence classification")

@@ -15,13 +15,15 @@ with a freshly initialised head of the wrong kind. Reads ``config.json`` with ``
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from compress.errors import CompressError
 from compress.tasks.registry import Task, get_task, task_for_architectures
+from compress.tasks.qa_data import ANSWERS_COLUMNS, CONTEXT_COLUMNS, QUESTION_COLUMNS
 from compress.tasks.token_data import CONLL_SUFFIXES, JSONL_SUFFIXES, TAG_COLUMNS, TOKEN_COLUMNS
 from compress.data import BUILTIN_DATASET_TASKS
 
@@ -39,12 +41,24 @@ DATA_NAMES = {SEQUENCE: "classification data (one label per text)", TOKEN: "tagg
 SNIFF_BYTES = 65536
 
 
-def data_task(spec: str) -> str:
+#: The column flags that say the data is tagging data, and those that say it is question-answering data.
+TAGGING_COLUMN_FLAGS = frozenset({"token_column", "tag_column"})
+QA_COLUMN_FLAGS = frozenset({"question_column", "context_column", "answers_column"})
+
+
+def data_task(spec: str, columns: Mapping[str, str | None] | None = None) -> str:
     """The task name (``sequence-classification``, ``token-classification`` or ``question-answering``) the
-    data ``spec`` is for."""
+    data ``spec`` is for. ``columns``: the column flags a user gave (``--token-column`` ...); one of
+    :data:`TAGGING_COLUMN_FLAGS` or :data:`QA_COLUMN_FLAGS` decides the task. Otherwise a file is looked into
+    and a hub dataset (``hf:NAME``) told by its columns (:func:`_hub_task`)."""
 
     if spec in BUILTIN_DATASET_TASKS:
         return BUILTIN_DATASET_TASKS[spec]
+    given = {key: value for key, value in (columns or {}).items() if value}
+    if given.keys() & TAGGING_COLUMN_FLAGS:  # the user says what the data is; its loader names a missing column
+        return TOKEN
+    if given.keys() & QA_COLUMN_FLAGS:
+        return QA
     path = Path(spec).expanduser()
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and p.stem.lower() == "train")
@@ -52,8 +66,44 @@ def data_task(spec: str) -> str:
     suffix = path.suffix.lower()
     if not path.exists():
         # A missing tagging-only file is a tagging typo: let the tagging loader name it.
-        return TOKEN if suffix in TAGGING_ONLY_SUFFIXES else SEQUENCE
+        return TOKEN if suffix in TAGGING_ONLY_SUFFIXES else _hub_task(spec)
     return _file_task(path)
+
+
+def _hub_task(spec: str) -> str:
+    """A hub dataset's task from the columns of its first split: word and tag lists make tagging data, a question, a
+    passage and answers question-answering data, anything else classification (whose loader names what is
+    missing). A spec that is no hub name, or a dataset that cannot be read, is left to the classification
+    loader, which says why in one line."""
+    from compress import hub
+
+    try:
+        named = hub.dataset_spec(spec)
+        names = _hub_columns(*named) if named else None
+    except CompressError:
+        return SEQUENCE
+    if not names:
+        return SEQUENCE
+
+    def has(defaults: tuple[str, ...]) -> bool:
+        return any(name in names for name in defaults)
+
+    if has(TOKEN_COLUMNS) and has(TAG_COLUMNS):
+        return TOKEN
+    if has(QUESTION_COLUMNS) and has(CONTEXT_COLUMNS) and has(ANSWERS_COLUMNS):
+        return QA
+    return SEQUENCE
+
+
+@functools.lru_cache(maxsize=8)
+def _hub_columns(name: str, config: str | None) -> tuple[str, ...]:
+    """The column names of a hub dataset's first split (read once per process; the loader reads it again from
+    the same local cache)."""
+    from compress import hub
+
+    loaded = hub.load_hub_dataset(name, config)
+    first = next(iter(loaded.values())) if hasattr(loaded, "values") else loaded
+    return tuple(first.column_names)
 
 
 def _file_task(path: Path) -> str:

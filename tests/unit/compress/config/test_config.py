@@ -16,7 +16,8 @@ from tests.conftest import make_bert, sentiment_rows, write_csv
 
 #: Flags of each command that are not settings of its config: where the artifact goes, and --debug.
 NOT_SETTINGS = {"out", "debug", "command", "func", "help"}
-DATA_FLAGS = {"data", "text_column", "text_pair_column", "label_column", "limit", "split_seed"}
+DATA_FLAGS = {"data", "text_column", "text_pair_column", "label_column", "token_column", "tag_column", "question_column",
+              "context_column", "answers_column", "limit", "split_seed"}
 
 from tests.support.paths import ROOT
 
