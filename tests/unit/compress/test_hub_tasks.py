@@ -91,3 +91,16 @@ def test_a_column_flag_naming_no_column_is_one_line(hub_data, tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "no tag column 'labels'" in err and "--tag-column NAME" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "t").exists()
+
+
+def test_a_jsonl_table_with_other_keys_is_tagging_data_by_its_flags(tmp_path):
+    """The same flags name the keys of a tagged JSONL file, and say it is tagging data (its keys alone do not)."""
+    from compress.config import DataOptions
+
+    path = tmp_path / "odd.jsonl"
+    path.write_text("\n".join(json.dumps({"words2": ["Ann", "Lee", "sings"], "labels2": ["B-person", "I-person", "O"]})
+                              for _ in range(30)))
+    assert DataOptions(str(path)).task() == "sequence-classification"
+    tagged = DataOptions(str(path), token_column="words2", tag_column="labels2")
+    assert tagged.task() == "token-classification" and tagged.load_any().sizes() == {"train": 24, "validation": 3,
+                                                                                      "test": 3}
