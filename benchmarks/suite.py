@@ -142,6 +142,8 @@ def _config_facts(entry: dict[str, Any]) -> dict[str, Any]:
         "max_length": predictor.max_length,
         "stride": predictor.stride,  # a longer text: windows overlapping by this many tokens (compress.windows),
         "pooling": predictor.pooling,  # and how their logits became the text's
+        # a SQuAD 2.0 reader: the null threshold its answers were scored at (its own, recorded by its stage)
+        "null_threshold": meta.get("null_threshold") if meta.get("allow_null") else None,
         "onnx": onnx_facts(Path(entry["path"]), meta) if predictor.kind.startswith("onnx") else None,
         "device": predictor.device,
         "provider": predictor.provider,

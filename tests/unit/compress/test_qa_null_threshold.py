@@ -8,6 +8,7 @@ the door's, not the key's, so the right answer is none. A tiny BERT reader learn
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -181,3 +182,30 @@ def test_a_pruned_reader_answers_at_the_threshold_chosen_for_it(reader2, squad2,
     staged, _ = read_answers(model, tok, data.splits["test"], MAX_LENGTH, meta["stride"], True,
                              null_threshold=meta["null_threshold"])
     assert [a["answer"] for a in Predictor.load(out).predict(pairs)] == [a["answer"] for a in staged]
+
+
+def test_bench_scores_each_reader_at_its_own_threshold_and_records_it(reader2, squad2, tmp_path):
+    """bench scores a teacher and its student each at the threshold its stage chose, and results.json says which."""
+    from compress.cli import main
+    from compress.runtime import Predictor
+    from compress.tasks.qa_metrics import question_scores
+
+    meta = json.loads((reader2 / "compress.json").read_text())
+    student = tmp_path / "student"
+    shutil.copytree(reader2, student)  # the same weights answering at another threshold: a student of its own choice
+    s_meta = {**meta, "null_threshold": meta["null_threshold"] + 1e9}  # answers every question it can
+    (student / "compress.json").write_text(json.dumps(s_meta))
+    out = tmp_path / "bench"
+    assert main(["bench", str(student), "--reference", str(reader2), "--data", str(squad2), "--out", str(out),
+                 "--quick", "--threads", "1", "--no-memory", "--seq-lens", str(MAX_LENGTH), "--precision", "fp32"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    arts = {a["path"]: a for a in results["artifacts"]}
+    data = DataOptions(**results["data"]["options"]).load_any()
+    pairs = data.texts("test")
+    for path, threshold in ((reader2, meta["null_threshold"]), (student, s_meta["null_threshold"])):
+        art = arts[str(Path(path).resolve())]
+        assert art["null_threshold"] == threshold
+        answers = [a["answer"] for a in Predictor.load(path).predict(pairs)]
+        assert art["quality"]["question_f1"] == pytest.approx(
+            question_scores(answers, data.gold_answers("test"))["f1"].tolist())
+    assert arts[str(student.resolve())]["quality"]["f1"] != arts[str(Path(reader2).resolve())]["quality"]["f1"]
