@@ -4,8 +4,10 @@
 says so in :data:`compress.data.BUILTIN_DATASET_TASKS`; a file says so by its suffix (``.conll``,
 ``.iob``, ...) or, for suffixes both kinds of data use (``.tsv``, ``.txt``, ``.jsonl``), by its
 content: a ``.tsv``/``.txt`` whose first lines end in BIO tags, a ``.jsonl`` whose first object
-holds a word list and a tag list. A folder is what its train file is. Anything else (csv, parquet,
-a hub dataset) is sequence classification, as before.
+holds a word list and a tag list. A folder is what its train file is. A hub dataset (``hf:NAME``) says
+so by its columns: word and tag lists, or a question, a passage and answers. A column flag a user gives
+(``--token-column`` / ``--tag-column``, ``--question-column`` ...) says it outright. Anything else (csv,
+parquet) is sequence classification, as before.
 
 The model is then checked against that task *before* transformers loads it: a folder holding a
 ``BertForTokenClassification`` head given classification data (or the reverse) would otherwise
