@@ -379,12 +379,13 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     t_model.to(device)
     allow_null = bool(t_meta.get("allow_null", data.with_impossible))
     return distill_reader(t_model, t_tok, weights, str(cfg.teacher), s_model, s_tok, info, data, out, cfg, precision,
-                          allow_null, transfer, t_meta.get("null_threshold"))
+                          allow_null, transfer, t_meta.get("null_threshold", DEFAULT_NULL_THRESHOLD))
 
 
 def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
                    data: QATaskData, out: str | os.PathLike, cfg: Any, precision: str, allow_null: bool,
-                   transfer: ReaderTransfer | None = None, teacher_null_threshold: float | None = None) -> Path:
+                   transfer: ReaderTransfer | None = None,
+                   teacher_null_threshold: float = DEFAULT_NULL_THRESHOLD) -> Path:
     """Train ``s_model`` on the loss terms of ``cfg`` (:func:`span_term_values` for the start/end scores, the
     intermediate ones on the teacher's windows read at the student's positions) over the labelled questions and
     ``transfer``'s, score it and the teacher on validation and test (EM, F1, and both against the teacher's
@@ -478,8 +479,7 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
         read[who] = score_reader(model, tok, splits, golds, max_length, stride, allow_null, precision=precision,
                                  pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
                                  weights=weights if who == "teacher" else None,
-                                 null_threshold=(DEFAULT_NULL_THRESHOLD if teacher_null_threshold is None
-                                                 else teacher_null_threshold) if who == "teacher" else None)
+                                 null_threshold=teacher_null_threshold if who == "teacher" else None)
     score = get_task(QA).score
     metrics: dict[str, Any] = {}
     for name in named:

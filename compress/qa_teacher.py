@@ -13,9 +13,8 @@ task object (two scores per token: answer starts here, ends here). What users of
 - **scoring**: every window's start and end logits, the n-best spans per window (at most 30 tokens
   long), the best span over all windows mapped back to the passage's characters, and the official
   SQuAD exact match and F1 (:mod:`compress.tasks.qa_metrics`); with SQuAD 2.0 data the null
-  answer competes (``allow_null``), at the null threshold with the best validation F1 (:func:`score_reader`,
-  recorded as ``null_threshold``: a model trained on few questions rarely beats its null score by
-  ``run_qa.py``'s 0.0).
+  answer competes (``allow_null``), at the null threshold with the best validation F1 when its gain is told
+  from noise, else ``run_qa.py``'s 0.0 (:func:`score_reader`, recorded as ``null_threshold``; docs/qa.md).
 
 Training is the other teachers' machinery: the guarded Trainer (seeded batch order, NaN guard),
 fingerprinted checkpoints and ``--resume``, Ctrl-C, validation F1 logged after every epoch and an
@@ -283,16 +282,6 @@ def announce_null_threshold(who: str, null: dict[str, Any] | None) -> None:
         print(f"{who}: null threshold {DEFAULT_NULL_THRESHOLD:g} kept: the best on validation "
               f"({null['best_threshold']:g}, F1 {null['best_f1']:.4f} against {null['f1_at_default']:.4f}) is not "
               f"told from noise (gain [{low:+.4f}, {high:+.4f}])")
-
-
-def evaluate_reader(model, tokenizer, split, gold: Sequence[Sequence[str]], max_length: int, stride: int,
-                    allow_null: bool = False, batch_size: int = 32, precision: str = "fp32",
-                    pad_id: int = 0, null_threshold: float = DEFAULT_NULL_THRESHOLD) -> dict[str, Any]:
-    """SQuAD exact match and F1 of the model's answers on a split at ``null_threshold`` (:func:`read_answers`)."""
-    answers, windows = read_answers(model, tokenizer, split, max_length, stride, allow_null, batch_size, precision,
-                                    pad_id, null_threshold=null_threshold)
-    scores = get_task(QA).score([a["answer"] for a in answers], gold)
-    return {**scores, "questions": len(answers), "windows": windows}
 
 
 def f1_callback(split, gold: Sequence[Sequence[str]], tokenizer, max_length: int, stride: int, allow_null: bool,

@@ -81,7 +81,7 @@ def _hub_task(spec: str) -> str:
 
     try:
         named = hub.dataset_spec(spec)
-        names = _hub_columns(*named) if named else None
+        names = _hub_columns(*named, str(hub.datasets_cache_dir())) if named else None
     except CompressError:
         return SEQUENCE
     if not names:
@@ -98,9 +98,9 @@ def _hub_task(spec: str) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _hub_columns(name: str, config: str | None) -> tuple[str, ...]:
-    """The column names of a hub dataset's first split (read once per process; the loader reads it again from
-    the same local cache)."""
+def _hub_columns(name: str, config: str | None, cache: str) -> tuple[str, ...]:
+    """The column names of a hub dataset's first split, read once per process and datasets ``cache`` (the loader
+    reads it again from that cache: memory-mapped Arrow files, not a second download)."""
     from compress import hub
 
     loaded = hub.load_hub_dataset(name, config)
