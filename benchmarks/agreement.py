@@ -3,7 +3,7 @@
 Agreement (the share of inputs where two models predict the same label) needs no gold label, so
 it can be measured where accuracy cannot:
 
-- **By row origin** (:func:`agreement_by_origin`, printed by ``python -m benchmarks.origins``):
+- **By row origin** (:func:`agreement_by_origin`, printed by ``python -m tools.studies.origins``):
   the student's agreement with its teacher on the rows it was trained on (the labelled training
   rows and the transfer rows: augmented variants, unlabelled text) against the held-out splits.
   The student's disagreement on held-out text splits into a *fit* part (it does not reproduce the

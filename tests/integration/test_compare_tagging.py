@@ -1,4 +1,4 @@
-"""``benchmarks.compare`` on tagging data: entity F1 per split and the protocol, through Predictor."""
+"""``tools.studies.compare`` on tagging data: entity F1 per split and the protocol, through Predictor."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def taggers(tmp_path_factory):
 
 
 def test_compare_reports_entity_f1_and_decides_a_tagger_lever(taggers, tmp_path, capsys):
-    from benchmarks.compare import main
+    from tools.studies.compare import main
     from compress.tasks.ner_metrics import entity_scores
     from compress.tasks.token_data import load_token_data
     from compress.runtime import Predictor
@@ -50,7 +50,7 @@ def test_compare_reports_entity_f1_and_decides_a_tagger_lever(taggers, tmp_path,
 
 
 def test_a_second_table_reads_the_cached_tags_without_loading_a_model(taggers, monkeypatch, capsys):
-    from benchmarks.compare import main
+    from tools.studies.compare import main
     from compress.runtime import Predictor
 
     data, good, weak = taggers
@@ -67,7 +67,7 @@ def test_a_second_table_reads_the_cached_tags_without_loading_a_model(taggers, m
 
 
 def test_compare_refuses_a_model_it_cannot_score_in_one_line(taggers, tmp_path, capsys):
-    from benchmarks.compare import main
+    from tools.studies.compare import main
     from tests.conftest import make_bert as _make
 
     data, good, _ = taggers
@@ -78,7 +78,7 @@ def test_compare_refuses_a_model_it_cannot_score_in_one_line(taggers, tmp_path, 
 
 
 def test_compare_fits_entity_f1_against_a_recorded_number(taggers, tmp_path, capsys):
-    from benchmarks.compare import main
+    from tools.studies.compare import main
     from compress.artifact import read_meta
 
     data, good, weak = taggers
@@ -96,7 +96,7 @@ def test_compare_fits_entity_f1_against_a_recorded_number(taggers, tmp_path, cap
 
 def test_one_recipe_on_several_teachers_pools_the_shares(taggers, tmp_path, capsys):
     """``--teacher T1,T2``: each group against its own teacher, then the shares pooled over the teachers."""
-    from benchmarks.compare import main
+    from tools.studies.compare import main
 
     data, good, weak = taggers
     _, mid = toy_tagger(tmp_path, epochs=1, data=data, name="mid")  # finds entities, unlike the weak one

@@ -70,7 +70,7 @@ def test_the_transfer_sample_can_be_drawn_evenly_across_a_source_column(trained,
 
 
 def test_origins_rebuilds_a_taggers_rows_and_counts_entities_either_model_finds(trained, tmp_path, capsys):
-    from benchmarks.origins import entity_agreement_rows, main
+    from tools.studies.origins import entity_agreement_rows, main
     from compress.cli import main as cli
     from compress.runtime import Predictor
     from compress.tasks.token_data import load_token_data

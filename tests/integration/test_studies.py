@@ -2,7 +2,9 @@
 
 They measured tables in ``docs/`` and are no part of the product, but a study that no longer runs
 cannot be repeated on another CPU kind, so each one's entry point runs here on models of a few
-thousand parameters. (``torch_int8_probe`` and ``error_rates`` have their own test files.)
+thousand parameters. (``torch_int8_probe`` and ``error_rates`` have their own test files; so do the decision
+tables' ``compare``, ``compare_tagging``, ``protocol``, ``trend``, ``origins``, ``prediction_cache`` and
+``frozen_step``, in tests/unit/tools/ and tests/integration/test_compare_tagging.py.)
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ def test_pt2e_probe_reports_each_finding_or_says_torchao_is_missing(tmp_path, ca
         assert rc == 0
 
 
-@pytest.mark.parametrize("module", ["pt2e_probe", "layer_fit", "spin_check", "torch_int8_probe", "error_rates"])
+@pytest.mark.parametrize("module", ["pt2e_probe", "layer_fit", "spin_check", "torch_int8_probe", "error_rates",
+                                    "compare", "compare_tagging", "origins", "frozen_step", "protocol",
+                                    "prediction_cache", "trend"])
 def test_study_scripts_are_not_installed_and_name_the_table_they_produced(module):
     import importlib
     import tomllib

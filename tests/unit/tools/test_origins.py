@@ -1,5 +1,5 @@
 """Where the gap is: agreement split by row origin on constructed predictions, the diagnosis by hand, the rows
-rebuilt from a distill artifact's compress.json, and ``python -m benchmarks.origins`` on tiny BERTs."""
+rebuilt from a distill artifact's compress.json, and ``python -m tools.studies.origins`` on tiny BERTs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.agreement import (agreement_by_band, agreement_by_origin, band_of, gap_diagnosis, matched_agreement,
                                   wilson_interval)
-from benchmarks.origins import entity_agreement_rows, main, origin_texts, sample
+from tools.studies.origins import entity_agreement_rows, main, origin_texts, sample
 from compress.config import DataOptions
 from tests.conftest import make_bert, sentiment_rows, write_csv
 from tests.support.models import shifted_copy

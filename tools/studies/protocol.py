@@ -36,6 +36,10 @@ The decision (:func:`decide`) rests on the pooled interval, checked by the seeds
 *seeds disagree* when the interval excludes zero but some seed pair's difference does not share its sign (the
 training noise may be larger than the pooled test assumes: add seeds); else *no detectable
 difference*, with the effect the protocol could have seen.
+
+A study script, not a feature: it lives in ``tools/studies`` (not installed) and runs from a checkout.
+Produced: docs/protocol.md, the verdict columns of "Decide a lever" (through ``tools.studies.compare
+--protocol``), and the "pooled 3-seed protocol" tables of docs/ablation.md.
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ copies' order rotating per round so drift lands on all alike (the benchmark's
 speedups. It measures speed only: what freezing costs in accuracy needs a teacher trained with
 ``bert-compress teacher --freeze-layers N``.
 
-    python -m benchmarks.frozen_step --model mpnet-base --data movie-reviews --frozen 0,6,9
+    python -m tools.studies.frozen_step --model mpnet-base --data movie-reviews --frozen 0,6,9
+
+A study script, not a feature: it lives in ``tools/studies`` (not installed) and runs from a checkout.
+Produced: docs/results.md, the frozen-layer step times ("Frozen lower layers, measured since on the AVX-512
+EPYC in fp32"), quoted in docs/guide.md.
 """
 
 from __future__ import annotations
@@ -104,7 +108,7 @@ def _counts(value: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.frozen_step", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.studies.frozen_step", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a model name (mpnet-base, minilm), folder or hub id")
     parser.add_argument("--data", required=True,
                         help="the task data whose training texts make the batches (a pair task: its first texts)")

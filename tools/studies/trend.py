@@ -15,6 +15,10 @@ trend, not a law: a curve that flattens would need more rows than the line says.
 The x of each run is read from its ``compress.json``, so the figure cannot disagree with what the run recorded:
 ``rows`` (:func:`training_rows`, the rows a student was distilled on, labelled ones included, for a
 classifier's or a tagger's distillation) or any dotted key holding a number (``training.global_steps``).
+
+A study script, not a feature: it lives in ``tools/studies`` (not installed) and runs from a checkout.
+Produced: docs/ablation.md, "The transfer-set size curve" (through ``tools.studies.compare --trend``); the
+example of docs/protocol.md, "The trend behind a missed target".
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.compare import _print_trend
-from benchmarks.trend import TrendGroup, fit_groups, fit_log_trend, meta_value, run_x, training_rows, trend_lines
+from tools.studies.compare import _print_trend
+from tools.studies.trend import TrendGroup, fit_groups, fit_log_trend, meta_value, run_x, training_rows, trend_lines
 from compress.errors import CompressError
 
 
@@ -96,7 +96,7 @@ def test_print_trend_reads_each_runs_x_prints_the_fit_and_draws_it(tmp_path, cap
 
 
 def test_compare_refuses_a_trend_key_the_runs_lack_before_predicting(tmp_path, capsys):
-    from benchmarks.compare import main
+    from tools.studies.compare import main
 
     runs = []
     for i, total in enumerate((100, 200, None)):

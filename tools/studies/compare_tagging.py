@@ -1,4 +1,4 @@
-"""``benchmarks.compare`` for taggers: entity F1 on the same validation and test sentences, and the protocol.
+"""``tools.studies.compare`` for taggers: entity F1 on the same validation and test sentences, and the protocol.
 
 A tagger's unit of evidence is a sentence's ``(correct, predicted, gold)`` entity counts (strict span and
 type, :func:`compress.tasks.ner_metrics.sentence_counts`), because entity F1 is a ratio of sums and not a
@@ -13,8 +13,12 @@ sentences and seeds both move it), the form a distillation target is stated in. 
 each group its own teacher (in the groups' order: one recipe run on several teachers) and adds a row pooling the
 shares over the teachers (:func:`benchmarks.stats.mean_f1_share_over_teachers_interval`), because one teacher's
 test F1 is partly luck and a share divides by it.
-``--protocol`` decides each group against the baseline group with :func:`benchmarks.protocol.decide_f1` on
+``--protocol`` decides each group against the baseline group with :func:`tools.studies.protocol.decide_f1` on
 validation + test pooled.
+
+A study script, not a feature: it lives in ``tools/studies`` (not installed) and runs from a checkout.
+Produced: docs/protocol.md, "Taggers: the same protocol on entity F1"; and the entity-F1 tables of
+docs/lab/ner.md (per split, by novelty, share of the teacher).
 """
 
 from __future__ import annotations
@@ -25,12 +29,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from benchmarks.prediction_cache import LazyPredictor, cache_key, cached
-from benchmarks.protocol import Decision, decide_f1, require_seeds
 from benchmarks.stats import _micro_f1, mean_f1_share_over_seeds_interval, mean_f1_share_over_teachers_interval
 from compress.artifact import read_meta
 from compress.quality import SplitScorer
 from compress.tasks.ner_metrics import recall_by_novelty, sentence_counts, surface_forms, token_agreement
+from tools.studies.prediction_cache import LazyPredictor, cache_key, cached
+from tools.studies.protocol import Decision, decide_f1, require_seeds
 
 SPLITS = ("validation", "test")
 POOLED = "pooled over teachers"
@@ -58,7 +62,7 @@ def scorers(task: Any) -> dict[str, SplitScorer]:
 
 def tagger_run(path: Path, scoring: dict[str, SplitScorer], types: Sequence[str], fingerprint: str) -> TaggerRun:
     """Tag both splits with the artifact at ``path`` (refused in one line when it is not a tagger of these tags);
-    the word tags come from :mod:`benchmarks.prediction_cache` where it already tagged the data of
+    the word tags come from :mod:`tools.studies.prediction_cache` where it already tagged the data of
     ``fingerprint``."""
     model = LazyPredictor(path)
 
@@ -213,7 +217,7 @@ def pooled_counts(row: TaggerRow) -> np.ndarray:
 
 
 def protocol_decisions(rows: list[TaggerRow], baseline: TaggerRow, min_seeds: int) -> list[tuple[str, Decision]]:
-    """:func:`benchmarks.protocol.decide_f1` for every row against ``baseline``."""
+    """:func:`tools.studies.protocol.decide_f1` for every row against ``baseline``."""
     base = pooled_counts(baseline)
     out = []
     for row in rows:

@@ -5,7 +5,7 @@ interval, the exact sign-flip p-value 2 * 2^-m when the seeds flip the same sent
 2 * 2^-(k m) when they flip different ones), identical and balanced runs (p = 1), p-values under
 a true null (no more small ones than their level), the power formulas (the pooled one by hand and
 against ``benchmarks.stats.detectable_drop`` for one seed; the seed-level one by simulation), and
-the table ``benchmarks.compare --protocol`` prints.
+the table ``tools.studies.compare --protocol`` prints.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from benchmarks.accuracy import mcnemar_p
-from benchmarks.compare import Row, Run, main, protocol_decisions, protocol_table
-from benchmarks.protocol import decide, pooled_test, require_seeds, seed_power, seed_test, sign_flip_null
+from tools.studies.compare import Row, Run, main, protocol_decisions, protocol_table
+from tools.studies.protocol import decide, pooled_test, require_seeds, seed_power, seed_test, sign_flip_null
 from benchmarks.stats import detectable_drop
 from compress.errors import CompressError
 
@@ -267,7 +267,7 @@ def _f1(c: np.ndarray) -> float:
 
 
 def test_f1_protocol_difference_is_the_mean_of_the_per_seed_f1_differences():
-    from benchmarks.protocol import f1_pooled_test, f1_seed_test
+    from tools.studies.protocol import f1_pooled_test, f1_seed_test
 
     base, lever = _counts(3, 400, seed=1), _counts(3, 400, seed=2, hit=0.7)
     by_hand = [_f1(lever[i]) - _f1(base[i]) for i in range(3)]
@@ -283,7 +283,7 @@ def test_f1_protocol_difference_is_the_mean_of_the_per_seed_f1_differences():
 
 
 def test_f1_protocol_identical_runs_and_a_clear_gain():
-    from benchmarks.protocol import decide_f1, f1_pooled_test
+    from tools.studies.protocol import decide_f1, f1_pooled_test
 
     base = _counts(3, 300, seed=3)
     same = f1_pooled_test(base, base, resamples=1000)
@@ -301,7 +301,7 @@ def test_f1_protocol_identical_runs_and_a_clear_gain():
 
 
 def test_f1_protocol_p_values_under_a_true_null_are_not_too_small():
-    from benchmarks.protocol import f1_pooled_test
+    from tools.studies.protocol import f1_pooled_test
 
     ps = [f1_pooled_test(_counts(3, 200, seed=2 * r), _counts(3, 200, seed=2 * r + 1), resamples=500).p_value
           for r in range(40)]
