@@ -177,7 +177,7 @@ def score_served_runtimes(predictors: dict[str, Any], reference: str, served: di
 
     Quality is scored at one batch size (32), so a choice (``optimize``) that serves batch 1 from ORT INT8 and
     batch 32 from OpenVINO INT8 was judged by OpenVINO's answers alone, and a gate on it said nothing of what a
-    batch-1 server returns (measured: ORT INT8 1.5 F1 points under OpenVINO on WNUT-17 test, docs/ner.md). Each
+    batch-1 server returns (measured: ORT INT8 1.5 F1 points under OpenVINO on WNUT-17 test, docs/lab/ner.md). Each
     served runtime is scored on the same examples against the reference, in batches of the smallest size it
     serves (ORT's dynamic INT8 sets its activation scales per batch, padding included, so its batch-1 answers are
     not its batch-32 answers), the reference in batches of 32 as in the other rows (its answers from that pass,

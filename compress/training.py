@@ -71,7 +71,7 @@ def drop_incomplete_checkpoints(folder: Path) -> list[str]:
 FINGERPRINT_FILE = "fingerprint.json"
 #: A last epoch that lifts the validation metric by more than this (on its 0-1 scale) means the model was still
 #: learning when training stopped. WikiGold's 1,356 sentences at 4 epochs: validation entity F1 44.8 -> 54.6 in
-#: the last epoch, 83.3 at 10 (docs/ner.md); epoch-to-epoch noise near the end of a schedule is ~1.5 points.
+#: the last epoch, 83.3 at 10 (docs/lab/ner.md); epoch-to-epoch noise near the end of a schedule is ~1.5 points.
 STILL_LEARNING = 0.03
 
 
@@ -317,7 +317,7 @@ def epoch_validation_callback(evaluate: Callable[[Any, int], dict[str, float]], 
     ``keep_best`` (``--keep-best``): the model ends training with the weights of the epoch whose first value
     scored highest (the earliest of equals), not the last epoch's; what was kept is in ``.kept``. Why: on a small,
     noisy validation set the last epoch of a decaying schedule is often not the best one (WNUT-17 students: 4 of
-    12 runs, by 0.1 to 1.3 points of entity F1; their test F1 did not follow, docs/ner.md). ``kept_model`` is
+    12 runs, by 0.1 to 1.3 points of entity F1; their test F1 did not follow, docs/lab/ner.md). ``kept_model`` is
     the model whose weights are kept when the Trainer trains a wrapper around it (default: the Trainer's model).
     The best epoch's weights are held in memory (one copy of the model), like tail averaging's: a resumed run
     chooses among the epochs it ran after resuming, ``.kept`` says which it compared, and a warning names an

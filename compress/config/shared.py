@@ -100,7 +100,7 @@ class TrainSettings(ConfigBase):
     save_steps: int = _helped(500, "checkpoint every N steps")
     logging_steps: int = 50
     max_steps: int = _helped(-1, "stop after this many optimiser steps (overrides --epochs; -1: no limit)")
-    #: A floor, so a schedule set in epochs for one data set does not starve a smaller one (docs/ner.md, WikiGold:
+    #: A floor, so a schedule set in epochs for one data set does not starve a smaller one (docs/lab/ner.md, WikiGold:
     #: 4 epochs of 1,356 sentences are 340 steps and leave the teacher at validation F1 54.6; 850 steps: 83.3).
     min_steps: int = _helped(0, "train at least this many optimiser steps: --epochs is raised (whole epochs) where "
                                 "the training set is too small to reach it (0: off)")

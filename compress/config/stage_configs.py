@@ -83,7 +83,7 @@ class TeacherConfig(ConfigBase, ClassifierSettings):
     #: Branch, tag or commit of ``model`` when it is a Hugging Face Hub id (compress.hub).
     revision: str | None = None
     #: Keep the embeddings and the bottom N encoder layers fixed while fine-tuning: the backward pass stops
-    #: above them, so each step costs less (compress.training.freeze_bottom_layers; docs/ner.md measures it).
+    #: above them, so each step costs less (compress.training.freeze_bottom_layers; docs/lab/ner.md measures it).
     freeze_layers: int = field(default=0, metadata={"help": (
         "keep the embeddings and the bottom N encoder layers fixed while fine-tuning (0: train all); the backward "
         "pass skips them, so a step is cheaper")})

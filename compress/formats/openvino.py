@@ -92,7 +92,7 @@ def compile_ir(folder: str | os.PathLike, threads: int | None = None, spinning: 
     bounds the sequence axis, which the exported IR leaves unbounded (OpenVINO's CPU documentation: upper
     bounds on dynamic dimensions let the plugin reuse memory across shapes). Measured on the NER student
     (INT8, Intel Xeon with AMX, 500 WNUT-17 test sentences at their real lengths, batch 1): p50 9.8 ms
-    unbounded, 7.3 ms bounded at 512, identical logits (docs/ner.md).
+    unbounded, 7.3 ms bounded at 512, identical logits (docs/lab/ner.md).
     """
     ov = require_openvino(f"{folder}, an OpenVINO artifact,")
     xml = Path(folder) / OPENVINO_XML

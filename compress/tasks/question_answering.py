@@ -47,6 +47,6 @@ TASK = register_task(Task(
     aliases=("extractive-qa", "question_answering"),
     # ORT dynamic INT8 of 3 SQuAD students (recipes/qa.yaml's flags, one teacher), validation F1 against the fp32
     # student: per-channel weight scales lost 1.2, 2.0 and 2.1 points, per-tensor ones 3.4, 3.5 and 4.0 (all
-    # over the recipe's 2-point budget), so the per-tensor rung failed for every reader measured (docs/qa.md).
+    # over the recipe's 2-point budget), so the per-tensor rung failed for every reader measured (docs/lab/qa.md).
     int8_per_channel=True,
 ))

@@ -50,6 +50,6 @@ TASK = register_task(Task(
     aliases=("ner", "token_classification"),
     # ORT dynamic INT8 of 13 WNUT-17 students, validation: per-channel weight scales agreed more with fp32 for all 13
     # (99.72% of words against 99.42%) and lost less entity F1 for 12 (mean 0.38 against 1.55 points; over the
-    # 1-point budget 1 time against 10), so the per-tensor rung mostly failed or passed on luck (docs/ner.md).
+    # 1-point budget 1 time against 10), so the per-tensor rung mostly failed or passed on luck (docs/lab/ner.md).
     int8_per_channel=True,
 ))

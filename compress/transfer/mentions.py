@@ -2,7 +2,7 @@
 
 Why: nine words in ten of a tagging set are ``O``, and so are the words of raw transfer text, so the
 student sees few entity words beside the teacher's; it agrees with the teacher on ~70% of the entities of
-its own training sentences against 98% of the words (docs/ner.md). A variant keeps a training sentence's
+its own training sentences against 98% of the words (docs/lab/ner.md). A variant keeps a training sentence's
 context and swaps its entity mentions for other mentions of the same type from the training split
 (mention replacement, as in Dai and Adel's study of augmentation for NER): the words around an entity
 stay, the entity words change, and the gold tags follow the new mention (its own ``B-``/``I-`` or BIOES
@@ -11,7 +11,7 @@ tags), so a variant carries both terms of the objective, the teacher's word labe
 The replacement mentions are the training split's (``mention_pool``), and with ``--mention-pool
 train+transfer`` also the ones the teacher tags with confidence in the transfer text
 (:func:`teacher_mentions`): names the gold data never shows, in the contexts it does, aimed at the names a
-student misses most (it recalls fewer new names than its teacher, docs/ner.md). A variant whose text is a
+student misses most (it recalls fewer new names than its teacher, docs/lab/ner.md). A variant whose text is a
 sentence of any split (or an earlier variant) is dropped, so nothing of validation or test comes in.
 """
 
@@ -33,7 +33,7 @@ P_REPLACE = 0.5
 #: Draws per wanted variant before a sentence gives up (a draw can repeat a text already seen).
 ATTEMPTS = 4
 #: A transfer mention joins the pool only where the teacher gives its top tag at least this probability at every
-#: word, since a pool mention is read as gold. Chosen on WNUT-17's validation split (docs/ner.md): there the
+#: word, since a pool mention is read as gold. Chosen on WNUT-17's validation split (docs/lab/ner.md): there the
 #: teacher's entities are 72% right, 86.5% of those above 0.5 (430 of 660 kept); its probabilities stay under
 #: ~0.75, so 0.9 kept none, and 0.5 keeps 2,390 distinct mentions of 10,000 transfer lines.
 CONFIDENT = 0.5
