@@ -68,10 +68,13 @@ class _Verdict:
         """The check a ``compress.json`` recorded, or ``None`` when there is none or it is of another shape."""
         from dataclasses import fields
 
+        from dataclasses import MISSING
+
         names = [f.name for f in fields(cls)]
-        if not isinstance(record, dict) or not all(name in record for name in names):
+        needed = [f.name for f in fields(cls) if f.default is MISSING]
+        if not isinstance(record, dict) or not all(name in record for name in needed):
             return None
-        return cls(**{name: record[name] for name in names})
+        return cls(**{name: record[name] for name in names if name in record})
 
 
 @dataclass
@@ -90,6 +93,8 @@ class HeadCheck(_Verdict):
     alpha: float
     #: ``trained`` (better than chance), ``untrained`` (not shown better) or ``inconclusive`` (too few examples).
     verdict: str
+    #: What was counted: a classifier's examples, a tagger's words, a reader's answer starts (one per window).
+    measure: str = "accuracy"
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -100,20 +105,30 @@ class HeadCheck(_Verdict):
 
     def summary(self) -> str:
         """One clause for messages: accuracy, the chance level, and the p-value."""
-        return (f"validation accuracy {self.accuracy:.1%} ({self.correct} of {self.n}) against {self.chance_rate:.1%} "
-                f"for always answering the majority class (one-sided binomial p = {self.p_value:.2g}, "
+        return (f"validation {self.measure} {self.accuracy:.1%} ({self.correct} of {self.n}) against "
+                f"{self.chance_rate:.1%} for always answering the commonest one (one-sided binomial p = {self.p_value:.2g}, "
                 f"threshold {self.alpha:g})")
 
 
 def check_head(logits: np.ndarray, labels: np.ndarray, num_labels: int | None = None,
                alpha: float = ALPHA) -> HeadCheck:
     """Test whether predictions (``argmax`` of ``logits``) beat a classifier that ignores its input."""
+    return check_predictions(np.asarray(logits).argmax(-1), labels, num_labels or int(np.asarray(logits).shape[-1]),
+                             alpha=alpha)
+
+
+def check_predictions(pred: np.ndarray, labels: np.ndarray, k: int, alpha: float = ALPHA,
+                      measure: str = "accuracy") -> HeadCheck:
+    """:func:`check_head` from predicted classes: any head whose output is one of ``k`` classes per unit (a
+    tagger's word tags, a reader's answer-start positions) is tested the same way. Units of one sentence are not
+    independent, so for a tagger or reader the p-value is a screen for a head that ignores its input, not an
+    exact level."""
     labels = np.asarray(labels).astype(int)
-    pred = np.asarray(logits).argmax(-1)
+    pred = np.asarray(pred).astype(int)
     n = int(len(labels))
-    k = num_labels or int(np.asarray(logits).shape[-1])
+    k = max(int(k), int(labels.max()) + 1 if n else 1)
     if n == 0:
-        return HeadCheck(0.0, 0, 0, 0.0, -1, 1.0 / max(k, 1), 1.0, alpha, "inconclusive")
+        return HeadCheck(0.0, 0, 0, 0.0, -1, 1.0 / max(k, 1), 1.0, alpha, "inconclusive", measure)
     counts = np.bincount(labels, minlength=k)
     majority = int(counts.argmax())
     majority_rate = float(counts[majority] / n)
@@ -124,7 +139,7 @@ def check_head(logits: np.ndarray, labels: np.ndarray, num_labels: int | None = 
         verdict = "inconclusive"
     else:
         verdict = "trained" if p_value <= alpha else "untrained"
-    return HeadCheck(correct / n, correct, n, majority_rate, majority, chance, p_value, alpha, verdict)
+    return HeadCheck(correct / n, correct, n, majority_rate, majority, chance, p_value, alpha, verdict, measure)
 
 
 def judge_existing_head(check: HeadCheck, finetune: bool | None, model: str) -> str:
@@ -136,16 +151,19 @@ def judge_existing_head(check: HeadCheck, finetune: bool | None, model: str) -> 
     if check.untrained:
         if finetune is False:
             raise CompressError(
-                f"--model {model}: its classification head was never trained for this task ({check.summary()}), so "
+                f"--model {model}: its head was never trained for this task ({check.summary()}), so "
                 "it cannot teach. Drop --finetune no (or pass --finetune yes) to fine-tune it, or give a model "
                 "fine-tuned on this task."
             )
-        print(f"note: --model {model} has a classification head, but it is no better than chance "
+        print(f"note: --model {model} has a head for this task, but it is no better than chance "
               f"({check.summary()}); fine-tuning it.")
         return "fine-tune"
     if check.verdict == "inconclusive":
         print(f"warning: --model {model}: only {check.n} validation examples, too few to tell a trained head from "
               f"chance ({check.summary()}); keeping the head as it is.")
+    elif finetune is None:  # the training flags go unused: say so, and how to train anyway
+        print(f"note: --model {model} has a head that is better than chance ({check.summary()}): kept as it is, not "
+              "trained (pass --finetune yes to fine-tune it further).")
     return "kept"
 
 

@@ -56,8 +56,9 @@ from compress.assets import cache_dir
 from compress.errors import CompressError
 from compress.modeling import count_parameters, load_classifier
 from compress.quiet import quiet_transformers
-from compress.qa_teacher import (MODEL_COLUMNS, announce_null_threshold, f1_callback, qa_stride, score_reader,
-                                 span_logits)
+from compress.head_check import HeadCheck, refuse_untrained_teacher
+from compress.qa_teacher import (MODEL_COLUMNS, announce_null_threshold, answer_start_check, f1_callback, qa_stride,
+                                 score_reader, span_logits)
 from compress.tasks import get_task
 from compress.tasks.qa_data import QATaskData
 from compress.tasks.qa_features import DEFAULT_NULL_THRESHOLD, qa_features
@@ -374,6 +375,13 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
                   "and questions about validation/test passages; distilling on the labelled questions alone")
     eager = cfg.wants_intermediate
     t_model, t_tok, weights, t_meta, names = _load_teacher(cfg.teacher, eager_attention=eager)
+    pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
+    recorded = HeadCheck.from_dict(t_meta.get("chance_check"))  # a reader from outside is tested here, once
+    if recorded is None and "validation" in data.splits:
+        recorded = answer_start_check(t_model, t_tok, data.splits["validation"], cfg.max_length,
+                                      qa_stride(cfg.max_length, cfg.stride), precision, pad)
+    if recorded is not None:
+        refuse_untrained_teacher(recorded, cfg.teacher, cfg.allow_untrained_teacher)
     s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, names or ["start", "end"], cfg.layer_map,
                                          cfg.train.seed, eager_attention=eager, task=QA)
     t_model.to(device)

@@ -37,6 +37,7 @@ import numpy as np
 from compress.artifact import read_meta
 from compress.assets import resolve_model
 from compress.config import TeacherConfig
+from compress.head_check import judge_existing_head
 from compress.hub import snapshot_origin
 from compress.modeling import count_parameters, load_classifier
 from compress.tasks import get_task
@@ -302,6 +303,21 @@ def f1_callback(split, gold: Sequence[Sequence[str]], tokenizer, max_length: int
                                      reader)
 
 
+def answer_start_check(model, tokenizer, split, max_length: int, stride: int, precision: str = "fp32",
+                       pad_id: int = 0):
+    """Is a reader's head better than one that ignores its input? Its answer-start position, per window, against
+    always pointing at the commonest gold start (``[CLS]`` for the windows without the answer,
+    :func:`compress.head_check.check_predictions`). A random head points anywhere, so it scores about
+    ``1/length``; any trained reader, however weak, points at the answer's first token far more often."""
+    from compress.head_check import check_predictions
+
+    feats = qa_features(tokenizer, split["question"], split["context"], split["answers"], max_length=max_length,
+                        doc_stride=stride)
+    starts, _ = window_logits(model, feats.windows, precision=precision, pad_id=pad_id)
+    pred = np.asarray([int(np.argmax(s)) for s in starts], dtype=np.int64)
+    return check_predictions(pred, feats.start_positions, max_length, measure="answer-start accuracy (per window)")
+
+
 def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a span-reader teacher; write it as an artifact at ``out``."""
 
@@ -318,7 +334,13 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     stride = qa_stride(cfg.max_length, cfg.stride)
     allow_null = data.with_impossible
-    finetune = (not has_head) if cfg.finetune is None else bool(cfg.finetune)
+    # an existing head is tested on validation before it is trusted, as the other teachers do (compress.head_check)
+    head_check, untrained_head = None, False
+    if has_head and cfg.finetune is not True and "validation" in data.splits:
+        head_check = answer_start_check(model, tokenizer, data.splits["validation"], cfg.max_length, stride,
+                                        precision.precision, pad_id)
+        untrained_head = judge_existing_head(head_check, cfg.finetune, cfg.model) == "fine-tune"
+    finetune = (not has_head or untrained_head) if cfg.finetune is None else bool(cfg.finetune)
     timings: dict[str, float] = {}
     train_log: dict[str, Any] = {}
     if finetune and cfg.train.epochs > 0:
@@ -326,8 +348,16 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         train_log = _fine_tune(model, tokenizer, data, cfg, out, device, precision.precision, pad_id, stride,
                                allow_null)
         timings["fine_tune_s"] = round(time.perf_counter() - t0, 1)
-    elif not has_head:
+    elif not has_head or untrained_head:
         print("warning: the reader has no trained head and --epochs is 0: its answers are random", file=sys.stderr)
+    fine_tuned = bool(finetune and cfg.train.epochs > 0)
+    chance = head_check if head_check is not None and not fine_tuned else None
+    if chance is None and "validation" in data.splits:
+        chance = answer_start_check(model, tokenizer, data.splits["validation"], cfg.max_length, stride,
+                                    precision.precision, pad_id)
+    if chance is not None and chance.untrained:
+        print(f"warning: the teacher is no better than chance ({chance.summary()}); distill will refuse it. Train "
+              "longer or with another --lr.", file=sys.stderr)
     t0 = time.perf_counter()
     named = [name for name in ("validation", "test") if name in data.splits]
     scores = score_reader(model, tokenizer, {n: data.splits[n] for n in named}, {n: data.gold_answers(n) for n in named},
@@ -339,7 +369,11 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         "stage": "teacher", "kind": "pytorch", "task": QA, "model_type": model.config.model_type,
         "parameters": count_parameters(model),
         "parent": {"model": cfg.model, "path": str(source), **(snapshot_origin(source) or {})},
-        "fine_tuned": bool(finetune and cfg.train.epochs > 0),
+        "fine_tuned": fine_tuned,
+        # the existing head tested before training, and the final reader; distill refuses an untrained verdict
+        "head_check": None if head_check is None else {**head_check.to_dict(),
+                                                       "decision": "fine-tuned" if fine_tuned else "kept"},
+        "chance_check": None if chance is None else chance.to_dict(),
         "config": cfg.to_dict(),
         "stride": stride,  # the passage windows it was trained and scored in
         "allow_null": allow_null,

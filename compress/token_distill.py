@@ -51,14 +51,14 @@ from compress.artifact import read_meta, weights_sha256
 from compress.assets import cache_dir
 from compress.config import DataOptions, TrainSettings
 from compress.errors import CompressError
-from compress.head_check import check_tagger, refuse_untrained_teacher
+from compress.head_check import refuse_untrained_teacher
 from compress.modeling import count_parameters, load_classifier
 from compress.tasks import get_task
 from compress.tasks.alignment import IGNORE_INDEX
 from compress.tasks.task_choice import TOKEN, check_model_task, model_head
 from compress.tasks.token_data import TokenTaskData
-from compress.tasks.token_training import (entity_f1_callback, sentence_word_logits, token_collator, token_logits,
-                                           tokenize_tagged_split, word_tags)
+from compress.tasks.token_training import (entity_f1_callback, sentence_word_logits, tagger_chance_check,
+                                           token_collator, token_logits, tokenize_tagged_split, word_tags)
 from compress.training import (checkpoint_dir, interrupt_callback, is_main_process, resume_point, run_trainer,
                                training_arguments, write_trained_artifact, refuse_keep_best)
 from compress.windows import window_stride
@@ -416,7 +416,8 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     of each (:func:`_variant_rows`; ``mention_pool`` train+transfer: the teacher's confident transfer mentions
     join the replacements) and the transfer sentences of ``transfer`` (if any), score it and the teacher on
     validation and test (entity F1, word agreement with the teacher), write the student artifact. A teacher that
-    finds no validation entity is refused first (:func:`compress.head_check.check_tagger`) unless ``allow_untrained``.
+    no better than chance on validation is refused first (:func:`compress.tasks.token_training.tagger_chance_check`) unless
+    ``allow_untrained``.
     A sentence past ``max_length`` tokens is read, by both models, in windows overlapping by ``stride``."""
     import torch
     from datasets import concatenate_datasets
@@ -440,9 +441,11 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
             return word_tags(token_logits(model, rows, pad_id=tok.pad_token_id or 0), rows, task.label_names)
 
     if "validation" in task.splits:  # a teacher that finds no entity would teach the O tag: refuse before any work
-        teacher_tagged["validation"] = tags_of(t_model, t_tok, "teacher", "validation")
-        refuse_untrained_teacher(check_tagger(get_task(TOKEN).score(teacher_tagged["validation"],
-                                                                    task.tags("validation"))),
+        rows = rows_of("teacher", t_tok, "validation")
+        with torch.inference_mode():
+            logits = token_logits(t_model, rows, pad_id=t_tok.pad_token_id or 0)
+        teacher_tagged["validation"] = word_tags(logits, rows, task.label_names)
+        refuse_untrained_teacher(tagger_chance_check(logits, rows, task.tags("validation"), task.label_names),
                                  teacher, allow_untrained)
     split = task.splits["train"]
     soft, reused = word_soft_labels(t_model, t_tok, split["tokens"], split["tags"], max_length, weights, precision,

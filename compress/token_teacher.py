@@ -31,12 +31,13 @@ from compress.artifact import write_model_artifact
 from compress.assets import resolve_model
 from compress.config import TeacherConfig
 from compress.errors import CompressError
-from compress.head_check import check_tagger
+from compress.head_check import judge_existing_head
 from compress.hub import snapshot_origin
 from compress.modeling import count_parameters, load_classifier
 from compress.tasks.task_choice import TOKEN, check_model_task
 from compress.tasks.token_data import TokenTaskData
-from compress.tasks.token_training import entity_f1_callback, evaluate_tagger, token_collator, tokenize_tagged_split
+from compress.tasks.token_training import (entity_f1_callback, score_token_logits, tagger_chance_check, token_collator,
+                                          token_logits, tokenize_tagged_split, word_tag_check)
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments, refuse_keep_best)
 from compress.windows import window_stride
@@ -71,31 +72,41 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     tokenized = {name: tokenize_tagged_split(split, tokenizer, cfg.max_length, with_length=(name == "train"),
                                              stride=cfg.stride)
                  for name, split in data.splits.items()}
-    finetune = (not has_head) if cfg.finetune is None else bool(cfg.finetune)
+    # A head that came with the model may never have been trained (a tagger saved straight after it was built):
+    # test it on validation before trusting it, as the sentence teacher does (compress.head_check).
+    head_check, head_logits, untrained_head = None, None, False
+    if has_head and cfg.finetune is not True and "validation" in tokenized:
+        head_logits = token_logits(model, tokenized["validation"], precision=precision.precision, pad_id=pad_id)
+        head_check = word_tag_check(head_logits, tokenized["validation"], data.tags("validation"), data.label_names)
+        untrained_head = judge_existing_head(head_check, cfg.finetune, cfg.model) == "fine-tune"
+    finetune = (not has_head or untrained_head) if cfg.finetune is None else bool(cfg.finetune)
     timings: dict[str, float] = {}
     train_log: dict[str, Any] = {}
     if finetune and cfg.train.epochs > 0:
         t0 = time.perf_counter()
         train_log = _fine_tune(model, tokenizer, tokenized, data, cfg, out, device, precision.precision, pad_id)
         timings["fine_tune_s"] = round(time.perf_counter() - t0, 1)
-    elif not has_head:
+    elif not has_head or untrained_head:
         print("warning: the tagger has no trained head and --epochs is 0: its predictions are random", file=sys.stderr)
     fine_tuned = bool(finetune and cfg.train.epochs > 0)
 
     t0 = time.perf_counter()
-    metrics = {name: evaluate_tagger(model, tokenized[name], data.tags(name), data.label_names,
-                                     precision=precision.precision, pad_id=pad_id)
-               for name in ("validation", "test") if name in tokenized}
+    logits = {name: head_logits if name == "validation" and head_logits is not None and not fine_tuned
+              else token_logits(model, tokenized[name], precision=precision.precision, pad_id=pad_id)
+              for name in ("validation", "test") if name in tokenized}
+    metrics = {name: score_token_logits(rows, tokenized[name], data.tags(name), data.label_names)
+               for name, rows in logits.items()}
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     timings["total_s"] = round(time.perf_counter() - started, 1)
-    chance = check_tagger(metrics["validation"]) if "validation" in metrics else None
+    chance = (tagger_chance_check(logits["validation"], tokenized["validation"], data.tags("validation"),
+                                  data.label_names) if "validation" in logits else None)
     if chance is not None and chance.untrained:
         if fine_tuned:
-            how = ("its training collapsed into the O tag",
-                   f"train it again with a lower --lr (this run: {cfg.train.lr:g}) or another --seed")
+            how = ("training left it there (too few steps, or it collapsed into the O tag)",
+                   f"train it longer, or with another --lr (this run: {cfg.train.lr:g}) or --seed")
         else:  # kept as given (--finetune no, or --epochs 0): another seed or lr would change nothing
             how = ("its head was not trained for these tags", "fine-tune it: --finetune yes with --epochs 1 or more")
-        print(f"warning: the teacher finds no entity ({chance.summary()}): {how[0]}, and distill will refuse it; "
+        print(f"warning: the teacher is no better than chance ({chance.summary()}): {how[0]}, and distill will refuse it; "
               f"{how[1]}.", file=sys.stderr)
     meta = {
         "stage": "teacher",
@@ -105,6 +116,9 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         "parameters": count_parameters(model),
         "parent": {"model": cfg.model, "path": str(source), **(snapshot_origin(source) or {})},
         "fine_tuned": fine_tuned,
+        # the existing head tested before training (null when the model had none or --finetune yes)
+        "head_check": None if head_check is None else {**head_check.to_dict(),
+                                                       "decision": "fine-tuned" if fine_tuned else "kept"},
         "label_names": data.label_names,
         "config": cfg.to_dict(),
         # the windows it was trained and scored in; Predictor reads them

@@ -196,6 +196,34 @@ def score_token_logits(logits: Sequence[np.ndarray], tokenized, gold: Sequence[S
     return get_task("token-classification").score(predicted, gold)
 
 
+def word_tag_check(logits: Sequence[np.ndarray], tokenized, gold: Sequence[Sequence[str]],
+                   label_names: Sequence[str]):
+    """Is a tagger's head better than one that ignores its input? Its word tags' accuracy against always
+    answering the commonest tag (:func:`compress.head_check.check_predictions`). A random head scores well
+    below that (it spreads words over every tag) while still finding a few entities by luck, so entity F1
+    alone cannot tell it from a trained one."""
+    from compress.head_check import check_predictions
+
+    index = {name: i for i, name in enumerate(label_names)}
+    predicted = word_tags(logits, tokenized, label_names)
+    pred = [index[t] for sentence in predicted for t in sentence]
+    labels = [index.get(t, -1) for sentence in gold for t in sentence]
+    keep = [i for i, label in enumerate(labels) if label >= 0]
+    return check_predictions(np.asarray(pred)[keep] if keep else np.zeros(0), np.asarray(labels)[keep] if keep
+                             else np.zeros(0), len(label_names), measure="word-tag accuracy")
+
+
+def tagger_chance_check(logits: Sequence[np.ndarray], tokenized, gold: Sequence[Sequence[str]],
+                        label_names: Sequence[str]):
+    """The verdict distill refuses a tagger teacher on: :func:`compress.head_check.check_tagger` when it finds no
+    entity (it collapsed into ``O``), else :func:`word_tag_check` (a random head finds a few by luck)."""
+    from compress.head_check import check_tagger
+    from compress.tasks import get_task
+
+    entities = check_tagger(get_task("token-classification").score(word_tags(logits, tokenized, label_names), gold))
+    return entities if entities.untrained else word_tag_check(logits, tokenized, gold, label_names)
+
+
 def entity_f1_callback(tokenized, gold: Sequence[Sequence[str]], label_names: Sequence[str], pad_id: int = 0,
                        precision: str = "fp32", tagger: Any = None, keep_best: bool = False):
     """A Trainer callback: after every epoch, validation entity F1 in the log history and on stdout (and a

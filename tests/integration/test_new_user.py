@@ -1,0 +1,92 @@
+"""What a new user hits first, fed through the command line as they would: models brought from outside with heads
+never trained, a tagger's own label order, labels and files that are not what they seem. Each case checks the one
+line it gets (no traceback) or the corrected result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from compress.cli import main
+from tests.conftest import make_tokenizer
+from tests.support.squad import squad_splits
+from tests.support.toy_ner import toy_sentences, write_conll
+
+LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]  # CoNLL's usual order, not sorted
+
+
+def _meta(folder: Path) -> dict:
+    return json.loads((folder / "compress.json").read_text(encoding="utf-8"))
+
+
+def save_untrained(cls, folder: Path, labels: list[str] | None = None, positions: int = 128) -> Path:
+    """A tiny BERT with a task head straight from ``cls(config)``: what ``save_pretrained`` after a conversion gives."""
+    import torch
+    from transformers import BertConfig
+
+    torch.manual_seed(0)
+    extra = {} if labels is None else {"id2label": dict(enumerate(labels)),
+                                       "label2id": {name: i for i, name in enumerate(labels)}}
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=positions, **extra)
+    cls(config).save_pretrained(folder)
+    tok = make_tokenizer()
+    tok.model_max_length = positions
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def conll(tmp_path_factory) -> Path:
+    return write_conll(tmp_path_factory.mktemp("conll") / "train.conll", toy_sentences(160))
+
+
+def test_an_untrained_tagger_is_fine_tuned_not_packaged(tmp_path, conll, capsys):
+    from transformers import BertForTokenClassification
+
+    tagger = save_untrained(BertForTokenClassification, tmp_path / "tagger", LABELS)
+    assert main(["teacher", "--model", str(tagger), "--data", str(conll), "--epochs", "3", "--lr", "6e-3",
+                 "--batch-size", "8", "--max-length", "48", "--out", str(tmp_path / "t")]) == 0
+    out = capsys.readouterr().out
+    assert "no better than chance" in out and "fine-tuning it" in out and "word-tag accuracy" in out
+    meta = _meta(tmp_path / "t")
+    assert meta["fine_tuned"] and meta["training"]["global_steps"] > 0
+    assert meta["head_check"]["verdict"] == "untrained" and meta["head_check"]["decision"] == "fine-tuned"
+    assert meta["chance_check"]["verdict"] == "trained" and meta["metrics"]["test"]["entity_f1"] > 0.8
+
+    # the trained tagger given again keeps its head, and says that the training flags went unused
+    assert main(["teacher", "--model", str(tmp_path / "t"), "--data", str(conll), "--epochs", "10",
+                 "--max-length", "48", "--out", str(tmp_path / "again")]) == 0
+    out = capsys.readouterr().out
+    assert "kept as it is, not trained" in out and "--finetune yes" in out
+    assert not _meta(tmp_path / "again")["fine_tuned"]
+
+
+def test_an_untrained_reader_is_fine_tuned_and_an_untrained_teacher_refused(tmp_path, capsys):
+    from transformers import BertForQuestionAnswering
+
+    reader = save_untrained(BertForQuestionAnswering, tmp_path / "reader")
+    data = squad_splits(tmp_path / "squad")
+    assert main(["teacher", "--model", str(reader), "--data", str(data), "--epochs", "1", "--max-length", "48",
+                 "--out", str(tmp_path / "t")]) == 0
+    out = capsys.readouterr().out
+    assert "no better than chance" in out and "fine-tuning it" in out and "answer-start accuracy" in out
+    meta = _meta(tmp_path / "t")
+    assert meta["fine_tuned"] and meta["head_check"]["decision"] == "fine-tuned"
+    assert meta["chance_check"]["measure"].startswith("answer-start accuracy")
+
+    # under --finetune no the same reader is refused in one line, nothing written
+    assert main(["teacher", "--model", str(reader), "--data", str(data), "--finetune", "no", "--max-length", "48",
+                 "--out", str(tmp_path / "kept")]) == 2
+    err = capsys.readouterr().err
+    assert "its head was never trained for this task" in err and "Traceback" not in err
+    assert not (tmp_path / "kept").exists()
+
+    # as a teacher brought from outside, distill tests it and refuses it before any work
+    assert main(["distill", "--teacher", str(reader), "--data", str(data), "--student", "1x32", "--init", "random",
+                 "--max-length", "48", "--epochs", "1", "--out", str(tmp_path / "student")]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "no better than chance" in line]
+    assert len(lines) == 1 and "--allow-untrained-teacher" in lines[0] and not (tmp_path / "student").exists()
