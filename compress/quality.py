@@ -76,9 +76,13 @@ class SplitScorer:
         if predictor.task != self.task.name:
             raise CompressError(f"{where} is a {predictor.task} model but {self.source} is {self.task.name} data. "
                                 "Give the data the model was trained on.")
-        if self.tagging and list(predictor.label_names) != self.label_names:
-            raise CompressError(f"{where} tags {predictor.label_names} but {self.source} has the tags "
-                                f"{self.label_names}. Give the tagging data the model was trained on.")
+        # tags are matched by name: a tagger's own label order (CoNLL's is not sorted) scores the same, and a
+        # split without some tag (a test split with no I-MISC) is fine; only a tag the model never predicts is not
+        missing = [tag for tag in self.label_names if tag not in set(predictor.label_names)]
+        if self.tagging and missing:
+            raise CompressError(f"{self.source} has the tag(s) {', '.join(missing)} that {where} does not predict (its "
+                                f"tags: {', '.join(predictor.label_names)}). Give the tagging data the model was "
+                                "trained on.")
         if not (self.tagging or self.reading) and self.num_labels > predictor.num_labels:
             raise CompressError(f"{self.source}: labels go up to {self.num_labels - 1} ({self.num_labels} classes) but "
                                 f"{where} has {predictor.num_labels} output labels. Use a model fine-tuned on this "

@@ -90,3 +90,40 @@ def test_an_untrained_reader_is_fine_tuned_and_an_untrained_teacher_refused(tmp_
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if "no better than chance" in line]
     assert len(lines) == 1 and "--allow-untrained-teacher" in lines[0] and not (tmp_path / "student").exists()
+
+
+def test_a_tagger_with_its_own_label_order_goes_through_every_stage(tmp_path, conll, capsys):
+    """A tagger brought from outside in CoNLL's order (O, B-PER, I-PER, B-LOC, I-LOC; the data's own list is sorted):
+    every stage matches tags by name, and the order the tagger was built with is the one every artifact keeps."""
+    from transformers import BertForTokenClassification
+
+    from compress.runtime import Predictor
+
+    tagger = save_untrained(BertForTokenClassification, tmp_path / "outside", LABELS)
+    common = ["--max-length", "48", "--batch-size", "8"]
+    run = lambda *argv: main([*map(str, argv)])  # noqa: E731
+    assert run("teacher", "--model", tagger, "--data", conll, "--epochs", "3", "--lr", "6e-3", *common,
+               "--out", tmp_path / "teacher") == 0
+    assert _meta(tmp_path / "teacher")["label_names"] == LABELS
+    assert run("distill", "--teacher", tmp_path / "teacher", "--data", conll, "--student", "1x32", "--init",
+               "teacher-layers", "--epochs", "3", "--lr", "6e-3", *common, "--out", tmp_path / "student") == 0
+    assert _meta(tmp_path / "student")["label_names"] == LABELS
+    assert run("export", "--model", tmp_path / "teacher", "--out", tmp_path / "onnx") == 0
+    assert run("quantize", "--model", tmp_path / "onnx", "--data", conll, "--max-accuracy-drop", "0.5",
+               "--out", tmp_path / "int8") == 0
+    assert run("optimize", "--model", tmp_path / "student", "--data", conll, "--candidates", "onnx-fp32,onnx-int8-fused",
+               "--batch-sizes", "1", "--seq-len", "16", "--warmup", "1", "--runs", "2", "--max-accuracy-drop", "0.5",
+               "--out", tmp_path / "optimized") == 0
+    assert run("bench", tmp_path / "onnx", tmp_path / "int8", tmp_path / "optimized", "--reference", tmp_path / "teacher",
+               "--data", conll, "--quick", "--threads", "1", "--no-memory", "--out", tmp_path / "bench") == 0
+    rules = tmp_path / "gates.toml"
+    rules.write_text("[rules]\nmax_f1_drop = 0.5\n", encoding="utf-8")
+    assert run("gate", tmp_path / "bench" / "results.json", "--rules", rules) == 0
+    capsys.readouterr()
+    assert run("predict", "--model", tmp_path / "int8", "we flew to paris with alice") == 0
+    out = capsys.readouterr().out
+    assert "LOC" in out and "PER" in out
+    for folder in ("int8", "optimized"):
+        assert Predictor.load(tmp_path / folder).label_names == LABELS
+    quality = {a["name"]: a["quality"] for a in json.loads((tmp_path / "bench" / "results.json").read_text())["artifacts"]}
+    assert all(q["entity_f1"] > 0.8 for q in quality.values()), quality
