@@ -1,6 +1,6 @@
 """ONNX export of an fp32 classifier, ONNX Runtime fusions, and a parity check against PyTorch.
 
-Why each step is done the way it is (all measured on this stack, see DESIGN.md "Known traps"):
+Why each step is done the way it is (all measured on this stack, see docs/design.md, "Known traps"):
 
 - The TorchScript exporter (``dynamo=False``) on a model loaded with ``attn_implementation="eager"``
   is used because ONNX Runtime's transformer optimizer recognises its attention subgraph; on the

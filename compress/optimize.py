@@ -1,6 +1,6 @@
 """``bert-compress optimize``: build every runtime of a model, measure them here, keep the fastest per batch size.
 
-Which runtime is fastest depends on the CPU (DESIGN.md, "Measuring"): on an AMD EPYC without AMX
+Which runtime is fastest depends on the CPU (docs/design.md, "Measuring"): on an AMD EPYC without AMX
 ONNX Runtime INT8 won at batch 1 and batch 32; on an Intel Xeon with AMX a bf16 PyTorch student
 ran batch 32 about 4x faster than ONNX INT8. So the choice is made by measurement, on the machine
 that will serve, and recorded with the CPU it was made on:

@@ -19,7 +19,7 @@ saves that work and, with per-channel weight scales, usually changes fewer answe
   quantized activation is refused rather than passed off as INT8.
 - **Which graph**: QDQ has no quantized form of ORT's fused ``Attention`` operator, so on the
   fused graph the Q/K/V projections stay fp32; the unfused graph exposes them as MatMuls. Both are
-  candidates; which one is faster is measured, not assumed (DESIGN.md, "Known traps").
+  candidates; which one is faster is measured, not assumed (docs/design.md, "Known traps").
 
 This module does not import the quantize stage (that would be an import cycle); the stage owns the
 candidate plan, the accuracy check and the fallbacks.

@@ -1,4 +1,4 @@
-"""The layers of DESIGN.md, checked on the source: who may import whom.
+"""The layers of docs/design.md ("Layers"), checked on the source: who may import whom.
 
 Every ``import`` in ``compress/``, ``students/`` and ``benchmarks/`` counts, those inside functions
 too (a lazy import is still a dependency). Left out: ``if TYPE_CHECKING:`` blocks, and the body of a

@@ -1,7 +1,7 @@
 """The torch-bf16 format: a ``save_pretrained`` folder whose floating weights are all bfloat16.
 
 Why bf16 weights rather than fp32 weights under autocast: on CPUs with AMX (and on GPUs) PyTorch's
-bf16 matmuls run several times faster than fp32 (DESIGN.md: 3.5x at batch 32 for the 6L/384
+bf16 matmuls run several times faster than fp32 (docs/design.md, "Known traps": 3.5x at batch 32 for the 6L/384
 student), and with the weights already in bf16 no cast runs on each call; the file is half the
 fp32 size. LayerNorm and softmax kernels accumulate in fp32 internally even on bf16 tensors.
 
