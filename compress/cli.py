@@ -242,6 +242,21 @@ def cmd_predict(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(a: argparse.Namespace) -> int:
+    try:  # starlette and uvicorn: the serving install's, needed by this command only
+        from compress.serving.app import ServeSettings
+        from compress.serving.server import serve
+    except ImportError as exc:
+        raise CompressError(f"serve needs starlette, uvicorn and prometheus-client ({exc}): pip install -r "
+                            "requirements-serve.txt, or pip install 'bert-compress[serve]'.") from exc
+
+    settings = ServeSettings(max_batch=a.max_batch, max_wait_ms=a.max_wait_ms, queue_size=a.queue_size,
+                             request_timeout_s=a.request_timeout, max_body_bytes=a.max_body_bytes,
+                             aggregation=a.aggregation)
+    return serve(a.model, settings, host=a.host, port=a.port, workers=a.workers, threads=a.threads,
+                 max_length=a.max_length, access_log=a.access_log)
+
+
 def cmd_summary(a: argparse.Namespace) -> int:
     print(format_table(summary_rows(a.artifacts), markdown=a.markdown))
     return 0
@@ -489,6 +504,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a SQuAD 2.0 reader: answer nothing when the null score beats the best span by more than this "
                         "(default: the one chosen on validation, recorded in the artifact; else 0.0)")
     p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("serve", help="serve an artifact over HTTP with dynamic batching (docs/serving.md)")
+    p.add_argument("model", help="artifact folder (ONNX and OpenVINO serve from the slim install, without torch)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free one)")
+    p.add_argument("--workers", type=int, default=1, help="processes, each with its own model copy (default 1)")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads per worker (default: the runtime's)")
+    p.add_argument("--max-length", type=int, default=None, help="window length in tokens (default: the artifact's)")
+    p.add_argument("--max-batch", type=int, default=32,
+                   help="inputs in one model batch, and the most one request may send (default 32)")
+    p.add_argument("--max-wait-ms", type=float, default=5.0,
+                   help="how long the oldest request waits for a batch to fill (default 5)")
+    p.add_argument("--queue-size", type=int, default=512, help="inputs waiting at most; then 503 (default 512)")
+    p.add_argument("--request-timeout", type=float, default=30.0, help="seconds to answer a request, else 504 "
+                   "(default 30)")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit; then 413 (default 1 MiB)")
+    p.add_argument("--aggregation", choices=AGGREGATIONS, default=DEFAULT_AGGREGATION,
+                   help="a tagger's default aggregation_strategy (default first)")
+    p.add_argument("--access-log", action="store_true", help="log every request (off: it costs throughput)")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("run", help="run the stages a recipe (YAML) names, skipping finished ones")
     p.add_argument("recipe", help="recipe file, e.g. recipes/default.yaml")

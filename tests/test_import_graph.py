@@ -19,7 +19,7 @@ STAGES = ("compress.teacher", "compress.distill", "compress.prune", "compress.tr
           "compress.quantize", "compress.pipeline", "compress.cli", "compress.run_stage", "benchmarks.suite",
           "benchmarks.gate")
 #: What serves a model: it may import formats, never a stage.
-RUNTIME = ("compress.runtime", "compress.modeling", "compress.tokenization", "compress.formats")
+RUNTIME = ("compress.runtime", "compress.modeling", "compress.tokenization", "compress.formats", "compress.serving")
 FACTORY = ("students.factory",)
 
 

@@ -1,0 +1,209 @@
+"""The Starlette application: ``POST /predict``, ``GET /health``, ``/ready``, ``/metrics``, ``/openapi.json``.
+
+``/health`` answers as soon as the process listens (an orchestrator's liveness probe); ``/ready`` only once the
+model is loaded and has run a warm-up batch at batch 1 and at ``--max-batch`` (the first call of a runtime
+allocates and plans, and should not land on a user's request), and ``/predict`` answers 503 until then.
+Every bad request is answered with a status and ``{"error", "field"}``, never a crash: the body is read up to the
+limit (413 past it), decoded as UTF-8 (400), parsed as JSON (400) and checked by :mod:`compress.serving.schemas`
+(422, 413 for too many inputs). A caller that disconnects or outlives ``--request-timeout`` (504) is taken out of
+the queue, and the server goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from compress.errors import CompressError, describe
+from compress.serving.batcher import Batcher, Job, QueueFull
+from compress.serving.metrics import Metrics
+from compress.serving.schemas import BadInput, format_results, openapi, parse_request, predict_batch, warm_inputs
+from compress.tagging import DEFAULT_AGGREGATION
+
+log = logging.getLogger("uvicorn.error")  # uvicorn configures this one: its lines land in the server log
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What ``bert-compress serve`` takes besides the model and the address."""
+
+    #: Inputs in one model batch, and the most one request may send (413 past it).
+    max_batch: int = 32
+    #: How long the oldest waiting request is held for a batch to fill.
+    max_wait_ms: float = 5.0
+    #: Inputs waiting at most; past it, 503 with Retry-After.
+    queue_size: int = 512
+    #: Seconds from a request's arrival to its answer, else 504.
+    request_timeout_s: float = 30.0
+    #: Bytes of request body at most; past it, 413.
+    max_body_bytes: int = 1 << 20
+    #: A tagger's default ``aggregation_strategy``.
+    aggregation: str = DEFAULT_AGGREGATION
+
+    def check(self) -> "ServeSettings":
+        """Refuse settings that cannot work, in one line naming the flag."""
+        for flag, value, least in (("--max-batch", self.max_batch, 1), ("--queue-size", self.queue_size, 1),
+                                   ("--max-body-bytes", self.max_body_bytes, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise CompressError(f"{flag} must be a whole number of at least {least}, got {value!r}.")
+        if self.queue_size < self.max_batch:
+            raise CompressError(f"--queue-size {self.queue_size} is below --max-batch {self.max_batch}: a full "
+                                "request could never be queued; give a queue at least one batch long.")
+        if not self.max_wait_ms >= 0:
+            raise CompressError(f"--max-wait-ms must be 0 or more, got {self.max_wait_ms!r}.")
+        if not self.request_timeout_s > 0:
+            raise CompressError(f"--request-timeout must be above 0 seconds, got {self.request_timeout_s!r}.")
+        return self
+
+
+def _error(status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse({"error": message, "field": field}, status_code=status, headers=headers)
+
+
+class Service:
+    """The model, its batcher and its metrics, shared by the routes of one application."""
+
+    def __init__(self, load: Callable[[], Any], settings: ServeSettings):
+        self.load = load
+        self.settings = settings
+        self.metrics = Metrics()
+        self.predictor: Any = None
+        self.batcher: Batcher | None = None
+        self.ready = False
+        self.schema: dict[str, Any] = {}
+
+    def _run(self, key: tuple[Any, ...], inputs: list[Any]) -> list[Any]:
+        return predict_batch(self.predictor, key, inputs, self.settings.max_batch)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        s = self.settings
+        self.batcher = Batcher(self._run, s.max_batch, s.max_wait_ms / 1000, s.queue_size, self.metrics)
+        self.predictor = await self.batcher.call(self.load)  # a bad artifact fails startup, before it listens
+        self.schema = openapi(self.predictor.task, self.predictor.label_names, s.max_batch)
+        self.batcher.start()
+        warming = asyncio.get_running_loop().create_task(self._warm_up())
+        try:
+            yield
+        finally:
+            await warming
+            await self.batcher.close()  # after uvicorn has let the requests in flight finish: runs what is queued
+
+    async def _warm_up(self) -> None:
+        one = warm_inputs(self.predictor.task)
+        key = parse_request(self.predictor.task, {"inputs": _as_json(one[0])}, 1, self.settings.aggregation).key
+        for n in sorted({1, self.settings.max_batch}):
+            await self.batcher.call(lambda n=n: self._run(key, one * n))
+        self.ready = True
+        log.info("ready: %s (%s, %s)", self.predictor.path, self.predictor.kind, self.predictor.task)
+
+    async def predict(self, request: Request) -> Response:
+        started = time.perf_counter()
+        response, reason = await self._predict(request, started)
+        self.metrics.answered(response.status_code, time.perf_counter() - started, reason)
+        return response
+
+    async def _predict(self, request: Request, started: float) -> tuple[Response, str | None]:
+        s = self.settings
+        if not self.ready:
+            return _error(503, "the model is loading or warming up; retry shortly", headers={"Retry-After": "1"}), \
+                "not_ready"
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > s.max_body_bytes:
+            return _error(413, f"the body is {declared} bytes, over this server's --max-body-bytes of "
+                               f"{s.max_body_bytes}", "body"), "too_large"
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > s.max_body_bytes:  # a chunked body has no Content-Length: stop reading it here
+                return _error(413, f"the body is over this server's --max-body-bytes of {s.max_body_bytes}",
+                              "body"), "too_large"
+        try:
+            data = json.loads(bytes(body).decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            return _error(400, f"the body is not UTF-8 (byte {exc.start} is {body[exc.start]:#04x}); send UTF-8 "
+                               "JSON", "body"), "bad_request"
+        except ValueError as exc:
+            return _error(400, f"the body is not JSON ({exc}); send {{\"inputs\": ...}}", "body"), "bad_request"
+        try:
+            parsed = parse_request(self.predictor.task, data, s.max_batch, s.aggregation)
+        except BadInput as exc:
+            return _error(exc.status, exc.message, exc.field), "bad_input"
+        try:
+            job = self.batcher.submit(parsed)
+        except QueueFull as exc:
+            return _error(503, f"busy: {exc}; retry after the Retry-After seconds", None,
+                          {"Retry-After": "1"}), "queue_full"
+        outcome = await self._wait(request, job, s.request_timeout_s - (time.perf_counter() - started))
+        if outcome == "disconnected":
+            return Response(status_code=499), "disconnected"  # nobody reads it: counted, not sent
+        if outcome == "timeout":
+            return _error(504, f"not answered within --request-timeout {s.request_timeout_s:g} s", None), "timeout"
+        exc = job.future.exception()
+        if isinstance(exc, CompressError):
+            return _error(422, str(exc), "inputs"), "bad_input"
+        if exc is not None:
+            log.error("prediction failed: %s", describe(exc), exc_info=exc)
+            return _error(500, f"the model failed on this request ({describe(exc)})", None), "model_error"
+        result = format_results(self.predictor.task, parsed, job.future.result(), self.predictor.label_names)
+        return JSONResponse(result, headers={"X-Batch-Size": str(job.batch_size)}), None
+
+    async def _wait(self, request: Request, job: Job, timeout: float) -> str:
+        """``done``, ``timeout`` or ``disconnected``; a request that will not be answered leaves the queue."""
+        gone = asyncio.ensure_future(_disconnect(request))
+        try:
+            done, _ = await asyncio.wait({job.future, gone}, timeout=max(timeout, 0),
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if job.future in done:
+            return "done"
+        self.batcher.withdraw(job)
+        return "disconnected" if gone in done else "timeout"
+
+    async def ready_route(self, request: Request) -> Response:
+        if self.ready:
+            return PlainTextResponse("ready\n")
+        return PlainTextResponse("warming up\n", status_code=503, headers={"Retry-After": "1"})
+
+    async def metrics_route(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=self.metrics.content_type)
+
+    async def openapi_route(self, request: Request) -> Response:
+        return JSONResponse(self.schema)
+
+
+async def _disconnect(request: Request) -> None:
+    """Return when the client has gone (uvicorn delivers ``http.disconnect`` once the body is read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _health(request: Request) -> Response:
+    return PlainTextResponse("ok\n")
+
+
+def _as_json(value: Any) -> Any:
+    return {"question": value[0], "context": value[1]} if isinstance(value, tuple) else value
+
+
+def create_app(load: Callable[[], Any], settings: ServeSettings) -> Starlette:
+    """The application serving the Predictor ``load()`` returns (called once, at startup, on the model thread)."""
+    service = Service(load, settings.check())
+    routes = [Route("/predict", service.predict, methods=["POST"]), Route("/health", _health, methods=["GET"]),
+              Route("/ready", service.ready_route, methods=["GET"]),
+              Route("/metrics", service.metrics_route, methods=["GET"]),
+              Route("/openapi.json", service.openapi_route, methods=["GET"])]
+    app = Starlette(routes=routes, lifespan=service.lifespan)
+    app.state.service = service
+    return app
