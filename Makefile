@@ -37,7 +37,7 @@ test: install
 # Predictor's batching and ordering, pruning importance and removal, the quantize fallback loop. Each
 # module runs against only its own tests, one module after the other, and prints its score and its
 # surviving mutants (tools/mutation/mutate.py lists the functions and tests; MUTATION_MODULES="stats gate"
-# runs some). Not part of `make test`: it takes tens of minutes (times per module: docs/development.md).
+# runs some). Not part of `make test`: it takes tens of minutes (times per module: docs/lab/mutation.md).
 MUTATION_MODULES ?=
 $(VENV)/.mutation: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install --quiet -e '.[mutation]'
