@@ -164,6 +164,47 @@ def check_labels_fit(task: TaskData, num_labels: int, who: str = "the model") ->
         )
 
 
+def generic_label_names(names: Sequence[str] | None) -> bool:
+    """Names that say nothing about the classes: none, transformers' ``LABEL_0``..., or the indices ``0``..``K-1``."""
+    return not names or all(n in (f"LABEL_{i}", str(i)) for i, n in enumerate(names))
+
+
+def align_labels(task: TaskData, model_names: Sequence[str] | None, who: str, retrain: bool = False,
+                 fix: str = "use a model trained on these classes") -> TaskData:
+    """``task`` with its classes matched to a model's own class names, by name.
+
+    A head's class ``i`` means ``model_names[i]``; data labelled by name in another order (``neg``/``pos`` for a
+    ``{0: pos, 1: neg}`` head) would otherwise train and score every example against the wrong class. Integer labels
+    ``0..K-1`` are read as the model's indices (said in a note). Names the model lacks are refused in one line, unless
+    the head is to be trained anew (``retrain``), where the data's names replace the model's (said in a note)."""
+    if generic_label_names(model_names) or list(model_names) == task.label_names:
+        return task
+    model_names = list(model_names)
+    if generic_label_names(task.label_names):
+        if task.num_labels <= len(model_names):
+            print(f"note: {task.source}'s integer labels are read as {who}'s classes: "
+                  + ", ".join(f"{i} = {name}" for i, name in enumerate(model_names)))
+            return replace(task, label_names=model_names)
+        return task  # more classes than the head has: check_labels_fit says so
+    missing = [name for name in task.label_names if name not in model_names]
+    if missing:
+        if retrain:
+            print(f"note: {who}'s classes ({', '.join(model_names)}) are not {task.source}'s "
+                  f"({', '.join(task.label_names)}); its head is trained anew with the data's.")
+            return task
+        raise CompressError(f"{task.source} has the class(es) {', '.join(map(repr, missing))} that {who} does not "
+                            f"predict (its classes: {', '.join(model_names)}). Relabel the data with the model's class "
+                            f"names, or {fix}.")
+    from datasets import DatasetDict
+
+    index = {name: i for i, name in enumerate(model_names)}
+    mapping = [index[name] for name in task.label_names]
+    splits = DatasetDict({name: split.map(lambda batch: {"label": [mapping[v] for v in batch["label"]]}, batched=True)
+                          for name, split in task.splits.items()})
+    print(f"note: {task.source}'s classes are matched to {who}'s by name (its order: {', '.join(model_names)})")
+    return TaskData(splits, model_names, task.source, task.is_pair, _fingerprint(splits), task.notes)
+
+
 def read_table(path: Path):
     """A csv/tsv/jsonl/json/parquet file as a pandas frame (``attrs["path"]`` set), or one clear error.
 
@@ -316,10 +357,17 @@ def _frames_to_task(frames, origin: Path, text_column: str, text_pair_column: st
         if values[0] < 0:
             raise CompressError(f"{train_path}: column {label_column!r} holds the negative label {values[0]}. "
                                 "Integer labels must be 0..K-1; map them, or use class names.")
-        label_names = [str(i) for i in range(values[-1] + 1)]
-        encoded = raw_labels
-    elif kinds == {str}:
-        label_names = sorted(set(raw_labels["train"]))
+        trained = sorted(set(raw_labels["train"]))
+        if trained == list(range(len(trained))):  # 0..K-1: the labels are the class indices
+            label_names = [str(i) for i in trained]
+        else:  # 1/2, or 0/1/4: the values are the classes, so no index is a class that never occurs
+            label_names = [str(v) for v in trained]
+        if len(trained) > 1 and label_names != [str(i) for i in range(len(trained))]:
+            print(f"note: {train_path}: column {label_column!r} holds the integers {', '.join(label_names)}, not "
+                  f"0..{len(trained) - 1}: they are read as {len(trained)} class names, in that order")
+        raw_labels = {split: [str(v) for v in labels] for split, labels in raw_labels.items()}
+    if kinds in ({int}, {str}):
+        label_names = label_names if kinds == {int} else sorted(set(raw_labels["train"]))
         index = {name: i for i, name in enumerate(label_names)}
         encoded = {}
         for split, labels in raw_labels.items():

@@ -25,7 +25,7 @@ import numpy as np
 from compress.artifact import read_meta, weights_sha256, write_model_artifact
 from compress.assets import cache_dir, resolve_model
 from compress.config import TeacherConfig
-from compress.data import DynamicPaddingCollator, TaskData, tokenize_split
+from compress.data import DynamicPaddingCollator, TaskData, align_labels, tokenize_split
 from compress.distill.soft_labels import save_logits
 from compress.errors import CompressError
 from compress.head_check import check_head, judge_existing_head
@@ -55,8 +55,10 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
-    check_model_task(source, SEQUENCE, cfg.data.data, cfg.model)  # a tagger given classification data: one line
-    task = cfg.data.load()
+    # a tagger given classification data: one line
+    _, head_names = check_model_task(source, SEQUENCE, cfg.data.data, cfg.model)
+    task = align_labels(cfg.data.load(), head_names, f"--model {cfg.model}", retrain=cfg.finetune is True,
+                        fix="pass --finetune yes to train its head anew on them")
     refuse_keep_best(cfg.train, task.splits, cfg.data.data)
     model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle)
     model.to(device)  # the head check and evaluation run where training does
@@ -220,12 +222,17 @@ class LoadedTeacher:
     tokenizer: Any
     weights_sha256: str
     meta: dict[str, Any]
+    #: The task data it was loaded for, its classes in the teacher's order (:func:`compress.data.align_labels`).
+    task: TaskData | None = None
 
 
 def load_teacher(folder: str | os.PathLike, task: TaskData | None = None, allow_pickle: bool = False,
                  eager_attention: bool = False, revision: str | None = None) -> LoadedTeacher:
     """Load a teacher classifier (an artifact, a folder or a hub id); it must already predict the task's labels."""
     path = Path(resolve_model(str(folder), revision=revision, allow_pickle=allow_pickle))
+    if task is not None:  # a tagger or reader given classification data: one line, before transformers loads it
+        _, names = check_model_task(path, SEQUENCE, task.source, str(folder))
+        task = align_labels(task, names, f"--teacher {folder}")
     num_labels = task.num_labels if task is not None else None
     model, tokenizer, has_head = load_classifier(path, num_labels, task.label_names if task else None, allow_pickle,
                                                  eager_attention=eager_attention)
@@ -239,7 +246,7 @@ def load_teacher(folder: str | os.PathLike, task: TaskData | None = None, allow_
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    return LoadedTeacher(path, model, tokenizer, sha, meta)
+    return LoadedTeacher(path, model, tokenizer, sha, meta, task)
 
 
 def _ids_digest(tokenized, prefix: str) -> str:

@@ -177,6 +177,7 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
         task = with_gold(task, cfg.gold_labels, cfg.gold_scale)
     want_inter = cfg.wants_intermediate
     teacher = load_teacher(cfg.teacher, task, cfg.allow_pickle, eager_attention=want_inter, revision=cfg.revision)
+    task = teacher.task or task  # its classes in the teacher's order
     recorded = HeadCheck.from_dict(teacher.meta.get("chance_check"))
     if recorded and (teacher.meta.get("data") or {}).get("fingerprint") == task.fingerprint:
         # the teacher stage measured this teacher on this very data: refuse before any work

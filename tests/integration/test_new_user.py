@@ -127,3 +127,86 @@ def test_a_tagger_with_its_own_label_order_goes_through_every_stage(tmp_path, co
         assert Predictor.load(tmp_path / folder).label_names == LABELS
     quality = {a["name"]: a["quality"] for a in json.loads((tmp_path / "bench" / "results.json").read_text())["artifacts"]}
     assert all(q["entity_f1"] > 0.8 for q in quality.values()), quality
+
+
+# ----------------------------------------------------------------------------- class labels
+
+
+def _labelled(path: Path, names: dict[int, object], n: int = 120, seed: int = 0) -> Path:
+    from tests.conftest import sentiment_rows, write_csv
+
+    return write_csv(path, [{**r, "label": names[r["label"]]} for r in sentiment_rows(n, seed=seed)])
+
+
+def test_integer_labels_with_gaps_are_classes_not_indices(tmp_path, capsys):
+    from compress.data import load_task_data
+    from tests.conftest import make_bert
+
+    data = _labelled(tmp_path / "stars.csv", {0: 1, 1: 2}, n=240)
+    task = load_task_data(str(data))
+    assert task.label_names == ["1", "2"] and task.num_labels == 2
+    assert "read as 2 class names" in capsys.readouterr().out
+    # a 2-output model fits data of two classes labelled 1 and 2 (it once read "3 classes (labels 0..2)")
+    model = make_bert(tmp_path / "bert", layers=2, head=True)
+    assert main(["teacher", "--model", str(model), "--data", str(data), "--finetune", "yes", "--epochs", "4",
+                 "--lr", "3e-3", "--batch-size", "16", "--out", str(tmp_path / "t")]) == 0
+    meta = _meta(tmp_path / "t")
+    assert meta["data"]["label_names"] == ["1", "2"] and meta["metrics"]["test"]["accuracy"] > 0.8
+
+    # an integer class that only validation has is refused, as a class name is
+    from tests.conftest import write_csv
+    folder = tmp_path / "split"
+    folder.mkdir()
+    write_csv(folder / "train.csv", [{"text": "a fine film", "label": 0}, {"text": "a dull film", "label": 1}] * 5)
+    write_csv(folder / "validation.csv", [{"text": "a film", "label": 2}])
+    assert main(["teacher", "--model", str(model), "--data", str(folder), "--out", str(tmp_path / "u")]) == 2
+    err = capsys.readouterr().err
+    assert "validation.csv" in err and "['2'] that never occur in the training data" in err
+
+
+def _swap_classes(trained: Path, out: Path, names: list[str]) -> Path:
+    """The same classifier with its two output rows swapped and ``id2label`` set to ``names``."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(trained)
+    with torch.no_grad():
+        model.classifier.weight.copy_(model.classifier.weight.flip(0))
+        model.classifier.bias.copy_(model.classifier.bias.flip(0))
+    model.config.id2label = dict(enumerate(names))
+    model.config.label2id = {n: i for i, n in enumerate(names)}
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(trained).save_pretrained(out)
+    return out
+
+
+def test_a_teachers_own_class_names_are_matched_by_name(tmp_path, capsys):
+    from tests.conftest import make_bert, train_briefly
+
+    trained = train_briefly(make_bert(tmp_path / "bert", layers=2, head=True), steps=40, seed=0)
+    teacher = _swap_classes(trained, tmp_path / "teacher", ["pos", "neg"])  # class 0 is positive
+    data = _labelled(tmp_path / "named.csv", {0: "neg", 1: "pos"})  # sorted, the data's classes are neg, pos
+    args = ["--student", "1x32", "--init", "teacher-layers", "--epochs", "2", "--lr", "3e-3", "--batch-size", "16"]
+    assert main(["distill", "--teacher", str(teacher), "--data", str(data), *args, "--out", str(tmp_path / "s")]) == 0
+    assert "matched to --teacher" in capsys.readouterr().out
+    meta = _meta(tmp_path / "s")
+    assert meta["metrics"]["test"]["accuracy"] > 0.8 and meta["metrics"]["test"]["teacher_accuracy"] > 0.8
+    from compress.runtime import Predictor
+    assert Predictor.load(tmp_path / "s").predict(["a wonderful brilliant film"])[0] == ["pos"]
+
+    # names the teacher does not have are one line, not a silent index match
+    other = _labelled(tmp_path / "other.csv", {0: "bad", 1: "good"})
+    assert main(["distill", "--teacher", str(teacher), "--data", str(other), *args, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "'bad', 'good' that --teacher" in err and "its classes: pos, neg" in err and not (tmp_path / "o").exists()
+
+
+def test_a_tagger_teacher_on_classification_data_is_one_line(tmp_path, conll, capsys):
+    from transformers import BertForTokenClassification
+
+    tagger = save_untrained(BertForTokenClassification, tmp_path / "tagger", LABELS)
+    data = _labelled(tmp_path / "data.csv", {0: 0, 1: 1})
+    assert main(["distill", "--teacher", str(tagger), "--data", str(data), "--student", "1x32",
+                 "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "ignore_mismatched_sizes" not in err and "tagger" in err
