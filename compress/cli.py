@@ -22,6 +22,7 @@ from compress.config import (TRAIN_FLAGS, SELECTION_FLAGS, BenchConfig, DATA_KEY
                              setting)
 from compress.device import check_device_spec
 from compress.optimize import format_decision
+from compress.budget.duration import parse_budget
 from compress.pipeline import load_recipe, run_recipe
 from compress.progress import configure as configure_progress
 from compress.reading import read_passage
@@ -265,10 +266,25 @@ def cmd_summary(a: argparse.Namespace) -> int:
 def cmd_run(a: argparse.Namespace) -> int:
     recipe = load_recipe(a.recipe, a.out, a.data)
     force = tuple(x.strip() for x in a.force.split(",") if x.strip()) if a.force else ()
-    status = run_recipe(recipe, force=force, debug=a.debug)
-    print("\nstage      status      seconds  output")
+    budget = a.budget if a.budget is not None else recipe.budget_s
+    plan = None
+    if budget is not None:
+        from compress.budget.decide import decide  # measures with torch: only a budgeted run pays the import
+
+        recipe, plan = decide(recipe, budget, replan=a.replan, strict=a.strict_budget)
+        if a.plan_only:
+            return 0
+    elif a.replan or a.strict_budget or a.plan_only:
+        raise CompressError(f"recipe {recipe.path} has no budget: give --budget 30m or budget: 30m in the recipe for "
+                            "--replan, --strict-budget or --plan-only")
+    status = run_recipe(recipe, force=force, debug=a.debug, budget_plan=plan)
+    print("\nstage      status      seconds" + (" estimate" if plan else "") + "  output")
     for row in status:
-        print(f"{row['stage']:<10} {row['status']:<11} {row['seconds']:>7}  {row['output']}")
+        estimate = f" {row['estimate_s']:>8}" if plan else ""
+        print(f"{row['stage']:<10} {row['status']:<11} {row['seconds']:>7}{estimate}  {row['output']}")
+    if plan is not None:
+        print("\n" + "\n".join(f"plan: {c.line()}" for c in plan.changes) if plan.changes else
+              "\nplan: the recipe ran as written (it fit the budget)")
     bench = next((c.output for c in recipe.calls if c.stage == "bench"), None)
     results = bench / "results.json" if bench else None
     if results and results.exists():
@@ -284,6 +300,14 @@ def cmd_run(a: argparse.Namespace) -> int:
     # The gate's own code (1 failed, 4 inconclusive) is the run's, so CI sees what the gate decided.
     codes = [int(r["status"].rsplit("exit ", 1)[1].rstrip(")")) for r in status if "(exit " in r["status"]]
     return codes[0] if codes else 0
+
+
+def _budget(text: str) -> float:
+    """``--budget 30m`` -> seconds."""
+    try:
+        return parse_budget(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _int_list(text: str) -> list[int]:
@@ -531,6 +555,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=None, help="data name or path (overrides the recipe's data:, e.g. your own "
                    "CoNLL file with recipes/ner.yaml)")
     p.add_argument("--force", default=None, help="comma-separated stages to run again even if up to date")
+    p.add_argument("--budget", type=_budget, default=None,
+                   help="fit the run in this time (30m, 1h, 90s; overrides the recipe's budget:): this machine is "
+                        "measured first and the recipe's elastic: knobs are scaled to fit (docs/guide.md, Budgets)")
+    p.add_argument("--replan", action="store_true", help="measure and plan again instead of reusing the run's plan")
+    p.add_argument("--strict-budget", action="store_true",
+                   help="stop (exit 2) when even the smallest plan is estimated over the budget")
+    p.add_argument("--plan-only", action="store_true", help="measure, print and record the plan, then stop")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("bench", help="measure latency, throughput, memory, size and accuracy of artifacts side by side")

@@ -50,7 +50,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from compress.artifact import now_iso
+from compress.artifact import META_FILE, now_iso
+from compress.budget.duration import parse_budget
+from compress.budget.knobs import ElasticKnob, parse_elastic
 from compress.config import DATA_KEYS, ConfigBase, ConfigError, DataOptions, GateConfig, Problem, canonical_sha256
 from compress.errors import CompressError
 from compress.stages import Outputs, all_stages, get, names
@@ -82,6 +84,9 @@ class Recipe:
     data: DataOptions
     calls: list[StageCall]
     lines: dict[tuple[str, ...], int] = field(default_factory=dict)
+    #: ``budget:`` in seconds (``None``: none), and the knobs ``elastic:`` lets a plan scale (compress.budget).
+    budget_s: float | None = None
+    elastic: list[ElasticKnob] = field(default_factory=list)
 
     @property
     def stages(self) -> dict[str, ConfigBase]:
@@ -163,9 +168,9 @@ def load_recipe(path: str | os.PathLike, out: str | None = None, data: str | Non
     norm = {str(k).replace("-", "_"): v for k, v in raw.items()}
     stage_names = names()
     for key in norm:
-        if key not in stage_names and key not in ("out", "data"):
-            problems.append(f"{where(key)}: unknown key {key!r}; a recipe has out, data and the stages "
-                            f"{', '.join(stage_names)}")
+        if key not in stage_names and key not in ("out", "data", "budget", "elastic"):
+            problems.append(f"{where(key)}: unknown key {key!r}; a recipe has out, data, budget, elastic and the "
+                            f"stages {', '.join(stage_names)}")
     if data is not None:
         if not _data_exists(data):
             raise CompressError(f"--data {data!r} is neither a built-in dataset ({', '.join(BUILTIN_DATASETS)}) nor "
@@ -219,9 +224,17 @@ def load_recipe(path: str | os.PathLike, out: str | None = None, data: str | Non
         if isinstance(config, GateConfig):
             problems += _gate_problems(config, where)
         calls.append(StageCall(name, config, output))
+    budget_s = None
+    if norm.get("budget") is not None:
+        try:
+            budget_s = parse_budget(norm["budget"])
+        except ValueError as exc:
+            problems.append(f"{where('budget')}: {exc}")
+    elastic, found = parse_elastic(norm.get("elastic"), where, {c.stage: c.config for c in calls})
+    problems += found
     if problems:
         raise CompressError(f"recipe {path} has {len(problems)} problem(s):\n  " + "\n  ".join(problems))
-    return Recipe(path, out_dir, data, calls, lines)
+    return Recipe(path, out_dir, data, calls, lines, budget_s, elastic)
 
 
 def _data_exists(spec: str) -> bool:
@@ -339,11 +352,24 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def run_recipe(recipe: Recipe, force: tuple[str, ...] = (), debug: bool = False) -> list[dict[str, Any]]:
+def _stamp_plan(output: Path, record: dict[str, Any]) -> None:
+    """Add the budget plan a stage ran under to its artifact's ``compress.json`` (atomically; weights untouched,
+    so the artifact's fingerprint does not change). Outputs without one (bench's results, the gate's file) keep
+    theirs."""
+    meta_file = output / META_FILE
+    if not meta_file.is_file():
+        return
+    meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    _write_json(meta_file, {**meta, "budget_plan": record})
+
+
+def run_recipe(recipe: Recipe, force: tuple[str, ...] = (), debug: bool = False, budget_plan: Any = None
+               ) -> list[dict[str, Any]]:
     """Run (or skip) every stage of a validated recipe; return one status row per stage.
 
     A stage's own error propagates (its message, and its traceback under ``--debug``); the gate's
-    verdict is a status (``failed (exit 1)``), not an error.
+    verdict is a status (``failed (exit 1)``), not an error. ``budget_plan`` (a :class:`compress.budget.plan.Plan`,
+    applied to ``recipe`` already) adds each stage's estimate to its row and its record to each artifact.
     """
 
     records = recipe.out / RECORD_DIR
@@ -385,7 +411,12 @@ def run_recipe(recipe: Recipe, force: tuple[str, ...] = (), debug: bool = False)
                            "output": str(call.output)})
             break
         _write_json(record_file, {"hash": digest, "identity": identity, "finished": now_iso(), "seconds": seconds})
+        if budget_plan is not None:
+            _stamp_plan(call.output, budget_plan.artifact_record(call.stage))
         status.append({"stage": call.stage, "status": "ran", "seconds": seconds, "output": str(call.output)})
+    if budget_plan is not None:
+        for row in status:
+            row["estimate_s"] = budget_plan.estimates.get(row["stage"])
     return status
 
 
