@@ -538,8 +538,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=None, help="window length in tokens (default: the artifact's)")
     p.add_argument("--max-batch", type=int, default=32,
                    help="inputs in one model batch, and the most one request may send (default 32)")
-    p.add_argument("--max-wait-ms", type=float, default=5.0,
-                   help="how long the oldest request waits for a batch to fill (default 5)")
+    p.add_argument("--max-wait-ms", type=float, default=2.0,
+                   help="how long the oldest request waits for a batch to fill (default 2)")
     p.add_argument("--queue-size", type=int, default=512, help="inputs waiting at most; then 503 (default 512)")
     p.add_argument("--request-timeout", type=float, default=30.0, help="seconds to answer a request, else 504 "
                    "(default 30)")
