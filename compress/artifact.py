@@ -60,6 +60,27 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
+def check_out_folder(out: str | os.PathLike, flag: str = "--out") -> Path:
+    """Refuse, before any work, a path that cannot become a folder: under a regular file, where nothing may be
+    created (``/proc``, a read-only disk, no permission), or an existing file. The check creates and removes an
+    empty folder beside where ``out`` will be, the way :func:`write_folder_atomically` will write it."""
+    path = Path(out).expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        raise CompressError(f"{flag} {out} exists and is a file; give a folder path.")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise CompressError(f"{flag} {out}: {parent} is a file, so no folder can be made under it. Give another path.")
+    try:
+        probe = Path(tempfile.mkdtemp(prefix=".bert-compress-probe-", dir=parent))
+        probe.rmdir()
+    except OSError as exc:
+        raise CompressError(f"{flag} {out}: no folder can be made in {parent} ({exc.strerror or exc}). Give a path "
+                            "you can write.") from exc
+    return path
+
+
 def write_folder_atomically(out: str | os.PathLike, fill: Callable[[Path], None]) -> Path:
     """Create a folder under a temporary sibling name and rename it to ``out`` once ``fill`` is done.
 

@@ -64,9 +64,14 @@ BUILTIN_MODELS = {
 
 def cache_dir() -> Path:
     """The root of every cached asset, dataset and soft-label file."""
-    root = os.environ.get("BERT_COMPRESS_CACHE") or os.path.join(Path.home(), ".cache", "bert-compress")
-    path = Path(root).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    given = os.environ.get("BERT_COMPRESS_CACHE")
+    path = Path(given or os.path.join(Path.home(), ".cache", "bert-compress")).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        where = f"BERT_COMPRESS_CACHE={given}" if given else f"the cache folder {path}"
+        raise CompressError(f"{where}: cannot be a folder ({exc.strerror or exc}). Set BERT_COMPRESS_CACHE to a "
+                            "folder you can write.") from exc
     return path
 
 

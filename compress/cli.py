@@ -16,7 +16,8 @@ from compress.errors import CompressError
 from compress.losses import names as loss_names
 from compress.data import BUILTIN_UNLABELED
 from benchmarks.report import demo_table
-from compress.artifact import read_meta
+from compress.artifact import check_out_folder, read_meta
+from compress.assets import cache_dir
 from compress.config import (TRAIN_FLAGS, SELECTION_FLAGS, BenchConfig, DATA_KEYS, DataOptions, DistillConfig, ExportConfig,
                              OptimizeConfig, PretrainConfig, PruneConfig, QuantizeConfig, TeacherConfig, flag_options,
                              setting)
@@ -148,7 +149,11 @@ def cmd_stage(a: argparse.Namespace) -> int:
     flags, run it, print what it wrote. A check (the gate) exits with its own code."""
 
     stage = get(a.command)
-    result = stage.runner()(stage_config(a.command, a), getattr(a, "out", None))
+    out = getattr(a, "out", None)
+    if out:  # a path that cannot be a folder fails now, not after the training or the measuring
+        check_out_folder(out)
+    cache_dir()  # and so does a cache folder that cannot be made (BERT_COMPRESS_CACHE)
+    result = stage.runner()(stage_config(a.command, a), out)
     if isinstance(result, int) and not isinstance(result, bool):
         return result
     if stage.announce:
@@ -217,6 +222,24 @@ def cmd_students(a: argparse.Namespace) -> int:
     return 0
 
 
+def _predict_texts(given: Sequence[str]) -> list[str]:
+    """The texts ``predict`` labels: its arguments, and for ``-`` the lines of standard input (blank lines
+    skipped), as Unix tools read ``-``. An empty argument is refused: a label for no text means nothing."""
+    texts: list[str] = []
+    for n, text in enumerate(given, 1):
+        if text == "-":
+            texts += [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
+        elif not text.strip():
+            raise CompressError(f"predict: text {n} is empty; give the text to label (or - to read lines from "
+                                "standard input).")
+        else:
+            texts.append(text)
+    if not texts:
+        raise CompressError("predict: give one or more texts to label, e.g. bert-compress predict --model DIR 'a text' "
+                            "(or - to read lines from standard input).")
+    return texts
+
+
 def cmd_predict(a: argparse.Namespace) -> int:
     predictor = Predictor.load(a.model, threads=a.threads, max_length=a.max_length, device=check_device_spec(a.device),
                                precision=a.precision, announce=True, stride=a.stride, pooling=a.pooling)
@@ -229,8 +252,10 @@ def cmd_predict(a: argparse.Namespace) -> int:
     if a.question or a.context_file:
         raise CompressError(f"--question and --context-file are for a question-answering model; {a.model} is a "
                             f"{predictor.task} model. Give the texts to label instead.")
-    if not a.texts:
-        raise CompressError("predict: give one or more texts to label, e.g. bert-compress predict --model DIR 'a text'.")
+    texts = _predict_texts(a.texts)
+    if a.word_tags and predictor.task != "token-classification":
+        raise CompressError(f"--word-tags is for a tagger; {a.model} is a {predictor.task} model. Leave it out.")
+    a.texts = texts
     if predictor.task == "token-classification":
         for result in predictor.predict(a.texts, batch_size=a.batch_size, aggregation=a.aggregation,
                                         word_tags=a.word_tags):

@@ -103,6 +103,34 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
     return model, tokenizer, has_head
 
 
+#: Families whose position ids count from ``padding_idx + 1`` (= 2): their table of N rows holds N - 2 tokens.
+#: MPNet is one (its embeddings copy RoBERTa's), so mpnet-base's 514 rows hold 512 tokens.
+POSITION_OFFSET_TYPES = ("roberta", "xlm-roberta", "camembert", "mpnet")
+
+
+def position_limit(config: Any) -> int | None:
+    """The longest sequence the model's position table allows, or ``None`` when the config has none."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if not isinstance(positions, int) or isinstance(positions, bool) or positions <= 0:
+        return None
+    if getattr(config, "model_type", "") in POSITION_OFFSET_TYPES:
+        positions -= 2
+    return positions
+
+
+def fit_max_length(max_length: int, *configs: Any, who: str = "the model") -> int:
+    """``max_length`` capped at the shortest position table of ``configs`` (a teacher's and a student's), with a note.
+
+    A longer window would index past the position embeddings and crash in the forward pass (or read garbage in
+    an ONNX graph); ``Predictor`` caps its windows the same way, so training and serving read alike."""
+    limits = [limit for limit in (position_limit(c) for c in configs) if limit]
+    cap = min(limits) if limits else None
+    if cap is None or max_length <= cap:
+        return max_length
+    print(f"note: --max-length {max_length} is longer than {who} reads ({cap} positions): windows of {cap} tokens")
+    return cap
+
+
 def autocast(precision: str, device=None):
     """Autocast in ``precision`` (``bf16`` or ``fp16``) on ``device``; a no-op for ``fp32``.
 

@@ -41,6 +41,8 @@ the answer span.
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import os
 import tempfile
@@ -54,7 +56,7 @@ import numpy as np
 from compress.artifact import read_meta, weights_sha256
 from compress.assets import cache_dir
 from compress.errors import CompressError
-from compress.modeling import count_parameters, load_classifier
+from compress.modeling import count_parameters, fit_max_length, load_classifier
 from compress.quiet import quiet_transformers
 from compress.head_check import HeadCheck, refuse_untrained_teacher
 from compress.qa_teacher import (MODEL_COLUMNS, announce_null_threshold, answer_start_check, f1_callback, qa_stride,
@@ -361,7 +363,7 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device).precision
     full = cfg.data.load_qa(whole=True)
-    data = full.subset(cfg.data.limit, seed=cfg.data.split_seed)
+    data = full.subset(cfg.data.checked_limit(), seed=cfg.data.split_seed)
     refuse_keep_best(cfg.train, data.splits, cfg.data.data)
     transfer = None
     if cfg.unlabeled:
@@ -375,6 +377,7 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
                   "and questions about validation/test passages; distilling on the labelled questions alone")
     eager = cfg.wants_intermediate
     t_model, t_tok, weights, t_meta, names = _load_teacher(cfg.teacher, eager_attention=eager)
+    cfg = dataclasses.replace(cfg, max_length=fit_max_length(cfg.max_length, t_model.config, who="the teacher"))
     pad = t_tok.pad_token_id if t_tok.pad_token_id is not None else 0
     recorded = HeadCheck.from_dict(t_meta.get("chance_check"))  # a reader from outside is tested here, once
     if recorded is None and "validation" in data.splits:
@@ -384,6 +387,7 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
         refuse_untrained_teacher(recorded, cfg.teacher, cfg.allow_untrained_teacher)
     s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, names or ["start", "end"], cfg.layer_map,
                                          cfg.train.seed, eager_attention=eager, task=QA)
+    cfg = dataclasses.replace(cfg, max_length=fit_max_length(cfg.max_length, s_model.config, who="the student"))
     t_model.to(device)
     allow_null = bool(t_meta.get("allow_null", data.with_impossible))
     return distill_reader(t_model, t_tok, weights, str(cfg.teacher), s_model, s_tok, info, data, out, cfg, precision,

@@ -25,6 +25,8 @@ score the readers they write.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import sys
 import time
@@ -39,7 +41,7 @@ from compress.assets import resolve_model
 from compress.config import TeacherConfig
 from compress.head_check import judge_existing_head
 from compress.hub import snapshot_origin
-from compress.modeling import count_parameters, load_classifier
+from compress.modeling import count_parameters, fit_max_length, load_classifier
 from compress.tasks import get_task
 from compress.tasks.qa_data import QATaskData
 from compress.tasks.qa_features import (DEFAULT_NULL_THRESHOLD, NEVER_NULL, apply_null_threshold, decode_spans,
@@ -330,6 +332,8 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
     check_model_task(source, QA, cfg.data.data, cfg.model)
     model, tokenizer, has_head = load_classifier(source, allow_pickle=cfg.allow_pickle, task=QA)
+    cfg = dataclasses.replace(cfg, max_length=fit_max_length(cfg.max_length, model.config,
+                                                             who=f"--model {cfg.model}"))
     model.to(device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     stride = qa_stride(cfg.max_length, cfg.stride)

@@ -45,7 +45,7 @@ from compress.formats.openvino import compile_ir, is_int8_ir
 from compress.formats.torch_int8 import load_torch_int8
 from compress.numerics import softmax
 from compress.modeling import (accepts_token_types, autocast, count_parameters, load_classifier, load_tokenizer,
-                               model_device)
+                               model_device, position_limit)
 from compress.reading import answer_questions
 from compress.signal_stack import ensure_signal_stack
 from compress.tagging import tag_texts
@@ -89,21 +89,6 @@ def default_max_length(tokenizer, config: Any, meta: dict[str, Any] | None) -> i
     positions = position_limit(config)
     cap = min(limit, positions) if positions else limit
     return min(value, cap) if value else cap
-
-
-#: Families whose position ids count from ``padding_idx + 1`` (= 2): their table of N rows holds N - 2 tokens.
-#: MPNet is one (its embeddings copy RoBERTa's), so mpnet-base's 514 rows hold 512 tokens.
-POSITION_OFFSET_TYPES = ("roberta", "xlm-roberta", "camembert", "mpnet")
-
-
-def position_limit(config: Any) -> int | None:
-    """The longest sequence the model's position table allows, or ``None`` when the config has none."""
-    positions = getattr(config, "max_position_embeddings", None)
-    if not isinstance(positions, int) or isinstance(positions, bool) or positions <= 0:
-        return None
-    if getattr(config, "model_type", "") in POSITION_OFFSET_TYPES:
-        positions -= 2
-    return positions
 
 
 def recorded_setting(meta: dict[str, Any] | None, key: str, valid: Callable[[Any], bool] = lambda v: v is not None) -> Any:

@@ -12,6 +12,8 @@ other student settings) reuses them.
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import os
 import sys
@@ -31,7 +33,7 @@ from compress.errors import CompressError
 from compress.head_check import check_head, judge_existing_head
 from compress.hub import snapshot_origin
 from compress.long_texts import window_texts, windows_record
-from compress.modeling import classification_metrics, count_parameters, load_classifier, predict_logits
+from compress.modeling import classification_metrics, count_parameters, fit_max_length, load_classifier, predict_logits
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, gather_rows,
                                guarded_trainer, interrupt_callback, is_main_process, print_metrics, resume_point,
                                run_trainer, training_arguments, world, refuse_keep_best, epoch_validation_callback)
@@ -61,6 +63,8 @@ def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
                         fix="pass --finetune yes to train its head anew on them")
     refuse_keep_best(cfg.train, task.splits, cfg.data.data)
     model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle)
+    cfg = dataclasses.replace(cfg, max_length=fit_max_length(cfg.max_length, model.config,
+                                                             who=f"--model {cfg.model}"))
     model.to(device)  # the head check and evaluation run where training does
     timings: dict[str, float] = {}
 

@@ -36,6 +36,8 @@ words. Mention-replaced variants of the training sentences (``--mention-variants
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import os
 import sys
@@ -52,7 +54,7 @@ from compress.assets import cache_dir
 from compress.config import DataOptions, TrainSettings
 from compress.errors import CompressError
 from compress.head_check import refuse_untrained_teacher
-from compress.modeling import count_parameters, load_classifier
+from compress.modeling import count_parameters, fit_max_length, load_classifier
 from compress.tasks import get_task
 from compress.tasks.alignment import IGNORE_INDEX
 from compress.tasks.task_choice import TOKEN, check_model_task, model_head
@@ -387,6 +389,8 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     refuse_keep_best(cfg.train, task.splits, cfg.data.data)
     s_model, s_tok, info = build_student(cfg.student, t_model, t_tok, task.label_names, cfg.layer_map, cfg.train.seed,
                                          eager_attention=eager, task=TOKEN)
+    cfg = dataclasses.replace(cfg, max_length=fit_max_length(cfg.max_length, t_model.config, s_model.config,
+                                                             who="the teacher or the student"))
     return _distill(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info, task, out, cfg.train,
                     WordObjective.from_config(cfg), cfg.max_length, cfg.resume, precision, cfg.to_dict(),
                     TransferOptions.from_config(cfg, precision), cfg.mention_variants, cfg.mention_pool,

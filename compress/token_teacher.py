@@ -20,6 +20,8 @@ existing tagging head is kept without training unless ``--finetune yes`` (scored
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import shutil
 import sys
@@ -33,7 +35,7 @@ from compress.config import TeacherConfig
 from compress.errors import CompressError
 from compress.head_check import judge_existing_head
 from compress.hub import snapshot_origin
-from compress.modeling import count_parameters, load_classifier
+from compress.modeling import count_parameters, fit_max_length, load_classifier
 from compress.tasks.task_choice import TOKEN, check_model_task
 from compress.tasks.token_data import TokenTaskData
 from compress.tasks.token_training import (entity_f1_callback, score_token_logits, tagger_chance_check, token_collator,
@@ -67,6 +69,8 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
                                 "tag set, or a model without a head.")
         data = cfg.data.load_tagging(head_names)  # the head's order, so its rows keep their meaning
     model, tokenizer, has_head = load_classifier(source, data.num_labels, data.label_names, cfg.allow_pickle, task=TOKEN)
+    cfg = dataclasses.replace(cfg, max_length=fit_max_length(cfg.max_length, model.config,
+                                                             who=f"--model {cfg.model}"))
     model.to(device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     tokenized = {name: tokenize_tagged_split(split, tokenizer, cfg.max_length, with_length=(name == "train"),

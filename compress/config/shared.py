@@ -42,6 +42,12 @@ class DataOptions(ConfigBase):
     limit: int | None = _helped(None, "use at most this many rows per split (quick runs)")
     split_seed: int = _helped(0, "seed of the 80/10/10 split of a single file")
 
+    def checked_limit(self) -> int | None:
+        """``limit``, refused in one line when it is not a count of rows (``0`` once meant no limit, silently)."""
+        if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
+            raise CompressError(f"--limit must be >= 1 (rows per split), got {self.limit}; leave it out for every row.")
+        return self.limit
+
     def task(self) -> str:
         """The task the data is for (:func:`compress.tasks.task_choice.data_task`); a tagging or QA column flag
         given says it."""
@@ -53,7 +59,7 @@ class DataOptions(ConfigBase):
         with ``split_seed`` and cut to ``limit`` unless ``whole``."""
         data = load_qa_data(self.data, self.split_seed, self.question_column, self.context_column,
                             self.answers_column)
-        return data if whole else data.subset(self.limit, seed=self.split_seed)
+        return data if whole else data.subset(self.checked_limit(), seed=self.split_seed)
 
     def load(self, num_labels: int | None = None, keep_columns: tuple[str, ...] = ()):
         """The task (a :class:`compress.data.TaskData`), loaded and validated, cut to ``limit`` rows;
@@ -61,7 +67,7 @@ class DataOptions(ConfigBase):
 
         task = load_task_data(self.data, self.text_column, self.text_pair_column, self.label_column,
                               self.split_seed, num_labels, keep_columns)
-        return task.subset(self.limit, seed=self.split_seed)
+        return task.subset(self.checked_limit(), seed=self.split_seed)
 
     def load_any(self, num_labels: int | None = None):
         """The data for whichever task it holds: a :class:`compress.tasks.token_data.TokenTaskData` for
@@ -83,7 +89,7 @@ class DataOptions(ConfigBase):
         ``label_names`` (a trained tagger's tags) fixes the tag order."""
 
         return (load_token_data(self.data, self.token_column, self.tag_column, seed=self.split_seed,
-                                label_names=label_names).subset(self.limit, seed=self.split_seed))
+                                label_names=label_names).subset(self.checked_limit(), seed=self.split_seed))
 
 
 @dataclass

@@ -19,6 +19,8 @@ stage falls back to logit distillation and says so.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import sys
 import time
@@ -44,8 +46,8 @@ from compress.distill.pooled import make_pooled_projection, mean_pool
 from compress.distill.soft_labels import Part, SoftLabelStore
 from compress.gold_labels import ABSENT, COLUMN as GOLD_COLUMN, with_gold
 from compress.head_check import HeadCheck, check_head, refuse_untrained_teacher
-from compress.modeling import (accepts_token_types, autocast, classification_metrics, count_parameters, model_device,
-                               predict_logits)
+from compress.modeling import (accepts_token_types, autocast, classification_metrics, count_parameters, fit_max_length,
+                               model_device, predict_logits)
 from compress.distill.teacher_copies import LabelRuntime, choose_label_runtime, fill_copy_cache
 from compress.teacher import accuracy_callback, load_teacher, soft_label_cache_path, teacher_logits
 from compress.transfer import TransferOptions, build_transfer
@@ -185,6 +187,8 @@ def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     t_shape = teacher_shape(teacher.model.config)
     student, s_tok, student_info = build_student(cfg.student, teacher.model, teacher.tokenizer, task.label_names,
                                                  cfg.layer_map, cfg.train.seed, eager_attention=want_inter)
+    cfg = dataclasses.replace(cfg, max_length=fit_max_length(cfg.max_length, teacher.model.config, student.config,
+                                                             who="the teacher or the student"))
     s_shape = teacher_shape(student.config)
     pairs = parse_layer_map(cfg.layer_map, t_shape.layers, s_shape.layers)
     # The soft labels (and, in training, the intermediate states) come from the teacher on the

@@ -210,3 +210,87 @@ def test_a_tagger_teacher_on_classification_data_is_one_line(tmp_path, conll, ca
                  "--out", str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "ignore_mismatched_sizes" not in err and "tagger" in err
+
+
+def test_texts_longer_than_the_position_table_are_read_in_its_windows(tmp_path, capsys):
+    """A 64-position model under a 512-token tokenizer, texts of ~150 tokens: teacher and distill cap the window at
+    the model's 64 positions (it once crashed in the forward pass), with a note, and record what they read."""
+    from tests.conftest import make_bert, sentiment_rows, write_csv
+
+    model = make_bert(tmp_path / "bert64", layers=2, max_positions=64, model_max_length=512)
+    data = write_csv(tmp_path / "long.csv", [{**r, "text": " ".join([r["text"]] * 20)} for r in sentiment_rows(80)])
+    assert main(["teacher", "--model", str(model), "--data", str(data), "--max-length", "512", "--epochs", "1",
+                 "--out", str(tmp_path / "t")]) == 0
+    assert "--max-length 512 is longer than --model" in capsys.readouterr().out
+    assert _meta(tmp_path / "t")["config"]["max_length"] == 64
+    assert main(["distill", "--teacher", str(tmp_path / "t"), "--data", str(data), "--student", "1x32", "--init",
+                 "random", "--epochs", "1", "--allow-untrained-teacher", "--out", str(tmp_path / "s")]) == 0
+    assert _meta(tmp_path / "s")["config"]["max_length"] <= 64
+
+
+# ----------------------------------------------------------------------------- paths
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "proc", "a-file"])
+def test_an_out_path_that_cannot_be_a_folder_is_one_line_before_any_work(tmp_path, capsys, where):
+    from tests.conftest import make_bert, sentiment_rows, write_csv
+
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x", encoding="utf-8")
+    out = {"under-a-file": blocker / "out", "proc": Path("/proc/bert-compress-out"), "a-file": blocker}[where]
+    data = write_csv(tmp_path / "d.csv", sentiment_rows(40))
+    model = make_bert(tmp_path / "bert", layers=1)
+    capsys.readouterr()
+    for argv in (["teacher", "--model", str(model), "--data", str(data), "--out", str(out)],
+                 ["export", "--model", str(model), "--out", str(out)],
+                 ["bench", str(model), "--reference", str(model), "--data", str(data), "--quick", "--out", str(out)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: --out") and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert "fine-tuning" not in err
+
+
+def test_a_cache_folder_that_cannot_be_made_is_one_line(tmp_path, capsys, monkeypatch):
+    from tests.conftest import make_bert
+
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x", encoding="utf-8")
+    monkeypatch.setenv("BERT_COMPRESS_CACHE", str(blocker / "cache"))
+    model = make_bert(tmp_path / "bert", layers=1)
+    capsys.readouterr()
+    assert main(["export", "--model", str(model), "--out", str(tmp_path / "onnx")]) == 2
+    err = capsys.readouterr().err
+    assert "BERT_COMPRESS_CACHE=" in err and "Traceback" not in err and not (tmp_path / "onnx").exists()
+
+
+# ----------------------------------------------------------------------------- predict
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory) -> Path:
+    from tests.conftest import make_bert, train_briefly
+
+    return train_briefly(make_bert(tmp_path_factory.mktemp("clf") / "bert", layers=2, head=True), steps=30)
+
+
+def test_predict_refuses_an_empty_text_and_reads_standard_input_for_a_dash(classifier, capsys, monkeypatch):
+    import io
+
+    capsys.readouterr()
+    assert main(["predict", "--model", str(classifier), "a fine film", ""]) == 2
+    assert "text 2 is empty" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.StringIO("a wonderful film\n\n  \na dull boring film\n"))
+    assert main(["predict", "--model", str(classifier), "-"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "\t" in line]
+    assert [line.split("\t")[-1] for line in lines] == ["a wonderful film", "a dull boring film"]
+    assert main(["predict", "--model", str(classifier), "--word-tags", "a fine film"]) == 2
+    assert "--word-tags is for a tagger" in capsys.readouterr().err
+
+
+def test_limit_zero_is_refused_not_read_as_no_limit(classifier, tmp_path, capsys):
+    from tests.conftest import sentiment_rows, write_csv
+
+    data = write_csv(tmp_path / "d.csv", sentiment_rows(40))
+    assert main(["teacher", "--model", str(classifier), "--data", str(data), "--limit", "0",
+                 "--out", str(tmp_path / "t")]) == 2
+    assert "--limit must be >= 1" in capsys.readouterr().err and not (tmp_path / "t").exists()
