@@ -48,6 +48,10 @@ def artifacts(root):
         from tests.support.squad import squad_splits, train_tiny_reader
         from tests.support.toy_ner import toy_tagger
 
+        if name == "openvino":  # an OpenVINO IR of the classifier's model (the same seed)
+            from compress.quantize import quantize
+
+            return quantize(make_bert(root / "ov-bert", layers=2, head=True, seed=3), root / "ov", method="openvino-fp32")
         if name == "classifier":
             folder = make_bert(root / "classifier", layers=2, head=True, seed=3)
         elif name == "tagger":
@@ -97,6 +101,14 @@ def test_classifier_answers_as_the_pipeline_does_with_the_predictors_scores(clas
     _, pair_probs = predictor.predict([pair])
     answer = post(classifier, {"inputs": {"text": pair[0], "text_pair": pair[1]}}).json()
     assert answer[0]["score"] == pytest.approx(float(pair_probs[0].max()), abs=1e-5)
+
+
+def test_an_openvino_artifact_serves_the_predictors_answers(artifacts):
+    labels, probs = Predictor.load(artifacts["openvino"]).predict(TEXTS)
+    with serve(artifacts["openvino"]) as server:
+        got = post(server, {"inputs": TEXTS}).json()
+    assert [r["label"] for r in got] == labels
+    assert [r["score"] for r in got] == pytest.approx([float(p.max()) for p in probs], abs=1e-5)
 
 
 def test_tagger_answers_entity_groups_with_character_offsets(artifacts):
@@ -224,8 +236,9 @@ def test_a_request_past_the_timeout_is_504_and_leaves_the_queue(artifacts):
         assert _metric(server, "bert_compress_queue_depth") == 0
 
 
-def test_sigterm_finishes_the_requests_in_flight_and_exits_0(artifacts):
-    server = serve(artifacts["classifier"], "--max-batch", "8", "--max-wait-ms", "1500")
+@pytest.mark.parametrize("kind", ["classifier", "openvino"])
+def test_sigterm_finishes_the_requests_in_flight_and_exits_0(artifacts, kind):
+    server = serve(artifacts[kind], "--max-batch", "8", "--max-wait-ms", "1500")
     with server, ThreadPoolExecutor(3) as pool:
         futures = [pool.submit(post, server, {"inputs": f"text {i}"}) for i in range(3)]
         deadline = time.monotonic() + 10
@@ -239,3 +252,35 @@ def test_sigterm_finishes_the_requests_in_flight_and_exits_0(artifacts):
     assert code == 0, log[-2000:]
     assert [a.status_code for a in answers] == [200] * 3 and {a.headers["X-Batch-Size"] for a in answers} == {"3"}
     assert "Traceback" not in log and "Application shutdown complete" in log
+
+
+def test_workers_each_serve_and_stop_with_the_parent(artifacts):
+    with serve(artifacts["classifier"], "--workers", "2") as server:
+        answers = [post(server, {"inputs": t}) for t in TEXTS]
+        assert all(a.status_code == 200 for a in answers)
+        code = server.stop(timeout=30)
+        log = server.log()
+    assert code == 0 and log.count("Application shutdown complete") == 2, log[-2000:]
+
+
+def _docker_usable() -> bool:
+    import shutil
+    import subprocess
+
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _docker_usable(), reason="no usable docker here (no client, or no daemon it can reach)")
+def test_the_dockerfile_builds_a_slim_image_without_torch():
+    import subprocess
+
+    tag = "bert-compress-serve:test"
+    built = subprocess.run(["docker", "build", "-t", tag, str(ROOT)], capture_output=True, text=True, timeout=1800)
+    assert built.returncode == 0, built.stderr[-3000:]
+    listed = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "pip", tag, "list",
+                             "--format=freeze"], capture_output=True, text=True, timeout=300)
+    names = {line.split("==")[0].lower() for line in listed.stdout.splitlines()}
+    assert {"onnxruntime", "uvicorn", "starlette", "bert-compress"} <= names and "torch" not in names

@@ -184,6 +184,16 @@ def test_requirements_serve_venv_predicts(artifacts, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     labels, _ = Predictor.load(artifacts["onnx-int8"]).predict(["good", "bad"])
     assert [line.split("\t")[0] for line in done.stdout.strip().splitlines()] == labels
+    # And the HTTP server of that install (starlette, uvicorn, prometheus-client are in requirements-serve.txt).
+    import httpx
+
+    from benchmarks.http_server import ServerProcess
+
+    with ServerProcess(artifacts["onnx-int8"], ["--threads", "1"], launcher=[python, "-m", "compress"],
+                       cwd=tmp_path) as server:
+        served = httpx.post(f"{server.url}/predict", json={"inputs": ["good", "bad"]}, timeout=30).json()
+        assert server.stop(30) == 0
+    assert [r["label"] for r in served] == labels
 
 
 def _unreachable_package_sources(python: str) -> str | None:
