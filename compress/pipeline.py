@@ -36,6 +36,10 @@ stage whose output is complete and whose identity is unchanged, so editing a dat
 re-runs the stages that read it, and touching it does not. A run killed in the middle resumes at
 the unfinished stage, a training stage from its last checkpoint when that checkpoint was made
 under the same settings and inputs (otherwise it is set aside and the stage starts over).
+
+``budget: 30m`` and ``elastic:`` (the knobs a plan may scale, with bounds and costs) are parsed here
+(:mod:`compress.budget.duration`, :mod:`compress.budget.knobs`); the plan itself is decided by
+:mod:`compress.budget.decide` before :func:`run_recipe`, which records it in each artifact it writes.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def decide(recipe: Recipe, budget_s: float, replan: bool = False, strict: bool =
     if not plan.fits:
         if strict:
             raise CompressError(f"recipe {recipe.path}: the plan is estimated at {format_minutes(plan.total_s)}, over "
-                                f"the budget of {format_minutes(budget_s)} (--strict-budget); raise budget: or lower "
+                                f"the budget of {format_minutes(budget_s)} (--strict-budget); raise budget: or widen "
                                 "the elastic: bounds")
         say(f"[plan] running the smallest plan anyway ({format_minutes(plan.total_s)} estimated against "
             f"{format_minutes(budget_s)}); --strict-budget stops instead")

@@ -9,7 +9,9 @@ of each measured shape (the fp32 PyTorch teacher, the student's ONNX graph). The
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import io
 import math
 import statistics
 import tempfile
@@ -285,7 +287,8 @@ def measure_recipe(recipe: Any, frozen: Sequence[int] = ()) -> SpeedMeasurement:
         batch = _batch(vocab, t_batch, teacher_len, len(label_names))
         for count in counts:  # ascending: freezing only ever adds fixed layers
             if count:
-                freeze_bottom_layers(teacher, count)
+                with contextlib.redirect_stdout(io.StringIO()):  # the teacher stage says what it froze, not this
+                    freeze_bottom_layers(teacher, count)
             step_s[count] = round(_train_step_time(teacher, batch, precision, device), 4)
         for p in teacher.parameters():
             p.requires_grad_(True)
@@ -381,7 +384,8 @@ def _export_and_rounds(student: Any, tokenizer: Any, shapes: Sequence[tuple[int,
     with tempfile.TemporaryDirectory(prefix="bert-compress-measure-") as tmp:
         t0 = time.perf_counter()
         try:
-            export_model(student.float().eval(), tokenizer, Path(tmp) / "onnx")
+            with contextlib.redirect_stdout(io.StringIO()):  # its report names a temporary folder
+                export_model(student.float().eval(), tokenizer, Path(tmp) / "onnx")
         except Exception as exc:  # noqa: BLE001 - the plan still runs; the export stage reports its own failure
             notes.append(f"student export not measured ({type(exc).__name__}: {exc})")
             return 0.0, rounds

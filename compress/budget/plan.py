@@ -135,8 +135,8 @@ class Change:
 
     def line(self) -> str:
         label = KNOBS[self.knob].label
-        return (f"{label} {_value(self.before)} -> {_value(self.after)}: about -{self.points:.1f} points, saves "
-                f"{format_minutes(self.saves_s)}")
+        cost = f"about -{self.points:.1f} points" if self.points >= 0.05 else "no accuracy cost expected"
+        return f"{label} {_value(self.before)} -> {_value(self.after)}: {cost}, saves {format_minutes(self.saves_s)}"
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
