@@ -3,8 +3,8 @@
 The time model is the measured unit times times the work the stage's config asks for: a training stage's
 optimiser steps (rows / batch x epochs, as the Trainer counts them, ``min_steps`` and ``max_steps`` included)
 at the measured step time, the rows the teacher labels and the rows each evaluation scores at the measured
-per-row times, and the timing stages' rounds at the measured round times. Each stage also pays one load of the
-data and a model.
+per-row times, and the timing stages' rounds at the measured round times. A stage also pays the measured loads
+of what it reads: the data, and the teacher's weights.
 
 When the estimate is over the budget, :func:`make_plan` moves the recipe's elastic knobs
 (:mod:`compress.budget.knobs`) one step at a time, each time the step with the fewest expected accuracy points
@@ -50,7 +50,7 @@ def transfer_rows(cfg: Any, m: SpeedMeasurement) -> int:
 def teacher_seconds(cfg: Any, m: SpeedMeasurement) -> float:
     steps = _steps(cfg.train, m.rows.get("train", 0)) if cfg.finetune is not False else 0
     best = cfg.train.epochs * m.rows.get("validation", 0) * m.teacher_row_s if cfg.train.keep_best else 0.0
-    return m.load_s + steps * m.teacher_step(cfg.freeze_layers) + _scored(m) * m.teacher_row_s + best
+    return m.data_s + m.model_s + steps * m.teacher_step(cfg.freeze_layers) + _scored(m) * m.teacher_row_s + best
 
 
 def distill_seconds(cfg: Any, m: SpeedMeasurement) -> float:
@@ -62,22 +62,22 @@ def distill_seconds(cfg: Any, m: SpeedMeasurement) -> float:
     if getattr(cfg, "wants_intermediate", False):  # the teacher's states are computed on every batch
         per_step += cfg.train.batch_size * m.teacher_row_s
     evaluate = (cfg.train.epochs * m.rows.get("validation", 0) + _scored(m)) * m.student_row_s
-    return m.load_s + labels + steps * per_step + evaluate
+    return m.data_s + m.model_s + labels + steps * per_step + evaluate
 
 
 def prune_seconds(cfg: Any, m: SpeedMeasurement) -> float:
     steps = _steps(cfg.train, m.rows.get("train", 0))
     teacher = cfg.train.batch_size * m.teacher_row_s if cfg.teacher else 0.0
     importance = cfg.importance_batches * cfg.train.batch_size * m.student_row_s * 3  # forward + backward
-    return m.load_s + steps * (m.student_step_s + teacher) + importance + 2 * _scored(m) * m.student_row_s
+    return m.data_s + (m.model_s if cfg.teacher else 0.0) + steps * (m.student_step_s + teacher) + importance + 2 * _scored(m) * m.student_row_s
 
 
 def export_seconds(cfg: Any, m: SpeedMeasurement) -> float:
-    return m.load_s + m.export_s
+    return m.export_s
 
 
 def quantize_seconds(cfg: Any, m: SpeedMeasurement) -> float:
-    return m.load_s + m.export_s + 2 * _scored(m) * m.student_row_s
+    return m.data_s + m.export_s + 2 * _scored(m) * m.student_row_s
 
 
 def optimize_seconds(cfg: Any, m: SpeedMeasurement) -> float:
@@ -87,7 +87,7 @@ def optimize_seconds(cfg: Any, m: SpeedMeasurement) -> float:
     build = len(candidates) * (m.export_s + m.rows.get("validation", 0) * m.student_row_s)
     rounds = (cfg.warmup + cfg.runs) * (len(candidates) + 1) * sum(
         m.round("student", b, cfg.seq_len) for b in cfg.batch_sizes)
-    return m.load_s + build + rounds
+    return m.data_s + build + rounds
 
 
 def bench_seconds(cfg: Any, m: SpeedMeasurement) -> float:
@@ -105,7 +105,7 @@ def bench_seconds(cfg: Any, m: SpeedMeasurement) -> float:
     if cfg.traffic:  # each request replayed alone (batch 1) at about its real length
         requests = cfg.traffic_limit or test
         traffic = requests * (m.teacher_fp32_row_s + students * m.student_row_s)
-    return (1 + students) * m.load_s + timing + accuracy + traffic
+    return m.data_s + m.model_s + timing + accuracy + traffic
 
 
 #: Stage -> its time model; a stage not here (the gate, a plugin's) is estimated at 0 s and said so.

@@ -13,7 +13,7 @@ from tests.support.paths import ROOT
 def measurement(speed: float = 1.0, seconds: float = 40.0) -> SpeedMeasurement:
     """The demo's rows with unit times about those of 2 AVX-512 EPYC cores in bf16, divided by ``speed``."""
     times = dict(teacher_row_s=0.009, student_step_s=0.36, student_row_s=0.0014, teacher_fp32_row_s=0.03,
-                 export_s=3.0, load_s=8.0)
+                 export_s=3.0, data_s=2.0, model_s=6.0)
     return SpeedMeasurement(
         cpu="constructed", precision="bf16",
         rows={"train": 8452, "validation": 1056, "test": 1058, "transfer": 46344},

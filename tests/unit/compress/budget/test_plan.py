@@ -30,8 +30,9 @@ def test_the_estimate_counts_the_measurement_and_every_stage(demo_recipe, make_m
     _, configs, plan = _plan(demo_recipe, m)
     assert list(plan.estimates) == ["teacher", "distill", "export", "optimize", "bench", "gate"]
     assert plan.total_s == pytest.approx(m.seconds + sum(plan.estimates.values()))
-    # 265 teacher steps (8,452 rows / 32, one epoch) dominate the teacher's estimate
-    assert plan.estimates["teacher"] == pytest.approx(8.0 + 265 * 1.9 + 2114 * 0.009, abs=0.2)
+    # the data and the teacher's weights loaded, 265 steps (8,452 rows / 32, one epoch), 2,114 rows scored
+    assert plan.estimates["teacher"] == pytest.approx(2.0 + 6.0 + 265 * 1.9 + 2114 * 0.009, abs=0.2)
+    assert plan.estimates["export"] == 3.0
     # more transfer rows cost distillation time: the time model reads the knob's setting
     more = dict(configs, distill=__import__("dataclasses").replace(configs["distill"], unlabeled_limit=20000))
     assert estimate(more, m)["distill"] > plan.estimates["distill"]
