@@ -308,8 +308,9 @@ def cmd_run(a: argparse.Namespace) -> int:
         estimate = f" {row['estimate_s']:>8}" if plan else ""
         print(f"{row['stage']:<10} {row['status']:<11} {row['seconds']:>7}{estimate}  {row['output']}")
     if plan is not None:
+        as_written = "it fit the budget" if plan.fits else "over the budget, with nothing elastic to scale"
         print("\n" + "\n".join(f"plan: {c.line()}" for c in plan.changes) if plan.changes else
-              "\nplan: the recipe ran as written (it fit the budget)")
+              f"\nplan: the recipe ran as written ({as_written})")
     bench = next((c.output for c in recipe.calls if c.stage == "bench"), None)
     results = bench / "results.json" if bench else None
     if results and results.exists():

@@ -142,3 +142,21 @@ def test_each_artifact_records_the_plan_and_the_summary_has_the_estimates(tmp_pa
         assert [r["status"] for r in run_recipe(load_recipe(path), budget_plan=plan)] == ["skipped"]
     finally:
         stages.unregister("note")
+
+
+def test_the_summary_shows_each_stage_estimate_beside_its_seconds(tmp_path, make_measurement, monkeypatch, capsys):
+    from compress.budget import decide as decide_module
+
+    monkeypatch.setattr(decide_module, "_measure_default", Measurer(make_measurement, 1.0))
+    stages.register(Stage("note", NoteConfig, f"{__name__}:write_note", "note"))
+    try:
+        path = tmp_path / "r.yaml"
+        path.write_text(f"out: {tmp_path / 'o'}\ndata: movie-reviews\nbudget: 10m\nnote: {{text: hi}}\n")
+        result = run_cli(["run", str(path)], capsys)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert "stage      status      seconds estimate  output" in lines
+        assert any(l.startswith("note       ran ") and l.split()[3] == "0.0" for l in lines)
+        assert lines[-1] == "plan: the recipe ran as written (it fit the budget)"
+    finally:
+        stages.unregister("note")
