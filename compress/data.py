@@ -205,6 +205,22 @@ def align_labels(task: TaskData, model_names: Sequence[str] | None, who: str, re
     return TaskData(splits, model_names, task.source, task.is_pair, _fingerprint(splits), task.notes)
 
 
+def _raise_bad_json_line(path: Path) -> None:
+    """Name the first line of a JSONL file that is not one JSON object (pandas reports a byte position)."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for n, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise CompressError(f"{path}: line {n} is not valid JSON ({exc.msg} at column {exc.colno}). Fix that "
+                                    "line: each line holds one JSON object.") from None
+            if not isinstance(row, dict):
+                raise CompressError(f"{path}: line {n} holds a {type(row).__name__}, not a JSON object. Each line "
+                                    "holds one object, e.g. {\"text\": \"...\", \"label\": 1}.")
+
+
 def read_table(path: Path):
     """A csv/tsv/jsonl/json/parquet file as a pandas frame (``attrs["path"]`` set), or one clear error.
 
@@ -230,6 +246,8 @@ def read_table(path: Path):
     except CompressError:
         raise
     except Exception as exc:  # pandas raises many types for malformed files
+        if suffix == ".jsonl":
+            _raise_bad_json_line(path)
         raise CompressError(f"{path}: could not read it as {suffix[1:]}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}. "
                             "Check the file's format and encoding (UTF-8).") from exc
     if not hasattr(frame, "columns"):
@@ -259,8 +277,33 @@ def require_column(frame, name: str, option: str, path: str):
     """``frame[name]``, or an error listing the columns there are and the ``option`` that picks one."""
     if name not in frame.columns:
         cols = ", ".join(map(str, frame.columns)) or "none"
-        raise CompressError(f"{path}: no column {name!r} (columns: {cols}). Pass {option} NAME to choose the column.")
+        raise CompressError(f"{path}: no column {name!r} (columns: {cols}).{_header_hint(frame)} Pass {option} NAME to "
+                            "choose the column.")
     return frame[name]
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _header_hint(frame) -> str:
+    """Why a column is missing when the file's first line is not the header it seems: another separator than the
+    file's suffix says, or no header line at all (a column named ``1`` is a label of the first row)."""
+    names = [str(c) for c in frame.columns]
+    if len(names) == 1:
+        for sep, called in (("\t", "tabs"), (";", "semicolons"), ("|", "'|'"), (",", "commas")):
+            if sep in names[0]:
+                fix = ("name it .tsv" if sep == "\t" else "name it .csv" if sep == "," else
+                       "save it with commas as .csv, or with tabs as .tsv")
+                return f" The file seems to be separated by {called}, not what its suffix says: {fix}."
+    if any(_looks_numeric(n) for n in names) or any(len(n.split()) > 3 for n in names):
+        return (f" The file seems to have no header line (its first line reads as data: {', '.join(names)[:80]}): add "
+                "one naming the columns, e.g. text,label.")
+    return ""
 
 
 def is_missing(value: Any) -> bool:
@@ -268,10 +311,21 @@ def is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or str(value) == "<NA>"
 
 
-def _rows(mask: Sequence[bool]) -> str:
+def file_line(path: str, row: int) -> str:
+    """Where data row ``row`` (0-based) of the table at ``path`` is, as a person finds it: the line of a csv/tsv
+    (after its header; a quoted cell spanning lines shifts it) or jsonl file, else the row number from 1."""
+    suffix = Path(str(path)).suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        return f"line {row + 2}"
+    if suffix == ".jsonl":
+        return f"line {row + 1}"
+    return f"row {row + 1}"
+
+
+def _rows(mask: Sequence[bool], path: str) -> str:
     idx = [i for i, bad in enumerate(mask) if bad]
-    shown = ", ".join(str(i) for i in idx[:5])
-    return f"{len(idx)} row(s) (data rows {shown}{', ...' if len(idx) > 5 else ''})"
+    shown = ", ".join(file_line(path, i) for i in idx[:5])
+    return f"{len(idx)} row(s) ({shown}{', ...' if len(idx) > 5 else ''})"
 
 
 def _clean_text(series, column: str, option: str, path: str) -> list[str]:
@@ -280,41 +334,58 @@ def _clean_text(series, column: str, option: str, path: str) -> list[str]:
            or str(v) == "<NA>" for v in values]
     if any(bad):
         raise CompressError(
-            f"{path}: column {column!r} has empty or missing text in {_rows(bad)}. Remove those rows or fill them in."
+            f"{path}: column {column!r} has empty or missing text in {_rows(bad, path)}. Remove those rows or fill them in."
         )
     return [str(v) for v in values]
 
 
 def _raw_labels(series, column: str, path: str) -> list[Any]:
-    out = []
+    """A label column's values: ints (a number written ``2`` or ``2.0``) and class names, one clear line for the
+    rest, naming the file line: a missing label, a fraction (a score, not a class), a stray word among numbers
+    (``high`` in a column of scores once made 18 classes), a list or a mapping."""
+    out: list[Any] = []
     missing = []
-    for v in series.tolist():
+    fractions: list[int] = []  # rows holding a number that is not an integer
+    for i, v in enumerate(series.tolist()):
         if is_missing(v):
             missing.append(True)
             out.append(None)
             continue
         missing.append(False)
-        if isinstance(v, (bool, np.bool_)):
-            out.append(int(v))
-        elif isinstance(v, (int, np.integer)):
+        if isinstance(v, (bool, np.bool_, int, np.integer)):
             out.append(int(v))
         elif isinstance(v, (float, np.floating)):
-            if float(v).is_integer():
-                out.append(int(v))
-            else:
-                raise CompressError(
-                    f"{path}: column {column!r} holds the non-integer label {v!r}. Labels must be integers 0..K-1 "
-                    "or class names; for a regression target this tool is not the right one."
-                )
+            out.append(int(v) if float(v).is_integer() else float(v))
         elif isinstance(v, str):
             # A CSV column with one stray word is read as text throughout: numbers stay numbers.
             text = v.strip()
-            out.append(int(text) if text.lstrip("-").isdigit() else text)
+            if text.lstrip("-").isdigit():
+                out.append(int(text))
+            elif _looks_numeric(text):
+                number = float(text)
+                out.append(int(number) if number.is_integer() else number)
+            else:
+                out.append(text)
         else:
-            raise CompressError(f"{path}: column {column!r} holds a label of type {type(v).__name__}: {v!r}. "
-                                "Use integers 0..K-1 or class names.")
+            raise CompressError(f"{path}: column {column!r} holds a label of type {type(v).__name__} at "
+                                f"{file_line(path, i)}: {v!r}. Use integers 0..K-1 or class names.")
+        if isinstance(out[-1], float):
+            fractions.append(i)
     if any(missing):
-        raise CompressError(f"{path}: column {column!r} has missing labels in {_rows(missing)}. Remove or label those rows.")
+        raise CompressError(f"{path}: column {column!r} has missing labels in {_rows(missing, path)}. Remove or label those rows.")
+    numbers = [i for i, v in enumerate(out) if isinstance(v, (int, float))]
+    words = [i for i, v in enumerate(out) if isinstance(v, str)]
+    if numbers and words and len(words) < len(numbers):
+        i = words[0]
+        raise CompressError(f"{path}: column {column!r} holds numbers, but {out[i]!r} at {file_line(path, i)} is text"
+                            f"{f' (and {len(words) - 1} more)' if len(words) > 1 else ''}. Fix that value: labels are "
+                            "integers 0..K-1 or class names throughout.")
+    if fractions:
+        i = fractions[0]
+        raise CompressError(
+            f"{path}: column {column!r} holds the non-integer label {out[i]!r} at {file_line(path, i)}. Labels must be "
+            "integers 0..K-1 or class names; for a regression target this tool is not the right one."
+        )
     return out
 
 

@@ -91,11 +91,11 @@ def _break_bytes(rng: random.Random, data: bytes) -> tuple[bytes, str]:
 # ----------------------------------------------------------------------------- data tables
 
 DATA_FAMILIES = [
-    ("parse", r"could not read it as|expected a table of rows"),
+    ("parse", r"could not read it as|expected a table of rows|is not valid JSON|not a JSON object"),
     ("column", r"no column '"),
-    ("text", r"empty or missing text in \d+ row\(s\) \(data rows"),
-    ("label-missing", r"missing labels in \d+ row\(s\) \(data rows"),
-    ("label-value", r"non-integer label|label of type|negative label|mixes numbers and text"),
+    ("text", r"empty or missing text in \d+ row\(s\) \((line|row) \d"),
+    ("label-missing", r"missing labels in \d+ row\(s\) \((line|row) \d"),
+    ("label-value", r"non-integer label|label of type|negative label|mixes numbers and text|holds numbers, but"),
     ("single-class", r"has a single class"),
     ("rows", r"has no rows|too few to carve"),
 ]

@@ -88,7 +88,7 @@ def test_empty_file(tmp_path):
 def test_nan_text_names_rows(tmp_path):
     rows = sentiment_rows(20)
     rows[3]["text"] = None
-    assert "data rows 3" in _error(tmp_path, rows, "empty or missing text")
+    assert "(line 5)" in _error(tmp_path, rows, "empty or missing text")  # the header is line 1
 
 
 def test_negative_label(tmp_path):
@@ -105,13 +105,32 @@ def test_label_out_of_range_for_the_model(tmp_path):
 
 def test_fractional_label(tmp_path):
     rows = sentiment_rows(20)
-    rows[0]["label"] = 0.5
-    _error(tmp_path, rows, "non-integer label")
+    rows[3]["label"] = 0.5
+    assert "at line 5" in _error(tmp_path, rows, "non-integer label")
+
+
+def test_a_score_column_with_one_word_names_the_word_and_its_line(tmp_path):
+    rows = [{**r, "label": 0.25 * (i % 18)} for i, r in enumerate(sentiment_rows(40))]
+    rows[6]["label"] = "high"
+    msg = _error(tmp_path, rows, "holds numbers, but 'high' at line 8 is text")
+    assert "classes" not in msg
+
+
+def test_a_file_without_a_header_or_with_another_separator_says_so(tmp_path):
+    (tmp_path / "bad.csv").write_text("superb actor fine film,1\nan awful plot,0\n", encoding="utf-8")
+    assert "no header line" in _error(tmp_path, None, "no column 'text'")
+    (tmp_path / "bad.csv").write_text("text\tlabel\na fine film\t1\n", encoding="utf-8")
+    assert "separated by tabs" in _error(tmp_path, None, "no column 'text'")
+    (tmp_path / "bad.csv").write_text("text;label\na fine film;1\n", encoding="utf-8")
+    assert "separated by semicolons" in _error(tmp_path, None, "no column 'text'")
 
 
 def test_mixed_label_types(tmp_path):
     rows = sentiment_rows(20)
     rows[0]["label"] = "positive"
+    assert "'positive' at line 2 is text" in _error(tmp_path, rows, "holds numbers, but")
+    rows = [{**r, "label": "neg" if i % 2 else "pos"} for i, r in enumerate(rows)]
+    rows[0]["label"] = 1
     _error(tmp_path, rows, "mixes numbers and text labels")
 
 
@@ -143,7 +162,7 @@ def test_folder_without_train(tmp_path):
 
 def test_malformed_json(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"text": "a", "label": 0}\n{not json\n')
-    with pytest.raises(CompressError, match="could not read it as jsonl"):
+    with pytest.raises(CompressError, match="bad.jsonl: line 2 is not valid JSON"):
         load_task_data(str(tmp_path / "bad.jsonl"))
 
 
@@ -189,3 +208,10 @@ def test_a_tokenized_split_is_fingerprinted_by_its_input_settings_and_tokenizer(
               tokenize_split(train, make_mpnet_tokenizer(), 64, False)._fingerprint,
               tokenize_split(train.select(range(10)), tokenizer, 64, False)._fingerprint}
     assert fp not in others and len(others) == 4
+
+
+def test_a_broken_jsonl_line_is_named_by_its_line(tmp_path):
+    lines = [json.dumps(r) for r in sentiment_rows(10)]
+    lines[4] = lines[4][:-3]
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert "line 5 is not valid JSON" in _error(tmp_path, None, "not valid JSON", name="bad.jsonl")
