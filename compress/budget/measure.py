@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from compress.errors import CompressError
+
 #: Timed steps after one untimed warm-up step. The fastest of them is kept: on a shared machine another
 #: process only ever adds time, so the minimum is the closest to what the step costs with the cores to itself.
 TIMED_STEPS = 3
@@ -234,10 +236,7 @@ def _stage(calls: Sequence[Any], name: str) -> Any:
 def measure_recipe(recipe: Any, frozen: Sequence[int] = ()) -> SpeedMeasurement:
     """Measure this machine for ``recipe`` (a :class:`compress.pipeline.Recipe`); ``frozen``: the frozen-layer
     counts of the teacher to time besides the recipe's own (the bound of an elastic ``teacher_frozen_layers``)."""
-    import torch
-
     from compress.assets import resolve_model
-    from compress.errors import CompressError
     from compress.device import resolve_precision, training_device
     from compress.modeling import load_classifier
     from compress.training import freeze_bottom_layers
@@ -335,29 +334,27 @@ def measure_recipe(recipe: Any, frozen: Sequence[int] = ()) -> SpeedMeasurement:
         if pruned is not None or bench_cfg is not None:
             notes.append("no distill stage: the student's steps, export and rounds were not measured")
     gc.collect()
-    torch.set_grad_enabled(True)
     return SpeedMeasurement(
         cpu=cpu_name(), precision=precision, rows=rows, teacher_step_s=step_s, teacher_row_s=round(teacher_row_s, 6),
         student_step_s=round(student_step_s, 4), student_row_s=round(student_row_s, 6),
         teacher_fp32_row_s=round(teacher_fp32_row_s, 6), export_s=round(export_s, 2), round_s=round_s,
-        data_s=round(data_s, 2), model_s=round(model_s, 2), seconds=round(time.perf_counter() - started, 1), windows_per_row=round(per_row, 3),
-        notes=notes)
+        data_s=round(data_s, 2), model_s=round(model_s, 2), seconds=round(time.perf_counter() - started, 1),
+        windows_per_row=round(per_row, 3), notes=notes)
 
 
 def _transfer_rows(distill_cfg: Any, notes: list[str]) -> int:
-    """Transfer rows distillation would read: its limit, capped by what the corpus holds when that is cheap to
-    know (a corpus file is counted; the built-in corpora are read only by distill itself)."""
+    """Transfer rows distillation would read: its ``unlabeled_limit``, else every row of the corpus (read now)."""
     if distill_cfg is None or not distill_cfg.unlabeled:
         return 0
     limit = distill_cfg.unlabeled_limit
     if limit is not None:
         return int(limit)
-    try:
-        from compress.transfer.corpus import load_unlabeled
+    from compress.transfer.corpus import load_unlabeled
 
+    try:
         return len(load_unlabeled(distill_cfg.unlabeled, distill_cfg.unlabeled_text_column,
                                   distill_cfg.unlabeled_text_pair_column).texts)
-    except Exception as exc:  # noqa: BLE001 - the plan still runs, without the transfer rows' time
+    except CompressError as exc:  # distill reports the corpus's problem itself; the plan goes on without its rows
         notes.append(f"transfer rows not counted ({type(exc).__name__}: {exc})")
         return 0
 

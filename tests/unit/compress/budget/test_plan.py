@@ -3,9 +3,11 @@ elastic knobs scaled in price order within their bounds, and one too slow for an
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from compress.budget.knobs import KNOBS, get_value
+from compress.budget.knobs import KNOBS, get_value, with_value
 from compress.budget.plan import apply_changes, estimate, make_plan
 from compress.pipeline import load_recipe
 
@@ -34,7 +36,7 @@ def test_the_estimate_counts_the_measurement_and_every_stage(demo_recipe, make_m
     assert plan.estimates["teacher"] == pytest.approx(2.0 + 6.0 + 265 * 1.9 + 2114 * 0.009, abs=0.2)
     assert plan.estimates["export"] == 3.0
     # more transfer rows cost distillation time: the time model reads the knob's setting
-    more = dict(configs, distill=__import__("dataclasses").replace(configs["distill"], unlabeled_limit=20000))
+    more = dict(configs, distill=dataclasses.replace(configs["distill"], unlabeled_limit=20000))
     assert estimate(more, m)["distill"] > plan.estimates["distill"]
 
 
@@ -74,9 +76,7 @@ def test_a_cheaper_knob_is_used_before_a_dearer_one(demo_recipe, make_measuremen
     # the one moved is the cheapest per second saved of those with a cost, at its first step
     def price(k):
         step = k.moves()[0]
-        trial = apply_changes(configs, [])
-        trial[k.knob.stage] = __import__("compress.budget.knobs", fromlist=["with_value"]).with_value(
-            trial[k.knob.stage], k.knob.field, step)
+        trial = dict(configs, **{k.knob.stage: with_value(configs[k.knob.stage], k.knob.field, step)})
         gain = sum(estimate(configs, m).values()) - sum(estimate(trial, m).values())
         return k.points(step, m.rows["train"]) / gain
     costed = [k for k in recipe.elastic if k.cost > 0]
