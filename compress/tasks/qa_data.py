@@ -179,6 +179,9 @@ def _check_text(value: str, where: str, what: str) -> str:
 
 def examples_from_squad(obj: Any, origin: str) -> tuple[str, list[QAExample]]:
     """``(version, examples)`` of a parsed SQuAD-format object; ``origin`` (the file) starts every message."""
+    if isinstance(obj, list) and obj and all(isinstance(a, dict) and "paragraphs" in a for a in obj[:5]):
+        raise CompressError(f"{origin}: this looks like SQuAD's list of articles without the wrapper around it. Wrap "
+                            'it as {"version": "1.1", "data": [...the list...]} (the official files\' layout).')
     if not isinstance(obj, dict) or not isinstance(obj.get("data"), list):
         got = type(obj).__name__ if not isinstance(obj, dict) else f"an object with fields {', '.join(obj) or 'none'}"
         raise CompressError(f"{origin}: not SQuAD-format JSON (got {got}). The file holds "
@@ -372,9 +375,12 @@ def split_by_article(examples: Sequence[QAExample], seed: int = 0, need: Sequenc
     groups = article_groups(examples)
     need = [s for s in ("validation", "test") if s in need]
     if len(groups) < len(need) + 1:
-        raise CompressError(f"{where}: {len(groups)} article(s): too few to split by article into train"
-                            f"{''.join(', ' + s for s in need)}. Give more articles (titles), or separate "
-                            "train/validation/test files.")
+        titles = len({ex.title for ex in examples})
+        shared = (f"{titles} titles, but they share passages, so they are {len(groups)} group(s) (a passage's "
+                  "questions stay in one split)" if titles > len(groups) else f"{len(groups)} article(s)")
+        raise CompressError(f"{where}: {shared}: too few to split by article into train"
+                            f"{''.join(', ' + s for s in need)}. Give more articles (titles with passages of their "
+                            "own), or separate train/validation/test files.")
     order = np.random.RandomState(seed).permutation(len(groups))
     sizes = {s: max(1, int(len(groups) * SPLIT_FRACTIONS[SPLIT_NAMES.index(s)])) for s in need}
     out: dict[str, list[QAExample]] = {}

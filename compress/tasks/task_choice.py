@@ -129,7 +129,9 @@ def _looks_like_squad(path: Path) -> bool:
             head = handle.read(SNIFF_BYTES)
     except OSError:
         return False
-    return head.lstrip().startswith("{") and '"data"' in head and '"paragraphs"' in head
+    start = head.lstrip()[:1]
+    # a bare list of articles is SQuAD without its {"data": ...} wrapper: the QA loader says so
+    return (start == "{" and '"data"' in head or start == "[") and '"paragraphs"' in head
 
 
 def _head_lines(path: Path) -> list[str]:

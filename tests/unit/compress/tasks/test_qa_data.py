@@ -106,6 +106,28 @@ def test_too_few_articles_to_split_is_one_line(tmp_path):
         load_qa_data(str(_write(tmp_path / "one.json", _squad(2))))
 
 
+def test_titles_that_share_passages_are_named_so_when_too_few_groups_remain(tmp_path):
+    obj = _squad(4)
+    context = obj["data"][0]["paragraphs"][0]["context"]
+    for article in obj["data"]:
+        for paragraph in article["paragraphs"]:
+            paragraph["context"] = context
+            for qa in paragraph["qas"]:
+                for answer in qa["answers"]:
+                    answer["text"], answer["answer_start"] = context[:5], 0
+    with pytest.raises(CompressError, match=r"4 titles, but they share passages, so they are 1 group\(s\)"):
+        load_qa_data(str(_write(tmp_path / "shared.json", obj)))
+
+
+def test_a_list_of_articles_without_the_data_wrapper_says_so(tmp_path):
+    from compress.cli import main
+
+    path = _write(tmp_path / "bare.json", _squad(6)["data"])
+    with pytest.raises(CompressError, match=r"bare\.json: this looks like SQuAD's list of articles without the wrapper"):
+        load_qa_data(str(path))
+    assert main(["teacher", "--model", str(tmp_path / "none"), "--data", str(path), "--out", str(tmp_path / "t")]) == 2
+
+
 def test_a_folder_keeps_its_splits_and_notes_a_shared_passage(tmp_path):
     _write(tmp_path / "train.json", _squad(3))
     dev = _squad(1)
