@@ -26,7 +26,9 @@ import numpy as np
 
 from compress.tagging import AGGREGATIONS, DEFAULT_AGGREGATION
 from compress.tasks.qa_features import DEFAULT_MAX_ANSWER_LENGTH
+from compress.errors import CompressError
 from compress.tasks.question_answering import NAME as QA
+from compress.tasks.sequence_classification import NAME as CLASSIFICATION
 from compress.tasks.token_classification import NAME as TAGGING
 
 #: Top-level keys a request may hold; ``options`` is what hosted endpoints' clients send (``wait_for_model``),
@@ -34,6 +36,18 @@ from compress.tasks.token_classification import NAME as TAGGING
 REQUEST_KEYS = ("inputs", "parameters", "options")
 PARAMETERS = {QA: ("max_answer_len",), TAGGING: ("aggregation_strategy",)}
 CLASSIFICATION_PARAMETERS = ("top_k", "return_all_scores")
+
+
+#: The tasks with a request shape here; a task added to compress.tasks needs its own before it serves.
+TASKS = (CLASSIFICATION, TAGGING, QA)
+
+
+def check_task(task: str, model: str) -> str:
+    """``task`` when this server has a request shape for it, else a one-line refusal naming the model."""
+    if task not in TASKS:
+        raise CompressError(f"serve {model}: a {task} model has no request shape in bert-compress serve yet (it "
+                            f"serves {', '.join(TASKS)}); use Predictor.load(...).predict in Python.")
+    return task
 
 
 class BadInput(Exception):
@@ -79,15 +93,14 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def _items(inputs: Any, is_one: Any) -> tuple[list[Any], bool]:
-    """``inputs`` as a list, and whether it was one input rather than a list of them."""
+def _items(inputs: Any) -> tuple[list[Any], bool]:
+    """``inputs`` as a list, and whether it was one input rather than a list of them (each is checked by the
+    task's reader, which names its field)."""
     if isinstance(inputs, list):
         if not inputs:
             raise BadInput("inputs", "is an empty list; give at least one input")
         return inputs, False
-    if is_one(inputs):
-        return [inputs], True
-    return [inputs], True  # checked, and refused with its own message, by the task's reader
+    return [inputs], True
 
 
 def parse_request(task: str, body: Any, max_inputs: int, default_aggregation: str = DEFAULT_AGGREGATION) -> Parsed:
@@ -121,7 +134,7 @@ def parse_request(task: str, body: Any, max_inputs: int, default_aggregation: st
 
 
 def _classification(inputs: Any, parameters: dict[str, Any]) -> Parsed:
-    items, single = _items(inputs, lambda v: isinstance(v, (str, dict)))
+    items, single = _items(inputs)
     out: list[Any] = []
     for i, item in enumerate(items):
         where = "inputs" if single else f"inputs[{i}]"
@@ -154,7 +167,7 @@ def _classification(inputs: Any, parameters: dict[str, Any]) -> Parsed:
 
 
 def _tagging(inputs: Any, parameters: dict[str, Any], default_aggregation: str) -> Parsed:
-    items, single = _items(inputs, lambda v: isinstance(v, str))
+    items, single = _items(inputs)
     out = [_text(item, "inputs" if single else f"inputs[{i}]") for i, item in enumerate(items)]
     aggregation = parameters.get("aggregation_strategy", default_aggregation)
     if aggregation not in AGGREGATIONS:
@@ -164,7 +177,7 @@ def _tagging(inputs: Any, parameters: dict[str, Any], default_aggregation: str) 
 
 
 def _question_answering(inputs: Any, parameters: dict[str, Any]) -> Parsed:
-    items, single = _items(inputs, lambda v: isinstance(v, dict))
+    items, single = _items(inputs)
     out: list[tuple[str, str]] = []
     for i, item in enumerate(items):
         where = "inputs" if single else f"inputs[{i}]"

@@ -15,11 +15,13 @@ import dataclasses
 import json
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 from compress.errors import CompressError
 from compress.runtime import Predictor
 from compress.serving.app import ServeSettings, create_app
+from compress.serving.schemas import check_task
 
 #: Where ``--workers N`` passes the model and settings to its worker processes (each builds its own app).
 SETTINGS_ENV = "BERT_COMPRESS_SERVE"
@@ -42,12 +44,16 @@ def serve(model: str, settings: ServeSettings, host: str = "127.0.0.1", port: in
     import uvicorn
 
     settings.check()
+    if not Path(model).is_dir():
+        raise CompressError(f"serve {model}: no such folder. Give an artifact folder (from export, quantize or "
+                            "optimize; any folder bert-compress predict takes).")
     if not isinstance(workers, int) or workers < 1:
         raise CompressError(f"--workers must be a whole number of at least 1, got {workers!r}.")
     if not 0 <= port <= 65535:
         raise CompressError(f"--port must be 0 to 65535, got {port}.")
     # Opened here once whatever the worker count: a bad artifact is a one-line error before anything listens.
     predictor = Predictor.load(model, threads=threads, max_length=max_length)
+    check_task(predictor.task, model)
     common: dict[str, Any] = dict(host=host, port=port, lifespan="on", access_log=access_log, log_level=log_level,
                                   timeout_graceful_shutdown=int(settings.request_timeout_s) + 5)
     for sig in (signal.SIGTERM, signal.SIGINT):
