@@ -188,15 +188,41 @@ def _check_table(table: Any, path: Path, text: str, header: tuple[str, ...], all
         raise GateInputError(f"{_where(path, text, header[-1], header[:-1] or None)}: {name} must be a table of rules "
                              f"(for example\n{name}\nmin_speedup = 2.0).")
     out = {}
+    problems = []
     for key, value in table.items():
         where = _where(path, text, key, header)
         if key not in RULES:
-            close = difflib.get_close_matches(key, list(RULES), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise GateInputError(f"{where}: unknown rule {key!r} in {name}.{hint} Known rules: {', '.join(RULES)} "
-                                 "(see docs/ci.md).")
-        out[key] = _check_value(key, value, where, f"{name} ", allow_off)
+            close = suggest_rule(key)
+            hint = f" Did you mean {close!r}? (it checks the {RULES[close].help})" if close else ""
+            problems.append(f"{where}: unknown rule {key!r} in {name}.{hint}")
+            continue
+        try:
+            out[key] = _check_value(key, value, where, f"{name} ", allow_off)
+        except GateInputError as exc:
+            problems.append(str(exc))
+    if problems:  # every bad key at once, as a recipe lists its problems
+        raise GateInputError("\n".join(problems) + (f"\nKnown rules: {', '.join(RULES)} (see docs/ci.md)."
+                                                     if any("unknown rule" in p for p in problems) else ""))
     return out
+
+
+#: Words users write for what a rule's name says another way (``max_latency_ms`` means ``max_p50_ms``).
+_SYNONYMS = {"latency": "p50", "median": "p50", "time": "p50", "acc": "accuracy", "speed": "speedup",
+             "faster": "speedup", "mb": "size", "disk": "size", "qps": "throughput", "rps": "throughput",
+             "entity": "f1", "drift": "regression", "regress": "regression", "fusion": "fused"}
+
+
+def suggest_rule(key: str) -> str | None:
+    """The known rule a mistyped or reworded ``key`` most likely means: the most words in common (synonyms
+    read as the rule's own word, ``max``/``min`` kept apart), else the closest spelling of the same direction."""
+    words = {_SYNONYMS.get(w, w) for w in key.lower().split("_") if w}
+    direction = next((w for w in ("max", "min") if w in words), None)
+    same = [r for r in RULES if direction is None or r.startswith(direction + "_")]
+    scored = sorted(((len(words & set(r.split("_"))), r) for r in same), key=lambda x: (-x[0], len(x[1])))
+    if scored and scored[0][0] >= 2:
+        return scored[0][1]
+    close = difflib.get_close_matches(key, same or list(RULES), n=1)
+    return close[0] if close else None
 
 
 def load_rules(path: str | os.PathLike) -> GateRules:

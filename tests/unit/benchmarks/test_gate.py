@@ -1058,3 +1058,20 @@ def test_regression_goes_on_past_a_config_the_reference_was_not_timed_at(tmp_pat
     check = _checks(tmp_path, "[rules]\nmax_regression = 0.1\n", current, baseline)[("student", "max_regression")]
     assert check.status == "fail" and "at batch 8 seq 128 grew 20.0%" in check.message
     assert check.measured.startswith("latency/reference +20.0% at batch 8 seq 128")
+
+
+def test_every_unknown_rule_is_listed_with_the_rule_meant(tmp_path):
+    from benchmarks.gate_rules import GateInputError, load_rules, suggest_rule
+
+    assert suggest_rule("max_latency_ms") == "max_p50_ms"
+    assert suggest_rule("min_sppedup") == "min_speedup" and suggest_rule("max_acc_drop") == "max_accuracy_drop"
+    rules = tmp_path / "gates.toml"
+    rules.write_text("[rules]\nmax_latency_ms = 20\nmin_speedup = 2\nmax_model_mb = 50\nmin_agreement = 2\n",
+                     encoding="utf-8")
+    with pytest.raises(GateInputError) as exc:
+        load_rules(rules)
+    lines = str(exc.value).splitlines()
+    assert "gates.toml:2: unknown rule 'max_latency_ms'" in lines[0] and "'max_p50_ms'" in lines[0]
+    assert "gates.toml:4: unknown rule 'max_model_mb'" in lines[1] and "'max_size_mb'" in lines[1]
+    assert "gates.toml:5:" in lines[2] and "min_agreement" in lines[2]
+    assert lines[-1].startswith("Known rules:")
