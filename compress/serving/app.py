@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
@@ -102,8 +102,12 @@ class Service:
     async def _warm_up(self) -> None:
         one = warm_inputs(self.predictor.task)
         key = parse_request(self.predictor.task, {"inputs": _as_json(one[0])}, 1, self.settings.aggregation).key
-        for n in sorted({1, self.settings.max_batch}):
-            await self.batcher.call(lambda n=n: self._run(key, one * n))
+        try:
+            for n in sorted({1, self.settings.max_batch}):
+                await self.batcher.call(lambda n=n: self._run(key, one * n))
+        except Exception as exc:  # noqa: BLE001 - the server stays up, not ready, and says why
+            log.error("warm-up failed, so /ready stays 503: %s", describe(exc), exc_info=exc)
+            return
         self.ready = True
         log.info("ready: %s (%s, %s)", self.predictor.path, self.predictor.kind, self.predictor.task)
 
@@ -123,11 +127,14 @@ class Service:
             return _error(413, f"the body is {declared} bytes, over this server's --max-body-bytes of "
                                f"{s.max_body_bytes}", "body"), "too_large"
         body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > s.max_body_bytes:  # a chunked body has no Content-Length: stop reading it here
-                return _error(413, f"the body is over this server's --max-body-bytes of {s.max_body_bytes}",
-                              "body"), "too_large"
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > s.max_body_bytes:  # a chunked body has no Content-Length: stop reading it here
+                    return _error(413, f"the body is over this server's --max-body-bytes of {s.max_body_bytes}",
+                                  "body"), "too_large"
+        except ClientDisconnect:  # gone before its body was sent
+            return Response(status_code=499), "disconnected"
         try:
             data = json.loads(bytes(body).decode("utf-8"))
         except UnicodeDecodeError as exc:
