@@ -142,6 +142,9 @@ class Service:
                                "JSON", "body"), "bad_request"
         except ValueError as exc:
             return _error(400, f"the body is not JSON ({exc}); send {{\"inputs\": ...}}", "body"), "bad_request"
+        except RecursionError:  # json's limit on nesting: "[[[[..." deeper than any request needs
+            return _error(400, "the body nests deeper than JSON can be read here; send {\"inputs\": ...}",
+                          "body"), "bad_request"
         try:
             parsed = parse_request(self.predictor.task, data, s.max_batch, s.aggregation)
         except BadInput as exc:

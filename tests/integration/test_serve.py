@@ -144,6 +144,7 @@ def test_reader_answers_spans_of_the_context(artifacts):
 @pytest.mark.parametrize("body, status, field", [
     (b'{"inputs": "unterminated', 400, "body"),
     (b'{"inputs": "caf\xe9"}', 400, "body"),  # Latin-1, not UTF-8
+    (b"[" * 3000, 400, "body"),  # nested past json's recursion limit
     (b'["a list"]', 422, "body"),
     (b'{"text": "no inputs"}', 422, "text"),
     (b'{"parameters": {}}', 422, "inputs"),
