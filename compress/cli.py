@@ -359,11 +359,12 @@ def _seed_group(text: str) -> tuple[str, list[str]]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bert-compress",
-        description="Distil, prune, quantize and export BERT-family classifiers, and measure the result.")
+        description="Distil, prune, quantize and export BERT-family models (sentence and sentence-pair "
+                    "classifiers, taggers, extractive QA readers), and measure the result.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("teacher", help="fine-tune an encoder into a sequence classifier (the teacher)")
+    p = sub.add_parser("teacher", help="fine-tune an encoder into the teacher: a classifier, a tagger or a QA reader, as the data says")
     p.add_argument("--model", required=True,
                    help="local model folder, a built-in (minilm, mpnet-base), or a Hugging Face Hub id (org/name)")
     p.add_argument("--revision", default=None, help="branch, tag or commit of a hub --model (default: main)")

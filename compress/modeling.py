@@ -20,7 +20,7 @@ from compress.quiet import quiet_transformers
 from compress.data import DynamicPaddingCollator
 from compress.formats.pruned import PRUNING_KEY, load_pruned
 from compress.hub import describe_folder
-from compress.progress import bars_enabled
+from compress.progress import progress as show_progress
 from compress.tasks import get_task
 
 
@@ -172,7 +172,6 @@ def predict_logits(model, tokenized, batch_size: int = 64, precision: str = "fp3
     model's device and each batch of logits comes back to the CPU, so a model on a GPU works.
     """
     import torch
-    from tqdm.auto import tqdm
 
     ids = tokenized[f"{prefix}input_ids"]
     order = np.argsort([-len(x) for x in ids], kind="stable")
@@ -184,8 +183,7 @@ def predict_logits(model, tokenized, batch_size: int = 64, precision: str = "fp3
     subset = tokenized.select_columns(cols)
     device = model_device(model)
     with torch.inference_mode(), autocast(precision, device):
-        for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress or not bars_enabled(),
-                          file=sys.stderr, leave=False):
+        for start in show_progress(range(0, len(order), batch_size), desc, unit="batches", enabled=progress):
             idx = order[start:start + batch_size]
             batch = collate([subset[int(i)] for i in idx])
             inputs = {k[len(prefix):]: v.to(device) for k, v in batch.items()}

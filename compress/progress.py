@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from typing import Any, Callable, Iterator
 
 
 def bars_enabled() -> bool:
@@ -37,3 +39,38 @@ def configure() -> None:
                 sys.modules[module].utils.logging.disable_progress_bar()
             except AttributeError:
                 pass
+
+
+#: A loop shorter than this prints nothing to a log; a longer one prints a line at least this often.
+LOG_AFTER_S = 30.0
+
+
+def progress(iterable: Any, desc: str, total: int | None = None, unit: str = "batch", enabled: bool = True,
+             clock: Callable[[], float] = time.monotonic, say: Callable[[str], None] | None = None) -> Iterator[Any]:
+    """``iterable`` with its progress shown: a tqdm bar on a terminal; in a log file (where bars are off) a line
+    every :data:`LOG_AFTER_S` seconds once the loop has run that long, with the share done and the time left, so
+    a minutes-long step (labelling 10,000 transfer rows) is never silent."""
+    total = len(iterable) if total is None and hasattr(iterable, "__len__") else total
+    if not enabled:
+        yield from iterable
+        return
+    if bars_enabled():
+        from tqdm.auto import tqdm
+
+        yield from tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, leave=False)
+        return
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    start = last = clock()
+    done = 0
+    for item in iterable:
+        yield item
+        done += 1
+        now = clock()
+        if now - last >= LOG_AFTER_S:
+            last = now
+            elapsed = now - start
+            if total:
+                left = elapsed / done * (total - done)
+                say(f"{desc}: {done / total:.0%} ({done} of {total} {unit}), {elapsed:.0f} s, about {left:.0f} s left")
+            else:
+                say(f"{desc}: {done} {unit} done, {elapsed:.0f} s")

@@ -54,6 +54,7 @@ from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bo
 from compress.assets import cache_dir
 from compress.device import device_name, resolve_precision, training_device
 from compress.modeling import accepts_token_types, autocast, model_device
+from compress.progress import progress as show_progress
 from compress.training import epoch_validation_callback
 from compress.windows import length_sorted_batches, pad_rows
 
@@ -121,7 +122,8 @@ def span_logits(model, input_ids: Sequence[Sequence[int]], token_type_ids: Seque
     need_types = accepts_token_types(model)
     model.eval()
     with torch.inference_mode(), autocast(precision, device):
-        for rows in length_sorted_batches([len(x) for x in input_ids], batch_size):
+        for rows in show_progress(length_sorted_batches([len(x) for x in input_ids], batch_size), "reading",
+                                  unit="batches"):
             arrays = pad_rows([input_ids[w] for w in rows],
                               None if token_type_ids is None else [token_type_ids[w] for w in rows], pad_id, need_types)
             out = model(**{k: torch.as_tensor(v, device=device) for k, v in arrays.items()})

@@ -442,6 +442,17 @@ def _read_folder(path: Path) -> dict[str, Path]:
                          ".iob, .tsv, .txt), and may hold validation (or dev) and test files.")
 
 
+#: What this process has said about its data files: a stage reads one file more than once (in another tag order,
+#: or once to tell its task), and a note said twice reads as two problems.
+_SAID: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    if message not in _SAID:
+        _SAID.add(message)
+        print(message, file=sys.stderr)
+
+
 def build_task(splits: dict[str, list[Sentence]], files: dict[str, str], source: str, scheme: str = "auto",
                seed: int = 0, label_names: Sequence[str] | None = None, strict: bool = False,
                notes: list[str] | None = None) -> TokenTaskData:
@@ -462,16 +473,16 @@ def build_task(splits: dict[str, list[Sentence]], files: dict[str, str], source:
                 "type, as in CoNLL-2003's original files) and converted to IOB2: the same entities, each now "
                 "opening with B-")
         notes.append(note)
-        print(f"note: {note}", file=sys.stderr)
+        _say_once(f"note: {note}")
     names = list(label_names) if label_names else label_list(splits["train"], scheme, files["train"])
     if problems and strict:
         raise CompressError(f"{problems[0]} ({len(problems)} invalid tag sequence(s) in all). Fix the tags; "
                             "nothing is repaired automatically.")
     if problems:
         shown = "; ".join(problems[:SHOWN_PROBLEMS])
-        print(f"warning: {source}: {len(problems)} invalid {(converted_from or scheme).upper()} tag sequence(s), kept "
-              f"as they are (scored the conlleval way: an I- tag without its B- starts an entity): {shown}"
-              + (" ..." if len(problems) > SHOWN_PROBLEMS else ""), file=sys.stderr)
+        _say_once(f"warning: {source}: {len(problems)} invalid {(converted_from or scheme).upper()} tag sequence(s), "
+                  f"kept as they are (scored the conlleval way: an I- tag without its B- starts an entity): {shown}"
+                  + (" ..." if len(problems) > SHOWN_PROBLEMS else ""))
     index = {name: i for i, name in enumerate(names)}
     whence = "that was given" if label_names else f"taken from the training data {files['train']}"
     rows = {split: {"tokens": [s.tokens for s in sentences],

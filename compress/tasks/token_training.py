@@ -36,6 +36,7 @@ from compress.windows import Windows, encode_windows, max_context_windows, windo
 from compress.data import DynamicPaddingCollator
 from compress.modeling import accepts_token_types, autocast, model_device
 from compress.training import epoch_validation_callback
+from compress.progress import progress as show_progress
 
 #: Columns a token-classification model takes (``token_type_ids`` only when the tokenizer makes them).
 MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
@@ -141,7 +142,7 @@ def token_logits(model, tokenized, batch_size: int = 64, precision: str = "fp32"
     types = accepts_token_types(model)
     device = model_device(model)
     with torch.inference_mode(), autocast(precision, device):
-        for start in range(0, len(order), batch_size):
+        for start in show_progress(range(0, len(order), batch_size), "tagging", unit="batches"):
             idx = order[start:start + batch_size]
             batch = collate([subset[int(i)] for i in idx])
             inputs = {k: v.to(device) for k, v in batch.items() if types or k != "token_type_ids"}

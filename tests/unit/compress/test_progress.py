@@ -23,3 +23,21 @@ def test_a_logged_run_has_no_carriage_returns(tiny_encoder, sentiment_csv, tmp_p
     assert rc == 0, err
     assert "\r" not in out + err
     assert "train_runtime" in out  # the Trainer's own log lines replace the bar
+
+
+def test_a_long_loop_prints_a_line_to_a_log_every_30_seconds(monkeypatch):
+    """In a log (no terminal), a loop that runs past 30 s says how far it is and the time left; a short one is quiet."""
+    from compress.progress import progress
+
+    monkeypatch.setenv("BERT_COMPRESS_PROGRESS", "0")
+    ticks = iter(range(0, 1000, 10))  # each step takes 10 s
+    lines: list[str] = []
+    assert list(progress(range(9), "teacher soft labels (train)", unit="batches", clock=lambda: next(ticks),
+                         say=lines.append)) == list(range(9))
+    assert lines == ["teacher soft labels (train): 33% (3 of 9 batches), 30 s, about 60 s left",
+                     "teacher soft labels (train): 67% (6 of 9 batches), 60 s, about 30 s left",
+                     "teacher soft labels (train): 100% (9 of 9 batches), 90 s, about 0 s left"]
+    quick = iter(range(0, 100, 1))
+    lines.clear()
+    list(progress(range(9), "short", clock=lambda: next(quick), say=lines.append))
+    assert lines == []
