@@ -65,11 +65,11 @@ def serve(model: str, settings: ServeSettings, host: str = "127.0.0.1", port: in
         os.environ[SETTINGS_ENV] = json.dumps({"model": str(model), "threads": threads, "max_length": max_length,
                                                "settings": dataclasses.asdict(settings)})
         config = uvicorn.Config("compress.serving.server:worker_app", factory=True, workers=workers, **common)
-    server = uvicorn.Server(config)
-    if workers == 1:
-        server.run()
-    else:
+    if workers > 1:
         from uvicorn.supervisors import Multiprocess
 
         Multiprocess(config, sockets=[config.bind_socket()]).run()
-    return 0 if server.started or workers > 1 else 1
+        return 0
+    server = uvicorn.Server(config)
+    server.run()
+    return 0 if server.started else 1  # not started: uvicorn has logged why (the port taken, a failed startup)
