@@ -81,7 +81,7 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
         if has_head and head != num_labels:
             raise CompressError(
                 f"{path}: the model's classifier predicts {head} labels but the data has {num_labels} classes "
-                f"(labels 0..{num_labels - 1}). "
+                f"({', '.join(label_names) if label_names else f'labels 0..{num_labels - 1}'}). "
                 "Use a teacher fine-tuned on this task, or a model without a classification head."
             )
         names = label_names or [str(i) for i in range(num_labels)]
