@@ -226,7 +226,7 @@ def entity_weights(labels, first, soft, has, outside: int, factor: float, weight
     enough), 1 at the other words, times the row's ``weight``; ``(batch, positions)``.
 
     Why: nine words in ten are ``O``, so a plain mean over words spends most of the loss on words the student
-    already tags right, while entity F1 counts only the entity words (docs/ner.md: the student agrees with its
+    already tags right, while entity F1 counts only the entity words (docs/lab/ner.md: the student agrees with its
     teacher on ~70% of the entities of its own training sentences against 98% of the words)."""
     import torch
 

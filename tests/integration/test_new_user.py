@@ -294,3 +294,49 @@ def test_limit_zero_is_refused_not_read_as_no_limit(classifier, tmp_path, capsys
     assert main(["teacher", "--model", str(classifier), "--data", str(data), "--limit", "0",
                  "--out", str(tmp_path / "t")]) == 2
     assert "--limit must be >= 1" in capsys.readouterr().err and not (tmp_path / "t").exists()
+
+
+# ----------------------------------------------------------------------------- data files through the CLI
+
+
+def _csv_rows(n: int = 40) -> list[str]:
+    from tests.conftest import sentiment_rows
+
+    return [f"{r['text']},{r['label']}" for r in sentiment_rows(n)]
+
+
+DATA_CASES = {
+    "no header": ("bad.csv", lambda: "\n".join(_csv_rows()), "seems to have no header line"),
+    "tabs in a .csv": ("bad.csv", lambda: "text\tlabel\n" + "\n".join(r.replace(",", "\t") for r in _csv_rows()),
+                       "separated by tabs"),
+    "semicolons": ("bad.csv", lambda: "text;label\n" + "\n".join(r.replace(",", ";") for r in _csv_rows()),
+                   "separated by semicolons"),
+    "a word among scores": ("bad.csv", lambda: "text,label\n" + "\n".join(
+        [f"{r.rsplit(',', 1)[0]},{0.25 * (i % 18)}" for i, r in enumerate(_csv_rows())][:6] + ["a film,high"]
+        + [f"{r.rsplit(',', 1)[0]},{0.5}" for r in _csv_rows()[:30]]), "holds numbers, but 'high' at line 8 is text"),
+    "empty text": ("bad.csv", lambda: "text,label\n" + "\n".join(_csv_rows()[:3] + [",1"] + _csv_rows()[3:]),
+                   "(line 5)"),
+    "broken jsonl": ("bad.jsonl", lambda: "\n".join(
+        [json.dumps({"text": r.rsplit(",", 1)[0], "label": int(r[-1])}) for r in _csv_rows()][:4] + ['{"text": "x",']),
+        "line 5 is not valid JSON"),
+    "squad without wrapper": ("bad.json", lambda: json.dumps([{"title": "T", "paragraphs": [
+        {"context": "Paris is in France.", "qas": [{"id": "1", "question": "Where?",
+                                                    "answers": [{"text": "France", "answer_start": 12}]}]}]}]),
+        "without the wrapper"),
+}
+
+
+@pytest.mark.parametrize("case", list(DATA_CASES))
+def test_bad_data_files_are_one_line_through_the_command_line(tmp_path, capsys, case):
+    from tests.conftest import make_bert
+
+    name, text, expected = DATA_CASES[case]
+    path = tmp_path / name
+    path.write_text(text(), encoding="utf-8")
+    model = make_bert(tmp_path / "bert", layers=1)
+    capsys.readouterr()
+    assert main(["teacher", "--model", str(model), "--data", str(path), "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and str(path) in err and "Traceback" not in err, err
+    assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1
+    assert not (tmp_path / "t").exists()
