@@ -78,8 +78,8 @@ class SplitScorer:
                                 "Give the data the model was trained on.")
         # tags are matched by name: a tagger's own label order (CoNLL's is not sorted) scores the same, and a
         # split without some tag (a test split with no I-MISC) is fine; only a tag the model never predicts is not
-        missing = [tag for tag in self.label_names if tag not in set(predictor.label_names)]
-        if self.tagging and missing:
+        missing = [tag for tag in self.label_names if tag not in set(predictor.label_names)] if self.tagging else []
+        if missing:
             raise CompressError(f"{self.source} has the tag(s) {', '.join(missing)} that {where} does not predict (its "
                                 f"tags: {', '.join(predictor.label_names)}). Give the tagging data the model was "
                                 "trained on.")
