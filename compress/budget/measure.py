@@ -243,6 +243,7 @@ def measure_recipe(recipe: Any, frozen: Sequence[int] = ()) -> SpeedMeasurement:
     from students.factory import build_student
 
     started = time.perf_counter()
+    busy = _other_work()
     calls = list(recipe.calls)
     teacher_cfg, distill_cfg = _stage(calls, "teacher"), _stage(calls, "distill")
     pruned = _stage(calls, "prune")
@@ -334,12 +335,27 @@ def measure_recipe(recipe: Any, frozen: Sequence[int] = ()) -> SpeedMeasurement:
         if pruned is not None or bench_cfg is not None:
             notes.append("no distill stage: the student's steps, export and rounds were not measured")
     gc.collect()
+    if busy >= 0.75:
+        notes.append(f"other work was running while this machine was measured (about {busy:.1f} cores busy besides "
+                     "this run): the estimates are that slow; on a quiet machine --replan measures again")
     return SpeedMeasurement(
         cpu=cpu_name(), precision=precision, rows=rows, teacher_step_s=step_s, teacher_row_s=round(teacher_row_s, 6),
         student_step_s=round(student_step_s, 4), student_row_s=round(student_row_s, 6),
         teacher_fp32_row_s=round(teacher_fp32_row_s, 6), export_s=round(export_s, 2), round_s=round_s,
         data_s=round(data_s, 2), model_s=round(model_s, 2), seconds=round(time.perf_counter() - started, 1),
         windows_per_row=round(per_row, 3), notes=notes)
+
+
+def _other_work() -> float:
+    """Cores other processes kept busy over the last minute, read before this run computes anything (the 1-minute
+    load average; 0 where the system does not say). Two cores shared with one other job make a step about twice
+    as slow, and the plan would shrink for it."""
+    import os
+
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
 
 
 def _transfer_rows(distill_cfg: Any, notes: list[str]) -> int:

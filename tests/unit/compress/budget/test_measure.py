@@ -30,7 +30,8 @@ def test_the_measurement_of_a_tiny_recipe(tmp_path, sentiment_csv, tiny_encoder)
     assert sorted(m.teacher_step_s) == [0, 2] and all(v > 0 for v in m.teacher_step_s.values())
     assert min(m.teacher_row_s, m.student_step_s, m.student_row_s, m.teacher_fp32_row_s, m.export_s) > 0
     assert set(m.round_s) == {round_key(w, b, 16) for w in ("teacher", "student") for b in (1, 4)}
-    assert m.precision == "fp32" and m.seconds > 0 and m.notes == []
+    assert m.precision == "fp32" and m.seconds > 0
+    assert [n for n in m.notes if not n.startswith("other work was running")] == []  # a shared machine says so
     assert SpeedMeasurement.from_dict(m.to_dict()) == m  # what plan.json keeps reads back the same
     plan = make_plan({c.stage: c.config for c in recipe.calls}, recipe.elastic, m, recipe.budget_s)
     assert all(plan.estimates[s] > 0 for s in ("teacher", "distill", "export", "bench"))
