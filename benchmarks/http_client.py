@@ -30,7 +30,9 @@ class Connection:
         return cls(host, int(port))
 
     async def post(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        if self._writer is None or self._h11.our_state is h11.MUST_CLOSE:
+        # A keep-alive connection the server closed while it sat idle (uvicorn closes them after 5 s) is replaced
+        # before it is used, not discovered by a failed request.
+        if self._writer is None or self._h11.our_state is h11.MUST_CLOSE or self._reader.at_eof():
             await self.close()
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
             self._h11 = h11.Connection(h11.CLIENT)
