@@ -340,3 +340,49 @@ def test_bad_data_files_are_one_line_through_the_command_line(tmp_path, capsys, 
     assert expected in err and str(path) in err and "Traceback" not in err, err
     assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1
     assert not (tmp_path / "t").exists()
+
+
+# ----------------------------------------------------------------------------- what is said, once
+
+
+def test_the_iob1_note_is_said_once_by_a_teacher_that_reads_its_file_twice(tmp_path, capsys):
+    """A tagger in CoNLL order makes the teacher read its IOB1 file twice (once more in the head's tag order)."""
+    from transformers import BertForTokenClassification
+
+    sentences = toy_sentences(120, seed=4)
+    iob1 = [(w, [t.replace("B-", "I-") for t in tags]) for w, tags in sentences]  # single-word names: I- opens
+    data = write_conll(tmp_path / "iob1.conll", iob1)
+    tagger = save_untrained(BertForTokenClassification, tmp_path / "tagger", LABELS)
+    capsys.readouterr()
+    assert main(["teacher", "--model", str(tagger), "--data", str(data), "--epochs", "1", "--max-length", "48",
+                 "--out", str(tmp_path / "t")]) == 0
+    assert capsys.readouterr().err.count("tags read as IOB1") == 1
+
+
+def test_help_names_the_tasks(capsys):
+    for argv in (["--help"], ["teacher", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        text = " ".join(capsys.readouterr().out.split())
+        assert "tagger" in text and "QA reader" in text and "sequence classifier (the teacher)" not in text
+
+
+def test_gate_lists_every_bad_rule_through_the_command_line(tmp_path, capsys):
+    rules = tmp_path / "gates.toml"
+    rules.write_text("[rules]\nmax_latency_ms = 20\nmax_model_mb = 50\n", encoding="utf-8")
+    results = tmp_path / "results.json"
+    results.write_text("{}", encoding="utf-8")
+    assert main(["gate", str(results), "--rules", str(rules)]) == 3
+    err = capsys.readouterr().err
+    assert "'max_p50_ms'" in err and "'max_size_mb'" in err and "Traceback" not in err
+
+
+def test_squad_titles_sharing_passages_through_the_command_line(tmp_path, capsys):
+    context = "Paris is the capital of France and the Seine runs through it."
+    data = {"version": "1.1", "data": [{"title": f"T{a}", "paragraphs": [{"context": context, "qas": [
+        {"id": f"q{a}", "question": "What is the capital?", "answers": [{"text": "Paris", "answer_start": 0}]}]}]}
+        for a in range(5)]}
+    path = tmp_path / "shared.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert main(["teacher", "--model", str(tmp_path / "nope"), "--data", str(path), "--out", str(tmp_path / "t")]) == 2
+    assert "5 titles, but they share passages, so they are 1 group(s)" in capsys.readouterr().err
