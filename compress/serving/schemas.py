@@ -83,7 +83,8 @@ def _text(value: Any, where: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise BadInput(where, "holds a lone surrogate (\\ud800-\\udfff), which is not a character; send UTF-8 text")
+        raise BadInput(where, "holds a lone surrogate (\\ud800-\\udfff), which is not a character; send UTF-8 "
+                              "text") from None
     return value
 
 
@@ -121,16 +122,15 @@ def parse_request(task: str, body: Any, max_inputs: int, default_aggregation: st
         if name not in allowed:
             raise BadInput(f"parameters.{name}", f"is not a parameter of a {task} model; it takes "
                                                  f"{', '.join(allowed)}")
+    inputs = body["inputs"]
+    if isinstance(inputs, list) and len(inputs) > max_inputs:  # before reading each of them
+        raise BadInput("inputs", f"holds {len(inputs)} inputs, over this server's --max-batch of {max_inputs}; "
+                                 "split the request", status=413)
     if task == QA:
-        parsed = _question_answering(body["inputs"], parameters)
-    elif task == TAGGING:
-        parsed = _tagging(body["inputs"], parameters, default_aggregation)
-    else:
-        parsed = _classification(body["inputs"], parameters)
-    if len(parsed.inputs) > max_inputs:
-        raise BadInput("inputs", f"holds {len(parsed.inputs)} inputs, over this server's --max-batch of "
-                                 f"{max_inputs}; split the request", status=413)
-    return parsed
+        return _question_answering(inputs, parameters)
+    if task == TAGGING:
+        return _tagging(inputs, parameters, default_aggregation)
+    return _classification(inputs, parameters)
 
 
 def _classification(inputs: Any, parameters: dict[str, Any]) -> Parsed:
