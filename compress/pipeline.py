@@ -414,9 +414,9 @@ def run_recipe(recipe: Recipe, force: tuple[str, ...] = (), debug: bool = False,
             status.append({"stage": call.stage, "status": f"{verdict} (exit {code})", "seconds": seconds,
                            "output": str(call.output)})
             break
-        _write_json(record_file, {"hash": digest, "identity": identity, "finished": now_iso(), "seconds": seconds})
-        if budget_plan is not None:
+        if budget_plan is not None:  # before the record: a stage counted finished carries its plan
             _stamp_plan(call.output, budget_plan.artifact_record(call.stage))
+        _write_json(record_file, {"hash": digest, "identity": identity, "finished": now_iso(), "seconds": seconds})
         status.append({"stage": call.stage, "status": "ran", "seconds": seconds, "output": str(call.output)})
     if budget_plan is not None:
         for row in status:
