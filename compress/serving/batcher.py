@@ -6,8 +6,8 @@ caller sends one request at a time. The batcher holds requests for at most ``max
 requests (and a batch keeps forming) while the model runs.
 
 A batch is formed around the oldest waiting request (no request waits behind newer ones for ever) with the
-waiting requests nearest to it in length, so one long text does not pad a batch of short ones; requests whose
-model settings differ (a tagger's aggregation) never share one. The queue is bounded: :meth:`Batcher.submit`
+waiting requests nearest to it in length, within a bounded ratio of lengths, so one long text does not pad a
+batch of short ones; requests whose model settings differ (a tagger's aggregation) never share one. The queue is bounded: :meth:`Batcher.submit`
 raises :class:`QueueFull` instead of letting it grow without limit, and the server answers 503.
 """
 
@@ -21,6 +21,14 @@ from typing import Any, Callable
 
 from compress.serving.metrics import Metrics
 from compress.serving.schemas import Parsed
+
+
+#: The longest request in a batch is at most this many times as long as the shortest (in characters, a text
+#: under SHORT_CHARS counting as SHORT_CHARS: at that length the special tokens and the per-batch cost dominate).
+#: On a CPU every padded token costs as much as a real one, so a batch padded to more than twice its texts' length
+#: would cost more than the same texts run in two batches of their own length.
+LENGTH_RATIO = 2.0
+SHORT_CHARS = 32
 
 
 class QueueFull(Exception):
@@ -130,14 +138,18 @@ class Batcher:
             await self._run_batch(self._take(oldest))
 
     def _take(self, oldest: Job) -> list[Job]:
-        """``oldest`` and the waiting requests of its key nearest to it in length, up to ``max_batch`` inputs."""
+        """``oldest`` and the waiting requests of its key nearest to it in length, up to ``max_batch`` inputs, none
+        more than :data:`LENGTH_RATIO` times as long as another (the rest wait for a batch of their own length)."""
         others = sorted((j for j in self._pending if j is not oldest and j.parsed.key == oldest.parsed.key),
                         key=lambda j: (abs(j.parsed.length - oldest.parsed.length), j.arrived))
         batch, size = [oldest], len(oldest.parsed.inputs)
+        low = high = max(oldest.parsed.length, SHORT_CHARS)
         for job in others:
-            if size + len(job.parsed.inputs) <= self.max_batch:
+            length = max(job.parsed.length, SHORT_CHARS)
+            if size + len(job.parsed.inputs) <= self.max_batch and max(high, length) <= LENGTH_RATIO * min(low, length):
                 batch.append(job)
                 size += len(job.parsed.inputs)
+                low, high = min(low, length), max(high, length)
         for job in batch:
             self._pending.remove(job)
         self._set_depth(self._pending_inputs - size)

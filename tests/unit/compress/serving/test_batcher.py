@@ -103,3 +103,18 @@ def test_close_runs_what_is_queued_without_waiting_for_the_batch_to_fill():
         return job.future.result()
 
     assert asyncio.run(scenario()) == ["classify:late"]
+
+
+def test_a_long_request_does_not_pad_a_batch_of_short_ones_even_with_room_in_it():
+    async def scenario():
+        batches: list = []
+        batcher = Batcher(run_with(batches), max_batch=8, max_wait_s=0.01, queue_size=16, metrics=Metrics())
+        jobs = [batcher.submit(parsed(t)) for t in ("a short text", "x" * 70, "tiny", "y" * 60, "z" * 130)]
+        batcher.start()
+        await asyncio.gather(*(j.future for j in jobs))
+        await batcher.close()
+        return [b[1] for b in batches]
+
+    # Under 32 characters counts as 32: the oldest, "tiny" and the 60 (within twice 32), not the 70; the 70 leads
+    # the next batch, and the 130 is within twice its length.
+    assert asyncio.run(scenario()) == [["a short text", "tiny", "y" * 60], ["x" * 70, "z" * 130]]
