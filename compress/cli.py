@@ -28,6 +28,8 @@ from compress.pipeline import load_recipe, run_recipe
 from compress.progress import configure as configure_progress
 from compress.reading import read_passage
 from compress.runtime import Predictor
+from compress.serving.settings import (DEFAULT_HOST as SERVE_HOST, DEFAULT_PORT as SERVE_PORT,
+                                      DEFAULT_WORKERS as SERVE_WORKERS, ServeSettings)
 from compress.stages import all_stages, find, get
 from compress.summary import format_table, summary_rows
 from compress.tagging import AGGREGATIONS, DEFAULT_AGGREGATION, format_tagged
@@ -270,7 +272,6 @@ def cmd_predict(a: argparse.Namespace) -> int:
 
 def cmd_serve(a: argparse.Namespace) -> int:
     try:  # starlette and uvicorn: the serving install's, needed by this command only
-        from compress.serving.app import ServeSettings
         from compress.serving.server import serve
     except ImportError as exc:
         raise CompressError(f"serve needs starlette, uvicorn and prometheus-client ({exc}): pip install -r "
@@ -557,22 +558,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("serve", help="serve an artifact over HTTP with dynamic batching (docs/serving.md)")
+    serving = ServeSettings()
     p.add_argument("model", help="artifact folder (ONNX and OpenVINO serve from the slim install, without torch)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free one)")
-    p.add_argument("--workers", type=int, default=1, help="processes, each with its own model copy (default 1)")
+    p.add_argument("--host", default=SERVE_HOST, help=f"address to bind (default {SERVE_HOST}: this machine only)")
+    p.add_argument("--port", type=int, default=SERVE_PORT, help=f"port (default {SERVE_PORT}; 0: any free one)")
+    p.add_argument("--workers", type=int, default=SERVE_WORKERS,
+                   help=f"processes, each with its own model copy (default {SERVE_WORKERS})")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads per worker (default: the runtime's)")
     p.add_argument("--max-length", type=int, default=None, help="window length in tokens (default: the artifact's)")
-    p.add_argument("--max-batch", type=int, default=32,
-                   help="inputs in one model batch, and the most one request may send (default 32)")
-    p.add_argument("--max-wait-ms", type=float, default=2.0,
-                   help="how long the oldest request waits for a batch to fill (default 2)")
-    p.add_argument("--queue-size", type=int, default=512, help="inputs waiting at most; then 503 (default 512)")
-    p.add_argument("--request-timeout", type=float, default=30.0, help="seconds to answer a request, else 504 "
-                   "(default 30)")
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit; then 413 (default 1 MiB)")
-    p.add_argument("--aggregation", choices=AGGREGATIONS, default=DEFAULT_AGGREGATION,
-                   help="a tagger's default aggregation_strategy (default first)")
+    p.add_argument("--max-batch", type=int, default=serving.max_batch,
+                   help=f"inputs in one model batch, and the most one request may send (default {serving.max_batch})")
+    p.add_argument("--max-wait-ms", type=float, default=serving.max_wait_ms,
+                   help=f"how long the oldest request waits for a batch to fill (default {serving.max_wait_ms:g})")
+    p.add_argument("--queue-size", type=int, default=serving.queue_size,
+                   help=f"inputs waiting at most; then 503 (default {serving.queue_size})")
+    p.add_argument("--request-timeout", type=float, default=serving.request_timeout_s,
+                   help=f"seconds to answer a request, else 504 (default {serving.request_timeout_s:g})")
+    p.add_argument("--max-body-bytes", type=int, default=serving.max_body_bytes,
+                   help=f"request body limit; then 413 (default {serving.max_body_bytes})")
+    p.add_argument("--aggregation", choices=AGGREGATIONS, default=serving.aggregation,
+                   help=f"a tagger's default aggregation_strategy (default {serving.aggregation})")
     p.add_argument("--access-log", action="store_true", help="log every request (off: it costs throughput)")
     p.set_defaults(func=cmd_serve)
 

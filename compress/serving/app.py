@@ -16,7 +16,6 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
 from starlette.applications import Starlette
@@ -28,42 +27,9 @@ from compress.errors import CompressError, describe
 from compress.serving.batcher import Batcher, Job, QueueFull
 from compress.serving.metrics import Metrics
 from compress.serving.schemas import BadInput, format_results, openapi, parse_request, predict_batch, warm_inputs
-from compress.tagging import DEFAULT_AGGREGATION
+from compress.serving.settings import ServeSettings
 
 log = logging.getLogger("uvicorn.error")  # uvicorn configures this one: its lines land in the server log
-
-
-@dataclass(frozen=True)
-class ServeSettings:
-    """What ``bert-compress serve`` takes besides the model and the address."""
-
-    #: Inputs in one model batch, and the most one request may send (413 past it).
-    max_batch: int = 32
-    #: How long the oldest waiting request is held for a batch to fill.
-    max_wait_ms: float = 2.0
-    #: Inputs waiting at most; past it, 503 with Retry-After.
-    queue_size: int = 512
-    #: Seconds from a request's arrival to its answer, else 504.
-    request_timeout_s: float = 30.0
-    #: Bytes of request body at most; past it, 413.
-    max_body_bytes: int = 1 << 20
-    #: A tagger's default ``aggregation_strategy``.
-    aggregation: str = DEFAULT_AGGREGATION
-
-    def check(self) -> "ServeSettings":
-        """Refuse settings that cannot work, in one line naming the flag."""
-        for flag, value, least in (("--max-batch", self.max_batch, 1), ("--queue-size", self.queue_size, 1),
-                                   ("--max-body-bytes", self.max_body_bytes, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise CompressError(f"{flag} must be a whole number of at least {least}, got {value!r}.")
-        if self.queue_size < self.max_batch:
-            raise CompressError(f"--queue-size {self.queue_size} is below --max-batch {self.max_batch}: a full "
-                                "request could never be queued; give a queue at least one batch long.")
-        if not self.max_wait_ms >= 0:
-            raise CompressError(f"--max-wait-ms must be 0 or more, got {self.max_wait_ms!r}.")
-        if not self.request_timeout_s > 0:
-            raise CompressError(f"--request-timeout must be above 0 seconds, got {self.request_timeout_s!r}.")
-        return self
 
 
 def _error(status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None) -> Response:

@@ -20,8 +20,9 @@ from typing import Any
 
 from compress.errors import CompressError
 from compress.runtime import Predictor
-from compress.serving.app import ServeSettings, create_app
+from compress.serving.app import create_app
 from compress.serving.schemas import check_task
+from compress.serving.settings import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_WORKERS, ServeSettings
 
 #: Where ``--workers N`` passes the model and settings to its worker processes (each builds its own app).
 SETTINGS_ENV = "BERT_COMPRESS_SERVE"
@@ -37,7 +38,8 @@ def worker_app():
     return create_app(_loader(spec["model"], spec["threads"], spec["max_length"]), ServeSettings(**spec["settings"]))
 
 
-def serve(model: str, settings: ServeSettings, host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
+def serve(model: str, settings: ServeSettings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+          workers: int = DEFAULT_WORKERS,
           threads: int | None = None, max_length: int | None = None, access_log: bool = False,
           log_level: str = "info") -> int:
     """Serve ``model`` until SIGTERM/SIGINT; 0 once the requests in flight are answered."""
