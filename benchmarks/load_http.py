@@ -18,8 +18,8 @@ The arms, on the same texts (short movie-review sentences by default):
   requests that queued behind it).
 
 Every server is started (and warmed up) first; then the arms take turns, ``--rounds`` times in a rotating order,
-so that a change in the machine's load during the run lands on all of them alike (the machine this was written
-on is shared). The half-load arm runs last, once. Each arm reports throughput, p50/p95/p99 latency and errors;
+so that a change in the machine's load during the run lands on all of them alike (each arm's per-round rates
+are in the JSON). The half-load arm runs last, once. Each arm reports throughput, p50/p95/p99 latency and errors;
 a served arm the model batch sizes its server formed (from its ``/metrics``). The clients share the machine with
 the server: on few cores their CPU counts against the server's, as it would for a sidecar, not for clients on
 other machines.
