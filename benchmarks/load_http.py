@@ -50,6 +50,7 @@ from benchmarks.http_server import ServerProcess
 from benchmarks.latency import percentile
 from benchmarks.machine import machine_info
 from compress.errors import CompressError
+from compress.serving.settings import ServeSettings
 
 #: Seconds of load on each server before the measured rounds: connections opened, every batch shape seen.
 DEFAULT_WARMUP_S = 2.0
@@ -349,7 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="turns each arm takes, in rotating order (default 3)")
     p.add_argument("--max-batch", type=_counts, default=[8, 32],
                    help="the batched servers' --max-batch, one arm each (default 8,32)")
-    p.add_argument("--max-wait-ms", type=float, default=2.0, help="the batched servers' --max-wait-ms (default 2)")
+    p.add_argument("--max-wait-ms", type=float, default=ServeSettings.max_wait_ms,
+                   help=f"the batched servers' --max-wait-ms (default {ServeSettings.max_wait_ms:g}, the server's)")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads, servers and in-process alike")
     p.add_argument("--warmup", type=float, default=DEFAULT_WARMUP_S,
                    help=f"seconds of load on each server before the rounds (default {DEFAULT_WARMUP_S:g})")

@@ -20,8 +20,10 @@ class ServeSettings:
 
     #: Inputs in one model batch, and the most one request may send (413 past it).
     max_batch: int = 32
-    #: How long the oldest waiting request is held for a batch to fill.
-    max_wait_ms: float = 2.0
+    #: How long the oldest waiting request is held for a batch to fill. 0: a batch runs as soon as the model is free,
+    #: of the requests that arrived while the last one ran: under load batches fill that way, and a lone request
+    #: waits for nothing.
+    max_wait_ms: float = 0.0
     #: Inputs waiting at most; past it, 503 with Retry-After.
     queue_size: int = 512
     #: Seconds from a request's arrival to its answer, else 504.
