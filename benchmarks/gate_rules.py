@@ -200,9 +200,11 @@ def _check_table(table: Any, path: Path, text: str, header: tuple[str, ...], all
             out[key] = _check_value(key, value, where, f"{name} ", allow_off)
         except GateInputError as exc:
             problems.append(str(exc))
-    if problems:  # every bad key at once, as a recipe lists its problems
-        raise GateInputError("\n".join(problems) + (f"\nKnown rules: {', '.join(RULES)} (see docs/ci.md)."
-                                                     if any("unknown rule" in p for p in problems) else ""))
+    if problems:  # every bad key at once, as a recipe lists its problems (a line each, each naming its line)
+        unknown = [i for i, line in enumerate(problems) if "unknown rule" in line]
+        if unknown:
+            problems[unknown[-1]] += f" Known rules: {', '.join(RULES)} (see docs/ci.md)."
+        raise GateInputError("\n".join(problems))
     return out
 
 
