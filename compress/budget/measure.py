@@ -292,8 +292,12 @@ def measure_recipe(recipe: Any, frozen: Sequence[int] = ()) -> SpeedMeasurement:
         batch = _batch(vocab, t_batch, teacher_len, len(label_names))
         for count in counts:  # ascending: freezing only ever adds fixed layers
             if count:
-                with contextlib.redirect_stdout(io.StringIO()):  # the teacher stage says what it froze, not this
-                    freeze_bottom_layers(teacher, count)
+                try:
+                    with contextlib.redirect_stdout(io.StringIO()):  # the teacher stage says what it froze, not this
+                        freeze_bottom_layers(teacher, count)
+                except CompressError as exc:  # a bound past the model's layers: say which setting asked for it
+                    raise CompressError(f"recipe {recipe.path}: elastic.teacher_frozen_layers or "
+                                        f"teacher.freeze_layers: {exc}") from exc
             step_s[count] = round(_train_step_time(teacher, batch, precision, device), 4)
         for p in teacher.parameters():
             p.requires_grad_(True)

@@ -35,3 +35,20 @@ def test_the_measurement_of_a_tiny_recipe(tmp_path, sentiment_csv, tiny_encoder)
     assert SpeedMeasurement.from_dict(m.to_dict()) == m  # what plan.json keeps reads back the same
     plan = make_plan({c.stage: c.config for c in recipe.calls}, recipe.elastic, m, recipe.budget_s)
     assert all(plan.estimates[s] > 0 for s in ("teacher", "distill", "export", "bench"))
+
+
+def test_a_frozen_layer_bound_past_the_teacher_s_layers_names_the_knob(tmp_path, sentiment_csv, tiny_encoder):
+    import pytest
+
+    from compress.errors import CompressError
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text("\n".join([
+        f"out: {tmp_path / 'run'}", f"data: {sentiment_csv}", "budget: 5m",
+        f"teacher: {{model: {tiny_encoder}, epochs: 1, batch_size: 8, max_length: 32, precision: fp32}}",
+        "elastic:", "  teacher_frozen_layers: {max: 9, cost: 0.1}",
+    ]) + "\n")
+    recipe = load_recipe(path)
+    with pytest.raises(CompressError, match=r"elastic.teacher_frozen_layers or teacher.freeze_layers: "
+                                            r"--freeze-layers 9: the model has 4 encoder layers"):
+        measure_recipe(recipe, frozen=[9])
