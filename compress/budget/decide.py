@@ -70,10 +70,15 @@ def decide(recipe: Recipe, budget_s: float, replan: bool = False, strict: bool =
     path = plan_path(recipe)
     key = decided_for(recipe, budget_s)
     saved = None if replan else _read(path)
+    plan = None
     if saved is not None and saved.get("decided_for") == key:
-        plan = Plan.from_dict(saved["plan"])
-        say(f"[plan] reusing the plan decided {saved.get('decided', '')} ({path}); --replan measures again")
-    else:
+        try:
+            plan = Plan.from_dict(saved["plan"])
+            say(f"[plan] reusing the plan decided {saved.get('decided', '')} ({path}); --replan measures again")
+        except (KeyError, TypeError, ValueError):  # written by another version: decided again, not guessed at
+            say(f"[plan] {path} cannot be read as a plan; measuring again")
+            saved = None
+    if plan is None:
         if saved is not None:
             say(f"[plan] the recipe or its budget changed since {path} was decided; measuring again")
         say("[plan] measuring this machine at the recipe's shapes (counted in the budget)...")

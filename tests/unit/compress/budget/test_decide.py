@@ -160,3 +160,15 @@ def test_the_summary_shows_each_stage_estimate_beside_its_seconds(tmp_path, make
         assert lines[-1] == "plan: the recipe ran as written (it fit the budget)"
     finally:
         stages.unregister("note")
+
+
+def test_a_plan_file_that_cannot_be_read_is_decided_again(demo_recipe, make_measurement):
+    from compress.budget.decide import decided_for
+
+    recipe = load_recipe(demo_recipe)
+    plan_path(recipe).parent.mkdir(parents=True)
+    plan_path(recipe).write_text(json.dumps({"decided_for": decided_for(recipe, 1800), "plan": {"budget_s": 1}}))
+    measurer, said = Measurer(make_measurement, 1.0), []
+    decide(recipe, 1800, measure=measurer, say=said.append)
+    assert measurer.calls == 1 and said[0].endswith("cannot be read as a plan; measuring again")
+    assert json.loads(plan_path(recipe).read_text())["plan"]["measurement"]["cpu"] == "constructed"
