@@ -18,6 +18,7 @@ from compress.fingerprint import stage_identity
 from compress.pipeline import RECORD_DIR, load_recipe, run_recipe
 from compress.stages import Stage
 from tests.conftest import run_cli
+from tests.support.budget import demo_recipe, make_measurement  # noqa: F401  (fixtures)
 
 
 class Measurer:

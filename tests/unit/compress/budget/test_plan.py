@@ -10,6 +10,7 @@ import pytest
 from compress.budget.knobs import KNOBS, get_value, with_value
 from compress.budget.plan import apply_changes, estimate, make_plan
 from compress.pipeline import load_recipe
+from tests.support.budget import demo_recipe, make_measurement  # noqa: F401  (fixtures)
 
 
 def _plan(recipe_path, m, budget_s=None):

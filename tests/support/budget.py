@@ -1,4 +1,8 @@
-"""A speed measurement of the demo recipe's shape, constructed: what the planner tests plan from."""
+"""A speed measurement of the demo recipe's shape, constructed: what the planner tests plan from.
+
+A module the budget tests import their fixtures from, not a ``conftest.py``: a second conftest in a test folder
+without ``__init__.py`` is imported as the top-level module ``conftest`` and hides ``tests/conftest.py`` from the
+modules that import helpers from it (``from conftest import make_bert``)."""
 
 from __future__ import annotations
 
