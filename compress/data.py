@@ -428,12 +428,11 @@ def _frames_to_task(frames, origin: Path, text_column: str, text_pair_column: st
         if values[0] < 0:
             raise CompressError(f"{train_path}: column {label_column!r} holds the negative label {values[0]}. "
                                 "Integer labels must be 0..K-1; map them, or use class names.")
+        # The training split's values are the classes: 0..K-1 are their own indices, and 1/2 (or 0/1/4) are two
+        # (three) classes, not a head with a class 0 (or 2, 3) that never occurs.
         trained = sorted(set(raw_labels["train"]))
-        if trained == list(range(len(trained))):  # 0..K-1: the labels are the class indices
-            label_names = [str(i) for i in trained]
-        else:  # 1/2, or 0/1/4: the values are the classes, so no index is a class that never occurs
-            label_names = [str(v) for v in trained]
-        if len(trained) > 1 and label_names != [str(i) for i in range(len(trained))]:
+        label_names = [str(v) for v in trained]
+        if len(trained) > 1 and trained != list(range(len(trained))):
             print(f"note: {train_path}: column {label_column!r} holds the integers {', '.join(label_names)}, not "
                   f"0..{len(trained) - 1}: they are read as {len(trained)} class names, in that order")
         raw_labels = {split: [str(v) for v in labels] for split, labels in raw_labels.items()}

@@ -66,9 +66,7 @@ class _Verdict:
     @classmethod
     def from_dict(cls, record: dict[str, Any] | None) -> Self | None:
         """The check a ``compress.json`` recorded, or ``None`` when there is none or it is of another shape."""
-        from dataclasses import fields
-
-        from dataclasses import MISSING
+        from dataclasses import MISSING, fields
 
         names = [f.name for f in fields(cls)]
         needed = [f.name for f in fields(cls) if f.default is MISSING]
