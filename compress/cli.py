@@ -257,14 +257,13 @@ def cmd_predict(a: argparse.Namespace) -> int:
     texts = _predict_texts(a.texts)
     if a.word_tags and predictor.task != "token-classification":
         raise CompressError(f"--word-tags is for a tagger; {a.model} is a {predictor.task} model. Leave it out.")
-    a.texts = texts
     if predictor.task == "token-classification":
-        for result in predictor.predict(a.texts, batch_size=a.batch_size, aggregation=a.aggregation,
+        for result in predictor.predict(texts, batch_size=a.batch_size, aggregation=a.aggregation,
                                         word_tags=a.word_tags):
             print(format_tagged(result))
         return 0
-    labels, probs = predictor.predict(a.texts, batch_size=a.batch_size)
-    for text, label, row in zip(a.texts, labels, probs):
+    labels, probs = predictor.predict(texts, batch_size=a.batch_size)
+    for text, label, row in zip(texts, labels, probs):
         scores = " ".join(f"{name}={p:.4f}" for name, p in zip(predictor.label_names, row))
         print(f"{label}\t{scores}\t{text}")
     return 0
