@@ -39,8 +39,9 @@ def _error(status: int, message: str, field: str | None = None, headers: dict[st
 class Service:
     """The model, its batcher and its metrics, shared by the routes of one application."""
 
-    def __init__(self, load: Callable[[], Any], settings: ServeSettings):
+    def __init__(self, load: Callable[[], Any], settings: ServeSettings, warm_before_listening: bool = False):
         self.load = load
+        self.warm_before_listening = warm_before_listening
         self.settings = settings
         self.metrics = Metrics()
         self.predictor: Any = None
@@ -58,11 +59,16 @@ class Service:
         self.predictor = await self.batcher.call(self.load)  # a bad artifact fails startup, before it listens
         self.schema = openapi(self.predictor.task, self.predictor.label_names, s.max_batch)
         self.batcher.start()
-        warming = asyncio.get_running_loop().create_task(self._warm_up())
+        warming = None
+        if self.warm_before_listening:  # uvicorn accepts only after startup: no request meets this process cold
+            await self._warm_up()
+        else:
+            warming = asyncio.get_running_loop().create_task(self._warm_up())
         try:
             yield
         finally:
-            await warming
+            if warming is not None:
+                await warming
             await self.batcher.close()  # after uvicorn has let the requests in flight finish: runs what is queued
 
     async def _warm_up(self) -> None:
@@ -173,9 +179,14 @@ def _as_json(value: Any) -> Any:
     return {"question": value[0], "context": value[1]} if isinstance(value, tuple) else value
 
 
-def create_app(load: Callable[[], Any], settings: ServeSettings) -> Starlette:
-    """The application serving the Predictor ``load()`` returns (called once, at startup, on the model thread)."""
-    service = Service(load, settings.check())
+def create_app(load: Callable[[], Any], settings: ServeSettings, warm_before_listening: bool = False) -> Starlette:
+    """The application serving the Predictor ``load()`` returns (called once, at startup, on the model thread).
+
+    ``warm_before_listening``: warm up during startup, so the process accepts no connection before it is ready. The
+    ``--workers N`` processes share one listening socket, and a request taken by a worker still warming up would be
+    answered 503 while its siblings were ready; one process alone listens first, so ``/health`` answers at once.
+    """
+    service = Service(load, settings.check(), warm_before_listening)
     routes = [Route("/predict", service.predict, methods=["POST"]), Route("/health", _health, methods=["GET"]),
               Route("/ready", service.ready_route, methods=["GET"]),
               Route("/metrics", service.metrics_route, methods=["GET"]),

@@ -6,7 +6,8 @@ batcher. It re-raises the signal it caught once it has stopped; the handler inst
 so a stop that finished its work exits 0 instead of dying of the signal.
 
 With ``--workers N`` uvicorn starts N processes, each loading the model (N copies in memory) and batching on its
-own; they find their settings in :data:`SETTINGS_ENV`.
+own; they find their settings in :data:`SETTINGS_ENV`. Each warms up before it accepts a connection (they share
+one listening socket, so a cold worker would otherwise take requests its ready siblings could answer).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def _loader(model: str, threads: int | None, max_length: int | None):
 def worker_app():
     """The application of one ``--workers N`` process, from :data:`SETTINGS_ENV` (a uvicorn factory)."""
     spec = json.loads(os.environ[SETTINGS_ENV])
-    return create_app(_loader(spec["model"], spec["threads"], spec["max_length"]), ServeSettings(**spec["settings"]))
+    return create_app(_loader(spec["model"], spec["threads"], spec["max_length"]), ServeSettings(**spec["settings"]),
+                      warm_before_listening=True)
 
 
 def serve(model: str, settings: ServeSettings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,

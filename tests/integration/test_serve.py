@@ -261,7 +261,7 @@ def test_sigterm_finishes_the_requests_in_flight_and_exits_0(artifacts, kind):
 def test_workers_each_serve_and_stop_with_the_parent(artifacts):
     with serve(artifacts["classifier"], "--workers", "2") as server:
         answers = [post(server, {"inputs": t}) for t in TEXTS]
-        assert all(a.status_code == 200 for a in answers)
+        assert [a.status_code for a in answers] == [200] * len(TEXTS), [a.text for a in answers]
         code = server.stop(timeout=30)
         log = server.log()
     assert code == 0 and log.count("Application shutdown complete") == 2, log[-2000:]
