@@ -4,7 +4,7 @@ The counterpart of :mod:`benchmarks.accuracy` (classifiers) and :mod:`benchmarks
 (taggers) for extractive question answering. Every artifact answers the split's questions through
 ``Predictor.predict`` (the passage in the windows the reader was trained with, n-best decoding, the
 best span over all windows: the serving path), via :class:`compress.quality.SplitScorer`, and is
-scored with the official SQuAD v1.1 normalisation (:mod:`compress.tasks.qa_metrics`). What the
+scored with the official SQuAD v1.1 normalisation (:mod:`compress.tasks.question_answering.metrics`). What the
 gate's statistics need is kept per question: F1 and exact match (a paired bootstrap over questions
 resamples both models' scores of the same questions, :func:`benchmarks.stats.mean_drop_interval`)
 and whether the answer is the reference's very text (``same_answer``, what ``min_agreement`` reads).
@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from benchmarks.answers import Answers, answer_each
 from benchmarks.stats import mean_drop_interval, mean_interval
-from compress.tasks.qa_metrics import question_scores
+from compress.tasks.question_answering.metrics import question_scores
 
 
 def evaluate_reading_quality(predictors: Mapping[str, Any], reference: str, scorer: Any,

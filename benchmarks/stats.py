@@ -256,7 +256,7 @@ def _micro_f1(counts: np.ndarray) -> np.ndarray:
 
 
 def _sentence_totals(counts: Sequence) -> np.ndarray:
-    """``(sentences, 3)`` entity counts summed over the types of :func:`compress.tasks.ner_metrics.sentence_counts`."""
+    """``(sentences, 3)`` entity counts summed over the types of :func:`compress.tasks.token_classification.metrics.sentence_counts`."""
     a = np.asarray(counts, dtype=np.int64)
     if a.ndim == 3:
         a = a.sum(axis=1)

@@ -3,7 +3,7 @@
 The counterpart of :mod:`benchmarks.accuracy` for token classification. Every artifact tags the
 split's sentences through ``Predictor.predict`` (whitespace words, first sub-token, windows past
 the model's length: the serving path), via :class:`compress.quality.SplitScorer`. Entities are
-scored with strict span-and-type matching (:mod:`compress.tasks.ner_metrics`, equal to seqeval's
+scored with strict span-and-type matching (:mod:`compress.tasks.token_classification.metrics`, equal to seqeval's
 default). What the gate's statistics need is kept per sentence: the ``(correct, predicted, gold)``
 entity counts per type (a paired bootstrap over sentences resamples both models' counts of the
 same sentences, :func:`benchmarks.stats.f1_drop_interval`; per type, :func:`benchmarks.stats.type_f1_drop_intervals`)
@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from benchmarks.answers import Answers, answer_each
 from benchmarks.stats import f1_drop_interval, f1_interval, ratio_interval, type_f1_drop_intervals
-from compress.tasks.ner_metrics import scores_from_counts, sentence_counts, token_agreement
+from compress.tasks.token_classification.metrics import scores_from_counts, sentence_counts, token_agreement
 
 
 def evaluate_tagging_quality(predictors: Mapping[str, Any], reference: str, scorer: Any, types: list[str],

@@ -26,14 +26,14 @@ from compress.optimize import format_decision
 from compress.budget.duration import parse_budget
 from compress.pipeline import load_recipe, run_recipe
 from compress.progress import configure as configure_progress
-from compress.reading import read_passage
+from compress.tasks.question_answering.decode import read_passage
 from compress.runtime import Predictor
 from compress.serving.settings import (DEFAULT_HOST as SERVE_HOST, DEFAULT_PORT as SERVE_PORT,
                                       DEFAULT_WORKERS as SERVE_WORKERS, ServeSettings)
 from compress.stages import all_stages, find, get
 from compress.summary import format_table, summary_rows
-from compress.tagging import AGGREGATIONS, DEFAULT_AGGREGATION, format_tagged
-from compress.tasks.qa_features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST
+from compress.tasks.token_classification.decode import AGGREGATIONS, DEFAULT_AGGREGATION, format_tagged
+from compress.tasks.question_answering.features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST
 from compress.tasks.registry import get_task, task_names
 from compress.windows import POOLINGS
 from students.factory import describe_presets

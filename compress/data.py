@@ -37,7 +37,7 @@ BUILTIN_DATASETS = {
                  "shipped in the package",
 }
 #: The task (compress.tasks name) of each built-in set; ``wnut17`` and ``wikigold`` load with
-#: compress.tasks.token_data, ``squad-dev`` with compress.tasks.qa_data.
+#: compress.tasks.token_classification.data, ``squad-dev`` with compress.tasks.question_answering.data.
 BUILTIN_DATASET_TASKS = {"movie-reviews": "sequence-classification", "wnut17": "token-classification",
                          "wikigold": "token-classification",
                          "squad-dev": "question-answering"}

@@ -12,7 +12,7 @@ answer texts ``Predictor.predict`` decodes, the metric SQuAD's F1 (exact match b
 agreement the share of questions answered with the very same text as the reference.
 
 For a tagger the split's words are joined by single spaces and tagged by ``Predictor.predict``
-(whitespace words, first sub-token; :meth:`compress.tasks.token_data.TokenTaskData.texts`), so
+(whitespace words, first sub-token; :meth:`compress.tasks.token_classification.data.TokenTaskData.texts`), so
 each gold word is one predicted word. Overall F1 can hold while one entity type collapses (INT8 saturating
 the logits of a rare tag: onnxruntime issues report a tagger at F1 0.8 falling to 0.05), so two per-type
 rules judge each type with at least :data:`compress.config.MIN_TYPE_SUPPORT` gold entities: a candidate fails when the
@@ -33,7 +33,7 @@ from benchmarks.stats import type_f1_drop_intervals
 from compress.config import MAX_TYPE_F1_DROP, MIN_TYPE_SUPPORT
 from compress.errors import CompressError
 from compress.tasks import get_task
-from compress.tasks.ner_metrics import sentence_counts, split_tag, token_agreement
+from compress.tasks.token_classification.metrics import sentence_counts, split_tag, token_agreement
 
 #: How each task's primary metric is named for people (messages, tables).
 METRIC_NAMES = {"accuracy": "accuracy", "entity_f1": "entity F1", "f1": "F1"}

@@ -46,9 +46,9 @@ from compress.formats.torch_int8 import load_torch_int8
 from compress.numerics import softmax
 from compress.modeling import (accepts_token_types, autocast, count_parameters, load_classifier, load_tokenizer,
                                model_device, position_limit)
-from compress.reading import answer_questions
+from compress.tasks.question_answering.decode import answer_questions
 from compress.signal_stack import ensure_signal_stack
-from compress.tagging import tag_texts
+from compress.tasks.token_classification.decode import tag_texts
 from compress.tasks import task_for_architectures
 from compress.tokenization import ArtifactConfig, ArtifactTokenizer
 from compress.windows import merge_token_outputs
@@ -349,16 +349,16 @@ class Predictor:
 
         For a span reader (``question-answering``): ``texts`` are ``(question, passage)`` tuples, and the
         result one dict per question, ``{"question", "answer", "start", "end", "score"}`` with character
-        offsets into the passage (:mod:`compress.reading`); ``n_best=`` and ``max_answer_length=`` set its
+        offsets into the passage (:mod:`compress.tasks.question_answering.decode`); ``n_best=`` and ``max_answer_length=`` set its
         span search and ``null_threshold=`` when a SQuAD 2.0 reader answers nothing (default: the one recorded
-        in its ``compress.json``; :func:`compress.reading.answer_questions`), and the windows' overlap (the doc stride)
+        in its ``compress.json``; :func:`compress.tasks.question_answering.decode.answer_questions`), and the windows' overlap (the doc stride)
         is ``stride`` (:meth:`set_windows`).
 
         For a tagger (``self.task == "token-classification"``): a list with one dict per text,
         ``{"text", "entities": [{"type", "start", "end", "text", "score"}, ...]}``, character offsets
         into the text; ``aggregation`` (``first``, ``average``, ``max``) is how a word's sub-tokens
         become its tag, and ``word_tags`` adds ``words``, ``word_tags`` and ``word_scores`` (words are
-        split by whitespace; :mod:`compress.tagging` gives the rules).
+        split by whitespace; :mod:`compress.tasks.token_classification.decode` gives the rules).
         """
         if self.task == "token-classification":
             return tag_texts(self, texts, batch_size, aggregation, word_tags)

@@ -38,9 +38,9 @@ from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bo
                                guarded_trainer, interrupt_callback, is_main_process, print_metrics, resume_point,
                                run_trainer, training_arguments, world, refuse_keep_best, epoch_validation_callback)
 from compress.device import device_name, resolve_precision, training_device
-from compress.qa_teacher import train_qa_teacher
+from compress.tasks.question_answering.teacher import train_qa_teacher
 from compress.tasks.task_choice import QA, SEQUENCE, TOKEN, check_model_task
-from compress.token_teacher import train_token_teacher
+from compress.tasks.token_classification.teacher import train_token_teacher
 
 
 def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:

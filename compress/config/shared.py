@@ -10,9 +10,9 @@ from compress.config.engine import Problem, _choices, _device_problems, _helped,
 from compress.errors import CompressError
 from students.presets import DEFAULT_PRESET, parse_shape
 from compress.data import BUILTIN_DATASETS, load_task_data
-from compress.tasks.qa_data import ANSWERS_COLUMNS, CONTEXT_COLUMNS, QUESTION_COLUMNS, load_qa_data
+from compress.tasks.question_answering.data import ANSWERS_COLUMNS, CONTEXT_COLUMNS, QUESTION_COLUMNS, load_qa_data
 from compress.tasks.task_choice import QA, QA_COLUMN_FLAGS, TAGGING_COLUMN_FLAGS, TOKEN, data_task
-from compress.tasks.token_data import TAG_COLUMNS, TOKEN_COLUMNS, load_token_data
+from compress.tasks.token_classification.data import TAG_COLUMNS, TOKEN_COLUMNS, load_token_data
 from compress.windows import DEFAULT_POOLING, POOLINGS, check_stride
 
 
@@ -55,7 +55,7 @@ class DataOptions(ConfigBase):
                                      for key in (*TAGGING_COLUMN_FLAGS, *QA_COLUMN_FLAGS)})
 
     def load_qa(self, whole: bool = False):
-        """Question-answering data (a :class:`compress.tasks.qa_data.QATaskData`) with the columns given, carved
+        """Question-answering data (a :class:`compress.tasks.question_answering.data.QATaskData`) with the columns given, carved
         with ``split_seed`` and cut to ``limit`` unless ``whole``."""
         data = load_qa_data(self.data, self.split_seed, self.question_column, self.context_column,
                             self.answers_column)
@@ -70,9 +70,9 @@ class DataOptions(ConfigBase):
         return task.subset(self.checked_limit(), seed=self.split_seed)
 
     def load_any(self, num_labels: int | None = None):
-        """The data for whichever task it holds: a :class:`compress.tasks.token_data.TokenTaskData` for
+        """The data for whichever task it holds: a :class:`compress.tasks.token_classification.data.TokenTaskData` for
         tagging data (built-in ``wnut17`` and ``wikigold``, CoNLL, tagged JSONL), a
-        :class:`compress.tasks.qa_data.QATaskData` for question answering (built-in ``squad-dev``, SQuAD-format
+        :class:`compress.tasks.question_answering.data.QATaskData` for question answering (built-in ``squad-dev``, SQuAD-format
         JSON), else :meth:`load`'s classification task. For the stages that score any task (quantize's check,
         optimize, bench)."""
 
@@ -84,7 +84,7 @@ class DataOptions(ConfigBase):
         return self.load_tagging()
 
     def load_tagging(self, label_names: Sequence[str] | None = None):
-        """Tagging data (a :class:`compress.tasks.token_data.TokenTaskData`) carved with ``split_seed`` and cut
+        """Tagging data (a :class:`compress.tasks.token_classification.data.TokenTaskData`) carved with ``split_seed`` and cut
         to ``limit``, as every stage reads it, so a teacher and its student see the same sentences;
         ``label_names`` (a trained tagger's tags) fixes the tag order."""
 

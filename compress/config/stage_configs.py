@@ -169,7 +169,7 @@ class DistillConfig(ConfigBase, KDSettings):
     ensemble: str | None = field(default=None, metadata={
         "help": "comma list of more teacher folders (other seeds, pooling or schedules): the soft labels are the mean "
                 "of their and --teacher's logits; the student is scored against both the ensemble and --teacher"})
-    #: Entity-word weighting (compress.token_distill.entity_weights): nine words in ten of a tagging set are ``O``.
+    #: Entity-word weighting (compress.tasks.token_classification.distill.entity_weights): nine words in ten of a tagging set are ``O``.
     entity_weight: float = field(default=1.0, metadata={
         "help": "tagging data: how much harder a word inside an entity (by its gold tag or the teacher's top tag) pulls "
                 "in the soft and hard losses than an O word (1: every word alike)"})

@@ -56,9 +56,9 @@ from compress.training import (check_finite, checkpoint_dir, checkpoint_fingerpr
                                world, refuse_keep_best)
 from students.factory import build_student, teacher_shape
 from compress.device import device_name, resolve_precision, training_device
-from compress.qa_distill import distill_stage as distill_reader_stage
+from compress.tasks.question_answering.distill import distill_stage as distill_reader_stage
 from compress.tasks.task_choice import QA, TOKEN
-from compress.token_distill import distill_stage
+from compress.tasks.token_classification.distill import distill_stage
 from compress.training import print_metrics
 
 
@@ -161,7 +161,7 @@ def _weights(terms: list[LossTerm]) -> dict[str, float]:
 def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     """Distil a student from a teacher artifact on the task data and write the student artifact."""
 
-    if cfg.data.task() == TOKEN:  # tagging data: soft labels per word (compress.token_distill)
+    if cfg.data.task() == TOKEN:  # tagging data: soft labels per word (compress.tasks.token_classification.distill)
 
         return distill_stage(cfg, out)
     if cfg.data.task() == QA:  # SQuAD-format data: the teacher's logits on the student's windows

@@ -26,10 +26,10 @@ from compress.assets import resolve_model
 from compress.device import device_name, training_device
 from compress.export import check_out_is_not_input
 from compress.modeling import classification_metrics, count_parameters, load_classifier, model_device, predict_logits
-from compress.qa_teacher import qa_collator, qa_stride, qa_training_rows, score_reader
+from compress.tasks.question_answering.teacher import qa_collator, qa_stride, qa_training_rows, score_reader
 from compress.runtime import artifact_kind
 from compress.tasks.task_choice import check_model_task
-from compress.tasks.token_training import score_token_logits, token_collator, token_logits, tokenize_tagged_split
+from compress.tasks.token_classification.training import score_token_logits, token_collator, token_logits, tokenize_tagged_split
 from compress.windows import window_stride
 
 

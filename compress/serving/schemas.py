@@ -24,8 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.tagging import AGGREGATIONS, DEFAULT_AGGREGATION
-from compress.tasks.qa_features import DEFAULT_MAX_ANSWER_LENGTH
+from compress.tasks.token_classification.decode import AGGREGATIONS, DEFAULT_AGGREGATION
+from compress.tasks.question_answering.features import DEFAULT_MAX_ANSWER_LENGTH
 from compress.errors import CompressError
 from compress.tasks.question_answering import NAME as QA
 from compress.tasks.sequence_classification import NAME as CLASSIFICATION
@@ -191,7 +191,7 @@ def _question_answering(inputs: Any, parameters: dict[str, Any]) -> Parsed:
             raise BadInput(f"{where}.{extra[0]}", "is not a key of a question; give question and context")
         pair = (_text(item["question"], f"{where}.question"), _text(item["context"], f"{where}.context"))
         for key, value in zip(("question", "context"), pair):
-            if not value.strip():  # a span needs a question and a passage to read (compress.reading refuses it too)
+            if not value.strip():  # a span needs a question and a passage to read (compress.tasks.question_answering.decode refuses it too)
                 raise BadInput(f"{where}.{key}", "is empty; a question and its context must both hold text")
         out.append(pair)
     max_len = parameters.get("max_answer_len", DEFAULT_MAX_ANSWER_LENGTH)

@@ -56,6 +56,14 @@ class Task:
     score: Callable[..., dict[str, Any]] | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)
     int8_per_channel: bool = False
+    #: The module holding the task's aspects (:mod:`compress.tasks.protocol`); the registering module's ``__name__``.
+    package: str | None = None
+
+    def aspect(self, name: str) -> Any:
+        """This task's ``name`` aspect (``data``, ``training``, ``scoring``, ``decoding``): :func:`compress.tasks.protocol.aspect`."""
+        from compress.tasks.protocol import aspect
+
+        return aspect(self, name)
 
     def model_class(self):
         """The transformers Auto class (``AutoModelForTokenClassification``, ...); imports transformers now."""

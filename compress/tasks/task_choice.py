@@ -25,8 +25,8 @@ from typing import Any, Mapping
 
 from compress.errors import CompressError
 from compress.tasks.registry import Task, get_task, task_for_architectures
-from compress.tasks.qa_data import ANSWERS_COLUMNS, CONTEXT_COLUMNS, QUESTION_COLUMNS
-from compress.tasks.token_data import CONLL_SUFFIXES, JSONL_SUFFIXES, TAG_COLUMNS, TOKEN_COLUMNS
+from compress.tasks.question_answering.data import ANSWERS_COLUMNS, CONTEXT_COLUMNS, QUESTION_COLUMNS
+from compress.tasks.token_classification.data import CONLL_SUFFIXES, JSONL_SUFFIXES, TAG_COLUMNS, TOKEN_COLUMNS
 from compress.data import BUILTIN_DATASET_TASKS
 
 SEQUENCE, TOKEN, QA = "sequence-classification", "token-classification", "question-answering"

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from compress.numerics import softmax
-from compress.tasks.ner_metrics import Entity, extract_entities
+from compress.tasks.token_classification.metrics import Entity, extract_entities
 from compress.transfer.texts import text_key
 
 #: Chance that each mention of a sentence is replaced in a variant (at least one always is).

@@ -25,7 +25,7 @@ from typing import Any
 
 from compress.data import read_table
 from compress.errors import CompressError
-from compress.tasks.qa_data import CONTEXT_COLUMNS, QUESTION_COLUMNS, QATaskData, load_qa_data, pick_column
+from compress.tasks.question_answering.data import CONTEXT_COLUMNS, QUESTION_COLUMNS, QATaskData, load_qa_data, pick_column
 from compress.transfer.corpus import UnlabeledCorpus, filter_unlabeled
 from compress.transfer.texts import text_key
 

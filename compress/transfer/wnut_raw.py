@@ -25,7 +25,7 @@ from pathlib import Path
 from compress.assets import SHA256, cache_dir
 from compress.data import WNUT17_UNLABELED_VERSION
 from compress.errors import CompressError
-from compress.tasks.token_data import WNUT17_DIR, wnut17
+from compress.tasks.token_classification.data import WNUT17_DIR, wnut17
 from compress.transfer.builtin import MIN_WORDS, save_prepared_corpus, word_count
 from compress.transfer.texts import HeldOutRuns, normalize_text
 

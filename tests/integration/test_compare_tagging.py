@@ -19,8 +19,8 @@ def taggers(tmp_path_factory):
 
 def test_compare_reports_entity_f1_and_decides_a_tagger_lever(taggers, tmp_path, capsys):
     from tools.studies.compare import main
-    from compress.tasks.ner_metrics import entity_scores
-    from compress.tasks.token_data import load_token_data
+    from compress.tasks.token_classification.metrics import entity_scores
+    from compress.tasks.token_classification.data import load_token_data
     from compress.runtime import Predictor
 
     data, good, weak = taggers

@@ -53,7 +53,7 @@ def test_teacher_learns_the_toy_tags_and_records_entity_f1(trained):
 def test_first_subtoken_labels_in_the_training_rows(tokenizer):
     from datasets import Dataset
 
-    from compress.tasks.token_training import tokenize_tagged_split
+    from compress.tasks.token_classification.training import tokenize_tagged_split
 
     ds = Dataset.from_dict({"tokens": [["Gurez", "is", "in", "Kashmir"]], "tags": [[1, 0, 0, 1]]})
     row = tokenize_tagged_split(ds, tokenizer, 32)[0]
@@ -210,7 +210,7 @@ LABELS = ["O", "B-LOC", "I-LOC"]
 
 
 def test_aggregations_on_a_hand_checked_word():
-    from compress.tagging import tag_text
+    from compress.tasks.token_classification.decode import tag_text
 
     # "Gurez town": Gurez is two sub-tokens (0-2, 2-5), town one (6-10); a [CLS]/[SEP] around them.
     probs = np.array([[1.0, 0.0, 0.0], [0.50, 0.45, 0.05], [0.10, 0.30, 0.60], [0.9, 0.05, 0.05], [1.0, 0.0, 0.0]])
@@ -228,7 +228,7 @@ def test_aggregations_on_a_hand_checked_word():
 def test_word_aggregation_equals_the_transformers_pipeline():
     from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
 
-    from compress.tagging import aggregate_words
+    from compress.tasks.token_classification.decode import aggregate_words
 
     fake = SimpleNamespace(tokenizer=SimpleNamespace(convert_tokens_to_string=" ".join),
                            model=SimpleNamespace(config=SimpleNamespace(id2label=dict(enumerate(LABELS)))))
@@ -279,7 +279,7 @@ def test_word_soft_labels_line_up_across_tokenizers(trained, tmp_path):
     from transformers import AutoTokenizer
 
     from compress.modeling import load_classifier
-    from compress.token_distill import word_soft_labels
+    from compress.tasks.token_classification.distill import word_soft_labels
 
     from conftest import make_mpnet
 
@@ -306,7 +306,7 @@ def test_word_soft_labels_line_up_across_tokenizers(trained, tmp_path):
 def test_distilling_a_tagger_into_a_student_with_another_tokenizer(trained, tmp_path):
     from compress.config import TrainSettings
     from compress.runtime import Predictor
-    from compress.token_distill import distill_tagger
+    from compress.tasks.token_classification.distill import distill_tagger
 
     from conftest import make_mpnet
 
@@ -328,7 +328,7 @@ def _hidden_gap(student: Path, teacher: Path, data: Path) -> float:
     import torch
 
     from compress.modeling import load_classifier
-    from compress.tasks.token_data import load_token_data
+    from compress.tasks.token_classification.data import load_token_data
     from students.layer_map import parse_layer_map
 
     t_model, tok, _ = load_classifier(teacher, task="token-classification")
@@ -425,8 +425,8 @@ def test_stride_sets_the_windows_of_a_tagger_student_its_soft_labels_and_its_ser
     from compress.config import DataOptions
     from compress.modeling import load_classifier
     from compress.runtime import Predictor
-    from compress.tasks.token_training import tokenize_tagged_split
-    from compress.token_distill import word_soft_labels
+    from compress.tasks.token_classification.training import tokenize_tagged_split
+    from compress.tasks.token_classification.distill import word_soft_labels
 
     model, tok, _ = load_classifier(trained.path, task="token-classification")
     words = [["Alice", "is", "in", "New", "York", "and", "Bob", "is", "in", "Paris", "with", "Carol"]]
@@ -450,7 +450,7 @@ def test_distill_reads_the_split_and_the_limit_it_is_given(trained, tmp_path):
     """``--split-seed`` and ``--limit`` reach the tagger student's data, as they reach the teacher's: a student
     distilled on another carving of a single file than its flags name would score on sentences it trained on."""
     from compress.cli import main
-    from compress.tasks.token_data import load_token_data
+    from compress.tasks.token_classification.data import load_token_data
 
     out = tmp_path / "student"
     assert main(["distill", "--teacher", str(trained.path), "--data", str(trained.data), "--student", "1x32",
@@ -484,7 +484,7 @@ def test_keep_best_writes_the_student_of_its_best_validation_epoch(trained, tmp_
 
 
 def test_a_word_without_tokens_is_outside_every_entity():
-    from compress.tagging import tag_text
+    from compress.tasks.token_classification.decode import tag_text
 
     # "\x07 Rome": the tokenizer drops the control character, so the first word has no token; the
     # label list does not start with O, so "label 0" would wrongly make it an entity.
@@ -527,7 +527,7 @@ def test_a_collapsed_type_fails_the_check_even_when_overall_f1_holds(tmp_path):
     same loss on a type with fewer than MIN_TYPE_SUPPORT gold entities is reported, not judged."""
     from compress.config import MIN_TYPE_SUPPORT
     from compress.quality import SplitScorer
-    from compress.tasks.token_data import load_token_data
+    from compress.tasks.token_classification.data import load_token_data
 
     scorer = SplitScorer(load_token_data(str(_scored_folder(tmp_path, per=12, loc=100))), "validation")
     assert scorer.metric == "entity_f1" and scorer.drop_key == "entity_f1_drop" and scorer.n == 112
@@ -600,7 +600,7 @@ def test_a_type_only_the_reference_predicts_gets_its_drop_and_is_not_judged(tmp_
     has a MISC F1 of 0 (nothing to find), a candidate that does not predict it has no MISC entry; its drop
     is 0 and it is never judged."""
     from compress.quality import SplitScorer
-    from compress.tasks.token_data import load_token_data
+    from compress.tasks.token_classification.data import load_token_data
 
     folder = _scored_folder(tmp_path, per=12, loc=100)
     write_conll(folder / "train.conll", [(["we", "saw", "Paris"], ["O", "O", "B-LOC"]),
@@ -615,8 +615,8 @@ def test_a_type_only_the_reference_predicts_gets_its_drop_and_is_not_judged(tmp_
 
 
 def test_word_texts_give_one_whitespace_word_per_gold_word():
-    from compress.tagging import whitespace_words
-    from compress.tasks.token_data import word_texts
+    from compress.tasks.token_classification.decode import whitespace_words
+    from compress.tasks.token_classification.data import word_texts
 
     sentences = [["New\u00a0York", "", "is", "big"], ["a\tb", "c"]]
     texts = word_texts(sentences)
@@ -632,8 +632,8 @@ def test_quantize_a_tagger_is_decided_on_entity_f1(trained, exported, tmp_path, 
     from compress.quality import SplitScorer
     from compress.quantize import quantize
     from compress.runtime import Predictor
-    from compress.tasks.ner_metrics import entity_scores
-    from compress.tasks.token_data import load_token_data
+    from compress.tasks.token_classification.metrics import entity_scores
+    from compress.tasks.token_classification.data import load_token_data
 
     out = quantize(exported, tmp_path / "int8", method="ort-dynamic", data=DataOptions(str(trained.data)),
                    max_accuracy_drop=0.05)
@@ -729,7 +729,7 @@ def tagger_results(trained, exported):
 def test_bench_scores_a_tagger_on_entity_f1_per_sentence(trained, tagger_results):
     from benchmarks.stats import f1_interval
     from compress.runtime import Predictor
-    from compress.tasks.ner_metrics import entity_scores, sentence_counts
+    from compress.tasks.token_classification.metrics import entity_scores, sentence_counts
     from compress.config import DataOptions
 
     results = json.loads((tagger_results / "results.json").read_text())
@@ -765,7 +765,7 @@ def test_gate_decides_a_tagger_on_entity_f1(tagger_results, tmp_path):
     # An artifact that tags every word O (its counts are those of that tagging): F1 0, the drop is the
     # reference's whole F1, far over 0.1: fail; word agreement is the share of O words in the reference's tags.
     from compress.config import DataOptions
-    from compress.tasks.ner_metrics import sentence_counts
+    from compress.tasks.token_classification.metrics import sentence_counts
 
     results = json.loads((tagger_results / "results.json").read_text())
     data = DataOptions(**results["data"]["options"]).load_any()
@@ -793,7 +793,7 @@ def _tagger_seed_group(results: dict, keep: list[int]) -> dict:
     import copy
 
     from compress.config import DataOptions
-    from compress.tasks.ner_metrics import sentence_counts
+    from compress.tasks.token_classification.metrics import sentence_counts
 
     doc = copy.deepcopy(results)
     data = DataOptions(**doc["data"]["options"]).load_any()
@@ -905,7 +905,7 @@ def test_a_roberta_tagger_reads_words_with_their_leading_space(tmp_path):
     from datasets import Dataset
 
     from compress.modeling import load_classifier
-    from compress.tasks.token_training import tokenize_tagged_split
+    from compress.tasks.token_classification.training import tokenize_tagged_split
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator([" ".join(w for w, _ in zip(*s)) for s in toy_sentences(60)], vocab_size=300,

@@ -20,7 +20,7 @@ def trained(tmp_path_factory):
 
 def _corpus(trained, tmp_path):
     """Unseen toy sentences as raw text, plus one validation sentence and one training sentence verbatim."""
-    from compress.tasks.token_data import load_token_data
+    from compress.tasks.token_classification.data import load_token_data
 
     task = load_token_data(str(trained.data))
     leak = " ".join(task.splits["validation"]["tokens"][0])
@@ -73,7 +73,7 @@ def test_origins_rebuilds_a_taggers_rows_and_counts_entities_either_model_finds(
     from tools.studies.origins import entity_agreement_rows, main
     from compress.cli import main as cli
     from compress.runtime import Predictor
-    from compress.tasks.token_data import load_token_data
+    from compress.tasks.token_classification.data import load_token_data
 
     corpus, unseen = _corpus(trained, tmp_path)
     student = tmp_path / "student"
@@ -101,8 +101,8 @@ def test_origins_rebuilds_a_taggers_rows_and_counts_entities_either_model_finds(
 
 def test_transfer_rows_carry_the_teachers_word_labels_and_no_gold(trained):
     from compress.modeling import load_classifier
-    from compress.tasks.alignment import IGNORE_INDEX
-    from compress.token_distill import _transfer_rows, word_soft_labels
+    from compress.tasks.token_classification.alignment import IGNORE_INDEX
+    from compress.tasks.token_classification.distill import _transfer_rows, word_soft_labels
 
     model, tok, _ = load_classifier(trained.path, task="token-classification")
     sentences = [["we", "saw", "New", "York,", "with", "Alice"], ["Rome"]]
@@ -117,7 +117,7 @@ def test_transfer_rows_carry_the_teachers_word_labels_and_no_gold(trained):
 
 def test_the_unlabelled_weight_scales_those_rows_in_the_soft_term():
     from compress.losses import soft_cross_entropy
-    from compress.token_distill import word_distillation_loss
+    from compress.tasks.token_classification.distill import word_distillation_loss
 
     torch.manual_seed(0)
     logits, soft = torch.randn(2, 4, 3), torch.randn(2, 3, 3)

@@ -1,12 +1,12 @@
 """``tools.studies.compare`` for taggers: entity F1 on the same validation and test sentences, and the protocol.
 
 A tagger's unit of evidence is a sentence's ``(correct, predicted, gold)`` entity counts (strict span and
-type, :func:`compress.tasks.ner_metrics.sentence_counts`), because entity F1 is a ratio of sums and not a
+type, :func:`compress.tasks.token_classification.metrics.sentence_counts`), because entity F1 is a ratio of sums and not a
 mean over sentences. Every artifact tags the sentences through ``Predictor.predict`` (the serving path:
 whitespace words, first sub-token, windows past the model's length), like ``bench``. The table reports
 validation, test and pooled entity F1 (mean ± SD over a group's seeds) and the word agreement with the
 teacher on test. A second table splits test recall by whether an entity's surface form occurs in the training
-split (:func:`compress.tasks.ner_metrics.recall_by_novelty`), beside the count of entities each run predicts.
+split (:func:`compress.tasks.token_classification.metrics.recall_by_novelty`), beside the count of entities each run predicts.
 With ``--teacher``, a third table gives each group's share of the teacher's entity F1 on validation and on test
 (mean over seeds, with the 95% interval of :func:`benchmarks.stats.mean_f1_share_over_seeds_interval`: test
 sentences and seeds both move it), the form a distillation target is stated in. ``--teacher T1,T2,...`` gives
@@ -32,7 +32,7 @@ import numpy as np
 from benchmarks.stats import _micro_f1, mean_f1_share_over_seeds_interval, mean_f1_share_over_teachers_interval
 from compress.artifact import read_meta
 from compress.quality import SplitScorer
-from compress.tasks.ner_metrics import recall_by_novelty, sentence_counts, surface_forms, token_agreement
+from compress.tasks.token_classification.metrics import recall_by_novelty, sentence_counts, surface_forms, token_agreement
 from tools.studies.prediction_cache import LazyPredictor, cache_key, cached
 from tools.studies.protocol import Decision, decide_f1, require_seeds
 

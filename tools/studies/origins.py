@@ -45,8 +45,8 @@ from compress.errors import CompressError
 from compress.artifact import read_meta
 from compress.config import DataOptions
 from compress.tasks.task_choice import SEQUENCE, TOKEN
-from compress.tasks.ner_metrics import extract_entities
-from compress.tasks.token_data import word_texts
+from compress.tasks.token_classification.metrics import extract_entities
+from compress.tasks.token_classification.data import word_texts
 from compress.numerics import softmax
 from compress.transfer.augment import MASK
 from compress.transfer.corpus import filter_unlabeled, load_unlabeled
@@ -157,8 +157,8 @@ def predicted_tags(path: Path, sentences_by_origin: dict[str, list[str]],
 def tagger_origin_texts(meta: dict[str, Any], task, where: str = "STUDENT") -> tuple[dict[str, list[str]], list[str]]:
     """``({origin: sentences}, notes)`` for a tagger's distill artifact: its labelled training sentences, the
     transfer sentences drawn again from the recorded settings, and the held-out splits, each sentence as the one
-    text ``Predictor`` splits back into the same words (:func:`compress.tasks.token_data.word_texts`)."""
-    from compress.token_distill import transfer_sentences
+    text ``Predictor`` splits back into the same words (:func:`compress.tasks.token_classification.data.word_texts`)."""
+    from compress.tasks.token_classification.distill import transfer_sentences
     from compress.transfer.assemble import TransferOptions
 
     cfg, transfer = meta.get("config") or {}, meta.get("transfer") or {}

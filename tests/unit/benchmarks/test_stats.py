@@ -737,7 +737,7 @@ def _weaker(ref: np.ndarray, misses: int) -> np.ndarray:
 
 def test_f1_intervals_resample_sentences_and_pair_them():
     from benchmarks.stats import f1_drop_interval, f1_interval, ratio_interval, unpaired_f1_drop_interval
-    from compress.tasks.ner_metrics import scores_from_counts
+    from compress.tasks.token_classification.metrics import scores_from_counts
 
     rng = np.random.default_rng(3)
     ref = _tagger_counts(rng, 400, 0.8)
@@ -811,7 +811,7 @@ def test_seed_group_f1_drop_and_word_agreement_add_the_seed_spread():
     seeds' own values, the test-set term a paired bootstrap of the seed mean, the seed term the spread of
     the seeds' values; seeds that scatter give a wider interval around the same mean."""
     from benchmarks.stats import f1_drop_interval, mean_f1_drop_over_seeds_interval, mean_ratio_over_seeds_interval
-    from compress.tasks.ner_metrics import scores_from_counts
+    from compress.tasks.token_classification.metrics import scores_from_counts
 
     rng = np.random.default_rng(11)
     ref = _tagger_counts(rng, 300, 0.85)
@@ -850,7 +850,7 @@ def test_seed_group_share_of_the_reference_f1_is_paired_and_adds_the_seed_spread
     """A target stated as a share ("keeps 95% of the teacher's F1"): each seed's F1 over the reference's on the
     same sentences, averaged; the bootstrap moves the reference with the seeds, so the interval is the ratio's."""
     from benchmarks.stats import mean_f1_drop_over_seeds_interval, mean_f1_share_over_seeds_interval
-    from compress.tasks.ner_metrics import scores_from_counts
+    from compress.tasks.token_classification.metrics import scores_from_counts
 
     rng = np.random.default_rng(12)
     ref = _tagger_counts(rng, 300, 0.85)

@@ -38,7 +38,7 @@ def mpnet_reader(squad, tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("make", [make_tokenizer, make_mpnet_tokenizer], ids=["bert", "mpnet"])
 def test_the_pair_template_rebuilds_the_tokenizers_own_pair_encoding(make):
-    from compress.qa_distill import pair_template
+    from compress.tasks.question_answering.distill import pair_template
 
     tok = make()
     template = pair_template(tok)
@@ -56,8 +56,8 @@ def test_student_windows_in_the_teachers_vocabulary_line_up_piece_for_piece(squa
     """BERT student windows spelled for an MPNet teacher: a window that holds the whole passage is exactly
     MPNet's own encoding; in every window each question and passage piece maps to the same piece (id + 4) and
     each special token to a special token."""
-    from compress.qa_distill import teacher_windows
-    from compress.tasks.qa_features import encode_qa
+    from compress.tasks.question_answering.distill import teacher_windows
+    from compress.tasks.question_answering.features import encode_qa
     from tests.conftest import MPNET_SHIFT
 
     bert, mpnet = make_tokenizer(), make_mpnet_tokenizer()
@@ -85,9 +85,9 @@ def test_student_windows_in_the_teachers_vocabulary_line_up_piece_for_piece(squa
 
 def test_soft_labels_are_the_teachers_scores_on_its_own_encoding_and_are_cached(mpnet_reader, squad):
     from compress.modeling import load_classifier
-    from compress.qa_distill import window_soft_labels
-    from compress.qa_teacher import span_logits
-    from compress.tasks.qa_features import encode_qa
+    from compress.tasks.question_answering.distill import window_soft_labels
+    from compress.tasks.question_answering.teacher import span_logits
+    from compress.tasks.question_answering.features import encode_qa
 
     model, t_tok, _ = load_classifier(mpnet_reader, task="question-answering")
     bert = make_tokenizer()
@@ -113,7 +113,7 @@ def test_soft_labels_are_the_teachers_scores_on_its_own_encoding_and_are_cached(
 def test_soft_ce_counts_only_the_windows_real_positions():
     import torch
 
-    from compress.qa_distill import span_distillation_loss
+    from compress.tasks.question_answering.distill import span_distillation_loss
 
     teacher = torch.tensor([[1.0, 3.0, 0.5, float("nan")]])
     mask = torch.tensor([[1, 1, 1, 0]])
@@ -207,9 +207,9 @@ def _hidden_gap(student: Path, teacher: Path, squad: Path) -> float:
 
     from compress.distill.intermediate import at_student_positions
     from compress.modeling import load_classifier
-    from compress.qa_distill import teacher_windows
-    from compress.tasks.qa_data import load_qa_data
-    from compress.tasks.qa_features import qa_features
+    from compress.tasks.question_answering.distill import teacher_windows
+    from compress.tasks.question_answering.data import load_qa_data
+    from compress.tasks.question_answering.features import qa_features
 
     t_model, t_tok, _ = load_classifier(teacher, task="question-answering")
     s_model, s_tok, _ = load_classifier(student, task="question-answering")
@@ -248,7 +248,7 @@ def test_intermediate_terms_pull_a_readers_states_towards_the_teachers_at_the_sa
 
 
 def test_tokenizers_that_split_text_apart_are_refused_in_one_line():
-    from compress.qa_distill import check_same_pieces
+    from compress.tasks.question_answering.distill import check_same_pieces
     from tests.conftest import FIXTURES
 
     from tokenizers import BertWordPieceTokenizer
@@ -268,7 +268,7 @@ def test_comparing_the_pieces_of_a_whole_passage_is_not_reported_as_too_long(cap
     """The check tokenizes whole passages (longer than a model's window) only to compare their pieces; it must
     not print transformers' "Token indices sequence length is longer than the specified maximum" warning, which
     tells a user the model will fail on them (the model reads them in windows)."""
-    from compress.qa_distill import check_same_pieces
+    from compress.tasks.question_answering.distill import check_same_pieces
 
     def short(tokenizer):
         tokenizer.model_max_length = 8  # each tokenizer warns once: a fresh one per call
@@ -300,8 +300,8 @@ def test_the_teacher_stage_caches_its_answers_for_distill_to_reuse(mpnet_reader,
     """distill scores its teacher on the splits the teacher stage has just read: the answers are reused from
     the cache (no model is given here, so running one would fail), keyed by the weights and the exact windows."""
     from compress.modeling import load_classifier
-    from compress.qa_teacher import read_answers
-    from compress.tasks.qa_data import load_qa_data
+    from compress.tasks.question_answering.teacher import read_answers
+    from compress.tasks.question_answering.data import load_qa_data
 
     meta = json.loads((mpnet_reader / "compress.json").read_text())
     _, tok, _ = load_classifier(mpnet_reader, task="question-answering")
@@ -326,7 +326,7 @@ def _question_table(path: Path, squad_json: Path, extra: list[dict] = ()) -> Pat
 
 
 def test_transfer_questions_leave_out_held_out_passages_labelled_questions_and_duplicates(squad, tmp_path):
-    from compress.tasks.qa_data import load_qa_data
+    from compress.tasks.question_answering.data import load_qa_data
     from compress.transfer.questions import transfer_questions
     from tests.support.squad import squad_file
 
@@ -355,7 +355,7 @@ def test_transfer_questions_leave_out_held_out_passages_labelled_questions_and_d
 
 
 def test_a_question_table_without_a_passage_column_is_one_line(squad, tmp_path):
-    from compress.tasks.qa_data import load_qa_data
+    from compress.tasks.question_answering.data import load_qa_data
     from compress.transfer.questions import transfer_questions
 
     table = tmp_path / "log.jsonl"
@@ -375,7 +375,7 @@ def test_transfer_windows_carry_the_soft_terms_at_their_weight_and_no_hard_term(
     import torch
 
     from compress.losses import LossTerm
-    from compress.qa_distill import NO_GOLD, span_term_values
+    from compress.tasks.question_answering.distill import NO_GOLD, span_term_values
 
     teacher = torch.tensor([[1.0, 3.0, 0.5], [2.0, 0.0, 1.0]])
     student = torch.tensor([[0.0, 2.0, 1.0], [1.0, 1.0, -1.0]])

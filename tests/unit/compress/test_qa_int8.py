@@ -69,7 +69,7 @@ def test_a_budget_no_candidate_meets_tries_every_fallback_and_says_f1(reader, sq
 def test_static_int8_calibrates_on_question_passage_pairs(reader, squad, tmp_path):
     from compress.ort_static import calibration_texts
     from compress.quantize import quantize
-    from compress.tasks.qa_data import load_qa_data
+    from compress.tasks.question_answering.data import load_qa_data
 
     pairs = calibration_texts(load_qa_data(str(squad)), 8)
     assert len(pairs) == 8 and all(isinstance(p, tuple) and len(p) == 2 for p in pairs)
@@ -127,7 +127,7 @@ def reader_results(reader, squad, tmp_path_factory) -> Path:
 def test_bench_scores_a_reader_on_squad_f1_per_question(reader, reader_results):
     from compress.config import DataOptions
     from compress.runtime import Predictor
-    from compress.tasks.qa_metrics import question_scores
+    from compress.tasks.question_answering.metrics import question_scores
 
     results = json.loads((reader_results / "results.json").read_text())
     assert results["data"]["metric"] == "f1" and results["data"]["task"] == "question-answering"

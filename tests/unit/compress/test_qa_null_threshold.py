@@ -41,10 +41,10 @@ def _pairs(squad2: Path, split: str) -> tuple[list[tuple[str, str]], list[bool]]
 
 
 def test_the_teacher_chooses_its_null_threshold_on_validation_and_records_it(reader2, squad2):
-    from compress.qa_teacher import choose_null_threshold, read_answers
+    from compress.tasks.question_answering.teacher import choose_null_threshold, read_answers
     from compress.modeling import load_classifier
-    from compress.tasks.qa_data import load_qa_data
-    from compress.tasks.qa_metrics import squad_scores
+    from compress.tasks.question_answering.data import load_qa_data
+    from compress.tasks.question_answering.metrics import squad_scores
 
     meta = json.loads((reader2 / "compress.json").read_text())
     choice = meta["null_threshold_choice"]
@@ -77,7 +77,7 @@ def test_the_threshold_moves_only_for_a_gain_told_from_noise(moved):
     """40 questions: 20 unanswerable (margin 3: empty at 0 and should stay so), 20 answerable and read right;
     ``moved`` of these have margin 0.5 (empty at 0.0, answered by any threshold past 0.5). One question's gain is
     within the noise of 40 and 0.0 stays; ten questions' moves the threshold to 1.75 (halfway to 3)."""
-    from compress.qa_teacher import choose_null_threshold
+    from compress.tasks.question_answering.teacher import choose_null_threshold
 
     margins = [3.0] * 20 + [0.5] * moved + [-1.0] * (20 - moved)
     gold = [[""]] * 20 + [["red"]] * 20
@@ -93,10 +93,10 @@ def test_the_threshold_moves_only_for_a_gain_told_from_noise(moved):
 
 def test_predictor_and_the_export_answer_at_the_recorded_threshold(reader2, squad2, tmp_path):
     from compress.export import export_onnx
-    from compress.qa_teacher import read_answers
+    from compress.tasks.question_answering.teacher import read_answers
     from compress.modeling import load_classifier
     from compress.runtime import Predictor
-    from compress.tasks.qa_data import load_qa_data
+    from compress.tasks.question_answering.data import load_qa_data
 
     meta = json.loads((reader2 / "compress.json").read_text())
     pairs, impossible = _pairs(squad2, "test")
@@ -164,10 +164,10 @@ def test_a_pruned_reader_answers_at_the_threshold_chosen_for_it(reader2, squad2,
     each split's scores and as the artifact's reading setting, and Predictor answers with it."""
     from compress.config import PruneConfig
     from compress.prune.stage import prune
-    from compress.qa_teacher import choose_null_threshold, read_answers
+    from compress.tasks.question_answering.teacher import choose_null_threshold, read_answers
     from compress.modeling import load_classifier
     from compress.runtime import Predictor
-    from compress.tasks.qa_data import load_qa_data
+    from compress.tasks.question_answering.data import load_qa_data
 
     cfg = PruneConfig(model=str(reader2), data=DataOptions(str(squad2)), heads=0.5, ffn=0.5, importance="magnitude",
                       recover_epochs=0, max_length=MAX_LENGTH, train=TrainSettings(epochs=0, batch_size=16))
@@ -191,7 +191,7 @@ def test_bench_scores_each_reader_at_its_own_threshold_and_records_it(reader2, s
     """bench scores a teacher and its student each at the threshold its stage chose, and results.json says which."""
     from compress.cli import main
     from compress.runtime import Predictor
-    from compress.tasks.qa_metrics import question_scores
+    from compress.tasks.question_answering.metrics import question_scores
 
     meta = json.loads((reader2 / "compress.json").read_text())
     student = tmp_path / "student"

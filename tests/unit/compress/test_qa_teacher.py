@@ -49,7 +49,7 @@ def reader(squad_folder, tmp_path_factory):
 
 
 def test_a_span_reader_teacher_learns_to_point_at_the_answer(reader):
-    from compress.qa_teacher import load_qa_task, qa_stride, qa_training_rows, score_reader
+    from compress.tasks.question_answering.teacher import load_qa_task, qa_stride, qa_training_rows, score_reader
     from compress.modeling import load_classifier
 
     encoder, out, cfg = reader
@@ -93,7 +93,7 @@ def test_doc_stride_sets_the_readers_passage_windows_and_is_served(reader, squad
     """``--doc-stride`` (``--stride``): the reader trains and is scored on passage windows that overlap by it,
     records it, and ``Predictor`` serves with it; a stride its window cannot hold is one line before any work."""
     from compress.cli import main
-    from compress.qa_teacher import load_qa_task, qa_training_rows, reader_windows
+    from compress.tasks.question_answering.teacher import load_qa_task, qa_training_rows, reader_windows
     from compress.runtime import Predictor
 
     encoder, _, cfg = reader

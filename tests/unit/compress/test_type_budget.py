@@ -9,8 +9,8 @@ import pytest
 from benchmarks.stats import f1_drop_interval, type_f1_drop_intervals
 from compress.config import MAX_TYPE_F1_DROP, OptimizeConfig, QuantizeConfig
 from compress.quality import SplitScorer, types_over_budget
-from compress.tasks.ner_metrics import sentence_counts
-from compress.tasks.token_data import load_token_data
+from compress.tasks.token_classification.metrics import sentence_counts
+from compress.tasks.token_classification.data import load_token_data
 
 from tests.support.toy_ner import write_conll
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from compress.errors import CompressError
-from compress.tasks import token_data
-from compress.tasks.token_data import load_token_data, read_conll
+from compress.tasks.token_classification import data as token_data
+from compress.tasks.token_classification.data import load_token_data, read_conll
 
 TRAIN = """-DOCSTART- -X- -X- O
 
@@ -323,7 +323,7 @@ def test_iob1_conversion_keeps_seqeval_s_iob1_entities(seed):
 
     from seqeval.scheme import IOB1 as SEQEVAL_IOB1, Entities
 
-    from compress.tasks.ner_metrics import extract_entities
+    from compress.tasks.token_classification.metrics import extract_entities
 
     rng = random.Random(seed)
     for _ in range(200):

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from compress.tasks.ner_metrics import (Entity, decode_ids, entity_scores, extract_entities, scores_from_counts,
+from compress.tasks.token_classification.metrics import (Entity, decode_ids, entity_scores, extract_entities, scores_from_counts,
                                         sentence_counts, token_agreement)
 
 
@@ -111,7 +111,7 @@ def test_equal_to_seqeval_default_on_random_sequences(prefixes):
 
 
 def test_recall_by_novelty_splits_gold_entities_by_whether_their_name_was_in_training():
-    from compress.tasks.ner_metrics import recall_by_novelty, surface_forms
+    from compress.tasks.token_classification.metrics import recall_by_novelty, surface_forms
 
     train_tokens = [["I", "met", "Alice", "in", "New", "York"]]
     train_tags = [["O", "O", "B-PER", "O", "B-LOC", "I-LOC"]]

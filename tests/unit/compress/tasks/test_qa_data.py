@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from compress.errors import CompressError
-from compress.tasks import qa_data
-from compress.tasks.qa_data import examples_from_dataset, load_qa_data, read_squad_json, split_by_article, squad_dev
+from compress.tasks.question_answering import data as qa_data
+from compress.tasks.question_answering.data import examples_from_dataset, load_qa_data, read_squad_json, split_by_article, squad_dev
 
 CONTEXT = "Paris is the capital of France. It lies on the Seine."
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from compress.errors import CompressError
-from compress.tasks.qa_features import (NEVER_NULL, NULL_INDEX, answer_positions, apply_null_threshold, decode_spans,
+from compress.tasks.question_answering.features import (NEVER_NULL, NULL_INDEX, answer_positions, apply_null_threshold, decode_spans,
                                         encode_qa, first_answer_spans, null_margins, qa_features, span_chars)
 from tests.conftest import make_tokenizer
 
@@ -19,7 +19,7 @@ def tok():
 
 @pytest.fixture(scope="module")
 def squad():
-    from compress.tasks.qa_data import squad_dev
+    from compress.tasks.question_answering.data import squad_dev
 
     return squad_dev()
 

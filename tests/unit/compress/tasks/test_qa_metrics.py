@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from compress.tasks import get_task, task_for_architectures, task_names
-from compress.tasks.qa_metrics import exact_match, normalize_answer, question_scores, squad_scores, token_f1
+from compress.tasks.question_answering.metrics import exact_match, normalize_answer, question_scores, squad_scores, token_f1
 
 
 @pytest.mark.parametrize("text, normalised", [
@@ -91,7 +91,7 @@ def test_question_answering_is_registered_with_what_the_stages_need():
 def test_best_null_threshold_by_hand():
     """Four questions, null - best margins -2, -1, 1, 3: answering the first (or the first three) scores 3 of 4,
     and of the two cuts the one nearer 0 wins, halfway between the margins it separates."""
-    from compress.tasks.qa_metrics import best_null_threshold
+    from compress.tasks.question_answering.metrics import best_null_threshold
 
     margins, answered, empty = [3.0, -1.0, 1.0, -2.0], [0, 0, 1, 1], [1, 1, 0, 0]
     assert best_null_threshold(margins, answered, empty) == (-1.5, 0.75)
@@ -107,7 +107,7 @@ def test_best_null_threshold_by_hand():
 def test_best_null_threshold_is_the_best_of_every_threshold():
     """On random questions the chosen threshold's F1 is the best F1 any threshold gives (a dense sweep), and
     is what answering by that threshold scores."""
-    from compress.tasks.qa_metrics import best_null_threshold
+    from compress.tasks.question_answering.metrics import best_null_threshold
 
     rng = np.random.default_rng(1)
     for _ in range(30):

@@ -10,7 +10,7 @@ import pytest
 
 from compress.errors import CompressError
 from compress.tasks import Task, get_task, register_task, task_for_architectures, task_names, unregister_task
-from compress.tasks.alignment import IGNORE_INDEX, batch_word_logits, first_subtokens, label_positions, word_logits
+from compress.tasks.token_classification.alignment import IGNORE_INDEX, batch_word_logits, first_subtokens, label_positions, word_logits
 from tests.conftest import FIXTURES, make_tokenizer
 
 from tests.support.paths import ROOT
@@ -65,8 +65,8 @@ def test_a_toy_task_is_one_registration():
 
 
 def test_the_registry_and_the_tagging_helpers_import_no_torch():
-    code = ("import sys, compress.tasks, compress.tasks.token_data, compress.tasks.ner_metrics, "
-            "compress.tasks.alignment\n"
+    code = ("import sys, compress.tasks, compress.tasks.token_classification.data, compress.tasks.token_classification.metrics, "
+            "compress.tasks.token_classification.alignment\n"
             "heavy = sorted(m for m in ('torch', 'transformers', 'datasets', 'pandas') if m in sys.modules)\n"
             "assert not heavy, heavy")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

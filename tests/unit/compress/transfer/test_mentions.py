@@ -3,7 +3,7 @@ stay, the entity becomes another training mention of its type, and the gold tags
 
 from __future__ import annotations
 
-from compress.tasks.ner_metrics import extract_entities
+from compress.tasks.token_classification.metrics import extract_entities
 import numpy as np
 import pytest
 

@@ -10,7 +10,7 @@ import pytest
 from compress.errors import CompressError
 from compress.transfer import load_unlabeled, normalize_text, wnut17_unlabeled, wnut17_unlabeled_stats
 from compress.transfer import wnut_raw
-from compress.tasks.token_data import wnut17
+from compress.tasks.token_classification.data import wnut17
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,14 @@ What a tagger stage (the teacher today) needs beyond what a sentence classifier 
   (``is_split_into_words``) into windows of ``max_length`` tokens (:mod:`compress.windows`: a
   sentence that fits is one row, a longer one several that overlap by ``stride`` tokens), each
   word's tag on its **first** sub-token and ``-100`` on the rest and on special tokens
-  (:mod:`compress.tasks.alignment`), as a ``datasets.Dataset`` with the ``word_ids``, the sentence
+  (:mod:`compress.tasks.token_classification.alignment`), as a ``datasets.Dataset`` with the ``word_ids``, the sentence
   (``sample``) and, per word, the position it is read from (``read_at``) kept;
 - :func:`token_collator`: ``DataCollatorForTokenClassification`` (labels padded with ``-100``)
   fed only the model's columns;
 - :func:`sentence_word_logits` / :func:`word_tags` / :func:`evaluate_tagger`: the model's per-token
   logits read per word (first sub-token, the same rule as the labels; a long sentence's word from
   the window where it has the most context, as :class:`compress.runtime.Predictor` reads it) and
-  scored with entity-level F1 (:mod:`compress.tasks.ner_metrics`, seqeval's default rules) through
+  scored with entity-level F1 (:mod:`compress.tasks.token_classification.metrics`, seqeval's default rules) through
   the registry's task;
 - :func:`entity_f1_callback`: a Trainer callback that scores validation after every epoch, so the
   training log shows entity F1, not only the loss.
@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.tasks.alignment import IGNORE_INDEX
+from compress.tasks.token_classification.alignment import IGNORE_INDEX
 from compress.windows import Windows, encode_windows, max_context_windows, window_stride
 from compress.data import DynamicPaddingCollator
 from compress.modeling import accepts_token_types, autocast, model_device
@@ -85,7 +85,7 @@ def window_rows(windows: Windows, tags: Sequence[Sequence[int]], n_words: Sequen
 
 def tokenize_tagged_split(ds, tokenizer, max_length: int, with_length: bool = False, what: str = "teacher",
                           stride: int | None = None):
-    """A split of a :class:`compress.tasks.token_data.TokenTaskData` (``tokens``, ``tags``) tokenized into
+    """A split of a :class:`compress.tasks.token_classification.data.TokenTaskData` (``tokens``, ``tags``) tokenized into
     windows and aligned (:func:`window_rows`): ``input_ids``, ``attention_mask`` (``token_type_ids``),
     ``labels``, ``word_ids``, ``sample``, ``n_words``, ``read_at`` (and ``length`` for length-grouped
     batches). ``stride`` defaults to :func:`compress.windows.default_stride` of ``max_length``."""

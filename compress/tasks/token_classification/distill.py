@@ -1,7 +1,7 @@
 """Distilling a tagger: soft labels cached per *word*, so the teacher and student may tokenize apart.
 
 A tagger's soft label for a sentence is one logit vector per word: the teacher's logits at each
-word's first sub-token (:func:`compress.tasks.alignment.word_logits`, the rule its labels were
+word's first sub-token (:func:`compress.tasks.token_classification.alignment.word_logits`, the rule its labels were
 trained on). Because the unit is the word, a BERT teacher (``gu ##re ##z``, ``[CLS] ... [SEP]``)
 and an MPNet student (``<s> ... </s>``, other ids) give arrays of the same shape, row for row,
 and the student is trained on its own tokenization: at each word's first sub-token of *its*
@@ -56,10 +56,10 @@ from compress.errors import CompressError
 from compress.head_check import refuse_untrained_teacher
 from compress.modeling import count_parameters, fit_max_length, load_classifier
 from compress.tasks import get_task
-from compress.tasks.alignment import IGNORE_INDEX
+from compress.tasks.token_classification.alignment import IGNORE_INDEX
 from compress.tasks.task_choice import TOKEN, check_model_task, model_head
-from compress.tasks.token_data import TokenTaskData
-from compress.tasks.token_training import (entity_f1_callback, sentence_word_logits, tagger_chance_check,
+from compress.tasks.token_classification.data import TokenTaskData
+from compress.tasks.token_classification.training import (entity_f1_callback, sentence_word_logits, tagger_chance_check,
                                            token_collator, token_logits, tokenize_tagged_split, word_tags)
 from compress.training import (checkpoint_dir, interrupt_callback, is_main_process, resume_point, run_trainer,
                                training_arguments, write_trained_artifact, refuse_keep_best)
@@ -420,7 +420,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     of each (:func:`_variant_rows`; ``mention_pool`` train+transfer: the teacher's confident transfer mentions
     join the replacements) and the transfer sentences of ``transfer`` (if any), score it and the teacher on
     validation and test (entity F1, word agreement with the teacher), write the student artifact. A teacher that
-    no better than chance on validation is refused first (:func:`compress.tasks.token_training.tagger_chance_check`) unless
+    no better than chance on validation is refused first (:func:`compress.tasks.token_classification.training.tagger_chance_check`) unless
     ``allow_untrained``.
     A sentence past ``max_length`` tokens is read, by both models, in windows overlapping by ``stride``."""
     import torch

@@ -14,7 +14,7 @@ The steps, the same for every artifact kind (numpy only, so the torch-free ONNX 
    then covers ``Paris,``. Split punctuation off with spaces to keep it out of entities.
 3. **Word scores**, as transformers' token-classification pipeline aggregates sub-tokens: the
    softmax of each token's logits, then per word ``first`` (the first sub-token's scores, the
-   default: the sub-token the tagger was trained on, :mod:`compress.tasks.alignment`), ``max``
+   default: the sub-token the tagger was trained on, :mod:`compress.tasks.token_classification.alignment`), ``max``
    (the scores of the sub-token whose top probability is highest) or ``average`` (the mean of
    the sub-tokens' scores); the word's tag is the argmax, its score that tag's probability.
 4. **Entities** from the word tags with the rules the metric uses (:func:`compress.tasks.
@@ -32,7 +32,7 @@ import numpy as np
 
 from compress.errors import CompressError
 from compress.numerics import softmax
-from compress.tasks.ner_metrics import extract_entities, split_tag
+from compress.tasks.token_classification.metrics import extract_entities, split_tag
 from compress.windows import merge_token_outputs
 
 AGGREGATIONS = ("first", "average", "max")

@@ -3,7 +3,7 @@
 Each input is a ``(question, passage)`` pair. The passage is read in the windows the reader was
 trained with (``stride`` from its ``compress.json``; only the passage is windowed, every window
 repeats the question), every window gives a start and an end logit per token, and the answer is the
-best span over all windows (:func:`compress.tasks.qa_features.decode_spans`: n-best starts and ends
+best span over all windows (:func:`compress.tasks.question_answering.features.decode_spans`: n-best starts and ends
 per window, at most 30 tokens by default, mapped back to the passage's characters; the null answer competes
 when the reader was trained on SQuAD 2.0 data, ``allow_null`` in its ``compress.json``, and wins when it beats the
 best span by more than the ``null_threshold`` chosen on validation and recorded there). numpy and
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from compress.errors import CompressError
-from compress.tasks.qa_features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST, DEFAULT_NULL_THRESHOLD, decode_spans
+from compress.tasks.question_answering.features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST, DEFAULT_NULL_THRESHOLD, decode_spans
 
 
 def _pairs(inputs: Any) -> tuple[list[str], list[str]]:

@@ -4,7 +4,7 @@ A reader's soft label belongs to a *window* position: "the answer starts here" i
 over the window's tokens. For the student to learn it, the teacher's distribution must be over
 the student's positions, so the teacher is run on the student's windows:
 
-- every student window (question + one stretch of the passage, :mod:`compress.tasks.qa_features`)
+- every student window (question + one stretch of the passage, :mod:`compress.tasks.question_answering.features`)
   is re-spelled in the teacher's vocabulary: the same word pieces, the teacher's ids, wrapped in
   the teacher's own pair template (``[CLS] q [SEP] p [SEP]`` for BERT, ``<s> q </s></s> p </s>``
   for MPNet, read off the tokenizer by :func:`pair_template`);
@@ -59,11 +59,11 @@ from compress.errors import CompressError
 from compress.modeling import count_parameters, fit_max_length, load_classifier
 from compress.quiet import quiet_transformers
 from compress.head_check import HeadCheck, refuse_untrained_teacher
-from compress.qa_teacher import (MODEL_COLUMNS, announce_null_threshold, answer_start_check, f1_callback, qa_stride,
+from compress.tasks.question_answering.teacher import (MODEL_COLUMNS, announce_null_threshold, answer_start_check, f1_callback, qa_stride,
                                  score_reader, span_logits)
 from compress.tasks import get_task
-from compress.tasks.qa_data import QATaskData
-from compress.tasks.qa_features import DEFAULT_NULL_THRESHOLD, qa_features
+from compress.tasks.question_answering.data import QATaskData
+from compress.tasks.question_answering.features import DEFAULT_NULL_THRESHOLD, qa_features
 from compress.tasks.task_choice import QA, model_head
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, interrupt_callback, is_main_process,
                                resume_point, run_trainer, training_arguments, write_trained_artifact, refuse_keep_best)
@@ -190,7 +190,7 @@ def teacher_windows(windows, student_tok: Any,
         if unk is not None and any(t == unk and pieces[p] != teacher_tok.unk_token
                                    for t, p in zip([*t_q, *t_p], [*question, *passage])):
             raise CompressError(f"window {w}: a word piece of the student is not in the teacher's vocabulary; "
-                                "distilling a reader needs both to share one (see compress.qa_distill).")
+                                "distilling a reader needs both to share one (see compress.tasks.question_answering.distill).")
         t_ids, t_types, t_qpos, t_ppos = template.build(t_q, t_p)
         t_special = template.special_positions(len(t_q), len(t_p))
         index = np.zeros(len(ids), dtype=np.int64)

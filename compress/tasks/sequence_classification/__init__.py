@@ -36,6 +36,7 @@ def score(logits: np.ndarray, labels: np.ndarray, reference_logits: np.ndarray |
 
 TASK = register_task(Task(
     name=NAME,
+    package=__name__,
     description="one label per text (or text pair): sentiment, topic, intent, entailment",
     auto_model="AutoModelForSequenceClassification",
     head_suffix="ForSequenceClassification",

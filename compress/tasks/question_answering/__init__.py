@@ -1,12 +1,12 @@
 """Extractive question answering (a span of the passage answers the question: SQuAD v1.1 / 2.0).
 
 Two scores per token (``AutoModelForQuestionAnswering``): ``start_logits`` and ``end_logits``,
-each ``(batch, sequence)``, over question + passage windows (:mod:`compress.tasks.qa_features`).
+each ``(batch, sequence)``, over question + passage windows (:mod:`compress.tasks.question_answering.features`).
 Labels and soft labels belong to *windows*: a window's gold start/end positions (``[CLS]`` when it
 does not hold the answer), and the teacher's start and end logits over the window's positions,
 cached as ``(windows, sequence)`` per question for each of the two. Because those positions are
 a tokenizer's, a teacher and a student must share the tokenization for logit distillation.
-Quality is SQuAD's exact match and F1 (:mod:`compress.tasks.qa_metrics`, the official
+Quality is SQuAD's exact match and F1 (:mod:`compress.tasks.question_answering.metrics`, the official
 normalisation), F1 the primary metric; ``Predictor.predict(question, context)`` gives the
 answer text, its character start and end in the passage, and a score.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from compress.tasks.qa_metrics import squad_scores
+from compress.tasks.question_answering.metrics import squad_scores
 from compress.tasks.registry import BATCH, SEQUENCE, Task, register_task
 
 NAME = "question-answering"
@@ -32,6 +32,7 @@ def score(predicted: Sequence[str], gold: Sequence[Sequence[str]],
 
 TASK = register_task(Task(
     name=NAME,
+    package=__name__,
     description="the span of a passage that answers a question (SQuAD v1.1 / 2.0), scored on exact match and F1",
     auto_model="AutoModelForQuestionAnswering",
     head_suffix="ForQuestionAnswering",

@@ -4,7 +4,7 @@
 (:func:`compress.tasks.task_choice.data_task`: the built-in ``squad-dev``, a SQuAD-format ``.json``
 file or a folder of them). The model is ``AutoModelForQuestionAnswering`` through the registry's
 task object (two scores per token: answer starts here, ends here). What users of transformers'
-``run_qa.py`` know, built from :mod:`compress.tasks.qa_features`:
+``run_qa.py`` know, built from :mod:`compress.tasks.question_answering.features`:
 
 - **training features**: each question + passage pair cut into windows of ``--max-length`` tokens
   overlapping by ``--stride`` tokens (default a third of the window, ``run_qa.py``'s 128 of 384; recorded
@@ -12,7 +12,7 @@ task object (two scores per token: answer starts here, ends here). What users of
   ``[CLS]`` (position 0) for a window that does not hold the answer;
 - **scoring**: every window's start and end logits, the n-best spans per window (at most 30 tokens
   long), the best span over all windows mapped back to the passage's characters, and the official
-  SQuAD exact match and F1 (:mod:`compress.tasks.qa_metrics`); with SQuAD 2.0 data the null
+  SQuAD exact match and F1 (:mod:`compress.tasks.question_answering.metrics`); with SQuAD 2.0 data the null
   answer competes (``allow_null``), at the null threshold with the best validation F1 when its gain is told
   from noise, else ``run_qa.py``'s 0.0 (:func:`score_reader`, recorded as ``null_threshold``; docs/qa.md).
 
@@ -43,10 +43,10 @@ from compress.head_check import judge_existing_head
 from compress.hub import snapshot_origin
 from compress.modeling import count_parameters, fit_max_length, load_classifier
 from compress.tasks import get_task
-from compress.tasks.qa_data import QATaskData
-from compress.tasks.qa_features import (DEFAULT_NULL_THRESHOLD, NEVER_NULL, apply_null_threshold, decode_spans,
+from compress.tasks.question_answering.data import QATaskData
+from compress.tasks.question_answering.features import (DEFAULT_NULL_THRESHOLD, NEVER_NULL, apply_null_threshold, decode_spans,
                                         encode_qa, null_margins, qa_features)
-from compress.tasks.qa_metrics import best_null_threshold, question_scores
+from compress.tasks.question_answering.metrics import best_null_threshold, question_scores
 from compress.tasks.task_choice import QA, check_model_task
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
@@ -199,7 +199,7 @@ def read_answers(model, tokenizer, split, max_length: int, stride: int, allow_nu
 def choose_null_threshold(answers: Sequence[dict[str, Any]], gold: Sequence[Sequence[str]]) -> dict[str, Any]:
     """The null threshold a SQuAD 2.0 reader answers at, from a :data:`NEVER_NULL` reading of validation.
 
-    The threshold with the best F1 (:func:`compress.tasks.qa_metrics.best_null_threshold`) replaces 0.0
+    The threshold with the best F1 (:func:`compress.tasks.question_answering.metrics.best_null_threshold`) replaces 0.0
     (``run_qa.py``'s) only when its gain is told from noise: the paired 95% bootstrap interval over the
     questions of its F1 minus 0.0's lies above zero. Otherwise one or two questions of validation would move it,
     and the next split pays. The record: ``null_threshold`` (the one used) and its ``f1``, ``f1_at_default``,

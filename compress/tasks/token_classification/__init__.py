@@ -2,9 +2,9 @@
 
 A classifier on every token (``AutoModelForTokenClassification``), logits ``(batch, sequence,
 labels)``. Labels and soft labels belong to *words*: each word's first sub-token carries them
-(:mod:`compress.tasks.alignment`), so soft labels are cached as ``(words, labels)`` per sentence
+(:mod:`compress.tasks.token_classification.alignment`), so soft labels are cached as ``(words, labels)`` per sentence
 and a teacher and a student with different tokenizers still line up. Quality is entity-level F1
-with strict span-and-type matching (:mod:`compress.tasks.ner_metrics`, equal to seqeval's
+with strict span-and-type matching (:mod:`compress.tasks.token_classification.metrics`, equal to seqeval's
 default), per-type F1 beside it, and token-level accuracy / agreement; ``Predictor.predict``
 gives per text the entities (type, character offsets, text, score) and, on request, word tags.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from compress.tasks.ner_metrics import entity_scores, token_agreement
+from compress.tasks.token_classification.metrics import entity_scores, token_agreement
 from compress.tasks.registry import BATCH, LABELS, SEQUENCE, WORDS, Task, register_task
 
 NAME = "token-classification"
@@ -36,6 +36,7 @@ def score(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]],
 
 TASK = register_task(Task(
     name=NAME,
+    package=__name__,
     description="a tag per word (named entities), BIO/IOB2 or BIOES, scored on entities",
     auto_model="AutoModelForTokenClassification",
     head_suffix="ForTokenClassification",

@@ -10,7 +10,7 @@ that exactly on many random sequences:
 
 So an invalid sequence (``I-X`` after ``O``; ``I-X`` after ``B-Y``) is decoded the lenient
 conlleval way, never dropped: an ``I-X`` after ``O`` is an entity of its own. Data loading
-reports such sequences (:mod:`compress.tasks.token_data`); scoring does not repair them.
+reports such sequences (:mod:`compress.tasks.token_classification.data`); scoring does not repair them.
 
 Matching is strict: a predicted entity counts only when its type, start and end all equal a gold
 entity's. Scores are micro averages over all entities, with per-type scores beside them; a ratio

@@ -1,0 +1,9 @@
+"""The ``scoring``-aspect protocol: what a stage asks of a task's ``scoring`` module (see :mod:`compress.tasks.protocol`)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class PROTOCOL(Protocol):
+    """The members every task's ``scoring`` aspect provides (filled in as the stages' task branches move here)."""
