@@ -29,7 +29,7 @@ from compress.modeling import classification_metrics, count_parameters, load_cla
 from compress.tasks.question_answering.teacher import qa_collator, qa_stride, qa_training_rows, score_reader
 from compress.runtime import artifact_kind
 from compress.tasks.task_choice import check_model_task
-from compress.tasks.token_classification.training import score_token_logits, token_collator, token_logits, tokenize_tagged_split
+from compress.tasks.token_classification.words import score_token_logits, token_collator, token_logits, tokenize_tagged_split
 from compress.windows import window_stride
 
 

@@ -53,7 +53,7 @@ def test_teacher_learns_the_toy_tags_and_records_entity_f1(trained):
 def test_first_subtoken_labels_in_the_training_rows(tokenizer):
     from datasets import Dataset
 
-    from compress.tasks.token_classification.training import tokenize_tagged_split
+    from compress.tasks.token_classification.words import tokenize_tagged_split
 
     ds = Dataset.from_dict({"tokens": [["Gurez", "is", "in", "Kashmir"]], "tags": [[1, 0, 0, 1]]})
     row = tokenize_tagged_split(ds, tokenizer, 32)[0]
@@ -425,7 +425,7 @@ def test_stride_sets_the_windows_of_a_tagger_student_its_soft_labels_and_its_ser
     from compress.config import DataOptions
     from compress.modeling import load_classifier
     from compress.runtime import Predictor
-    from compress.tasks.token_classification.training import tokenize_tagged_split
+    from compress.tasks.token_classification.words import tokenize_tagged_split
     from compress.tasks.token_classification.distill import word_soft_labels
 
     model, tok, _ = load_classifier(trained.path, task="token-classification")
@@ -905,7 +905,7 @@ def test_a_roberta_tagger_reads_words_with_their_leading_space(tmp_path):
     from datasets import Dataset
 
     from compress.modeling import load_classifier
-    from compress.tasks.token_classification.training import tokenize_tagged_split
+    from compress.tasks.token_classification.words import tokenize_tagged_split
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator([" ".join(w for w, _ in zip(*s)) for s in toy_sentences(60)], vocab_size=300,

@@ -59,7 +59,7 @@ from compress.tasks import get_task
 from compress.tasks.token_classification.alignment import IGNORE_INDEX
 from compress.tasks.task_choice import TOKEN, check_model_task, model_head
 from compress.tasks.token_classification.data import TokenTaskData
-from compress.tasks.token_classification.training import (entity_f1_callback, sentence_word_logits, tagger_chance_check,
+from compress.tasks.token_classification.words import (entity_f1_callback, sentence_word_logits, tagger_chance_check,
                                            token_collator, token_logits, tokenize_tagged_split, word_tags)
 from compress.training import (checkpoint_dir, interrupt_callback, is_main_process, resume_point, run_trainer,
                                training_arguments, write_trained_artifact, refuse_keep_best)
@@ -420,7 +420,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     of each (:func:`_variant_rows`; ``mention_pool`` train+transfer: the teacher's confident transfer mentions
     join the replacements) and the transfer sentences of ``transfer`` (if any), score it and the teacher on
     validation and test (entity F1, word agreement with the teacher), write the student artifact. A teacher that
-    no better than chance on validation is refused first (:func:`compress.tasks.token_classification.training.tagger_chance_check`) unless
+    no better than chance on validation is refused first (:func:`compress.tasks.token_classification.words.tagger_chance_check`) unless
     ``allow_untrained``.
     A sentence past ``max_length`` tokens is read, by both models, in windows overlapping by ``stride``."""
     import torch

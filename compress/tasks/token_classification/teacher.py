@@ -5,7 +5,7 @@
 of ``tokens``/``tags``). The model is built through the registry's task object
 (``AutoModelForTokenClassification``: BERT, MPNet, RoBERTa, DistilBERT), with the label list of
 the data as ``config.id2label``/``label2id``; each word's tag sits on its first sub-token
-(:mod:`compress.tasks.token_classification.training`). Training is the sentence teacher's machinery, unchanged:
+(:mod:`compress.tasks.token_classification.words`). Training is the sentence teacher's machinery, unchanged:
 the guarded Trainer (seeded batch order, NaN guard), fingerprinted checkpoints and ``--resume``,
 Ctrl-C and full-disk handling, and an atomic artifact write. Validation entity F1 is logged after
 every epoch; the final validation and test scores (entity P/R/F1, per type, token accuracy) go to
@@ -38,7 +38,7 @@ from compress.hub import snapshot_origin
 from compress.modeling import count_parameters, fit_max_length, load_classifier
 from compress.tasks.task_choice import TOKEN, check_model_task
 from compress.tasks.token_classification.data import TokenTaskData
-from compress.tasks.token_classification.training import (entity_f1_callback, score_token_logits, tagger_chance_check, token_collator,
+from compress.tasks.token_classification.words import (entity_f1_callback, score_token_logits, tagger_chance_check, token_collator,
                                           token_logits, tokenize_tagged_split, word_tag_check)
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments, refuse_keep_best)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from compress.tasks.token_classification.alignment import IGNORE_INDEX
-from compress.tasks.token_classification.training import sentence_word_logits, tokenize_tagged_split, word_tags
+from compress.tasks.token_classification.words import sentence_word_logits, tokenize_tagged_split, word_tags
 from compress.windows import encode_windows, max_context_windows
 
 #: Words of several sub-tokens ("gurez" is gu ##rez in the test vocabulary) among one-token ones.
