@@ -30,14 +30,11 @@ ASPECTS = ("data", "training", "scoring", "decoding")
 
 
 def aspect(task: Any, name: str) -> Any:
-    """The ``name`` aspect of ``task`` (a :class:`~compress.tasks.registry.Task` or a registered task's name).
+    """The ``name`` aspect of ``task`` (a :class:`~compress.tasks.registry.Task`; by name: ``get_task(n).aspect``).
 
     Looked up as an attribute of the task's package first (a single-module task may define its aspects as
     objects), then as its submodule ``<package>.<name>``.
     """
-    from compress.tasks.registry import get_task
-
-    task = get_task(task) if isinstance(task, str) else task
     if name not in ASPECTS:
         raise CompressError(f"{name!r} is not a task aspect; the aspects are {', '.join(ASPECTS)}.")
     if not task.package:
