@@ -28,25 +28,25 @@ from compress.errors import CompressError
 from compress.assets import cache_dir, movie_review_snippets_path
 from compress.hub import load_hub_dataset
 
-BUILTIN_DATASETS = {
-    "movie-reviews": "10,566 Rotten Tomatoes sentences (binary sentiment) from the vaderSentiment 3.3.2 sdist",
-    "wnut17": "WNUT-17 emerging entities (NER, 6 types; 3,394 / 1,009 / 1,287 sentences; CC BY 4.0), shipped in the package",
-    "wikigold": "WikiGold (NER on Wikipedia, CoNLL-2003's 4 types; 145 articles, 1,696 sentences split by article; "
-                "CC BY 4.0), shipped in the package",
-    "squad-dev": "SQuAD v1.1 dev (extractive QA; 48 articles, 10,570 questions, split by article; CC BY-SA 4.0), "
-                 "shipped in the package",
-}
-#: The task (compress.tasks name) of each built-in set; ``wnut17`` and ``wikigold`` load with
-#: compress.tasks.token_classification.data, ``squad-dev`` with compress.tasks.question_answering.data.
-BUILTIN_DATASET_TASKS = {"movie-reviews": "sequence-classification", "wnut17": "token-classification",
-                         "wikigold": "token-classification",
-                         "squad-dev": "question-answering"}
 SUPPORTED_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
 SPLIT_ALIASES = {
     "train": ("train",),
     "validation": ("validation", "valid", "val", "dev"),
     "test": ("test",),
 }
+
+
+def __getattr__(name: str) -> Any:
+    """``BUILTIN_DATASETS`` (``{name: what it is}``) and ``BUILTIN_DATASET_TASKS`` (``{name: task}``): every task's
+    built-in sets, as their data aspects declare them (:func:`compress.tasks.task_choice.builtin_datasets`); computed
+    when asked, since the task packages import this module."""
+    if name in ("BUILTIN_DATASETS", "BUILTIN_DATASET_TASKS"):
+        from compress.tasks import task_choice
+
+        return task_choice.builtin_datasets() if name == "BUILTIN_DATASETS" else task_choice.builtin_dataset_tasks()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: Version of the built-in dataset preparation; bump it when the recipe below changes (3: the ``rating`` column).
 MOVIE_REVIEWS_VERSION = 3
 #: Built-in unlabelled corpora.
@@ -127,13 +127,16 @@ def load_task_data(
     missing), in the splits that have them (``distill --gold-labels``: :mod:`compress.gold_labels`); the
     built-in ``movie-reviews`` always has its ``rating`` column.
     """
-    if BUILTIN_DATASET_TASKS.get(spec, "sequence-classification") != "sequence-classification":
-        raise CompressError(f"data {spec!r} is a {BUILTIN_DATASET_TASKS[spec]} set, and this stage trains "
+    from compress.tasks.sequence_classification.data import builtin_data
+    from compress.tasks.task_choice import builtin_dataset_tasks, builtin_datasets
+
+    others = {name: task for name, task in builtin_dataset_tasks().items() if name not in builtin_data()}
+    if spec in others:
+        raise CompressError(f"data {spec!r} is a {others[spec]} set, and this stage trains "
                             "and scores sentence classifiers. Give classification data (such as movie-reviews), "
                             "or a stage for that task.")
-    if spec in BUILTIN_DATASETS:
-        task = movie_reviews(seed=seed) if spec == "movie-reviews" else None
-        assert task is not None
+    if spec in builtin_data():
+        task = movie_reviews(seed=seed)
     else:
         path = Path(spec).expanduser()
         from compress import hub
@@ -143,7 +146,7 @@ def load_task_data(
             task = _hub_task(*named, text_column, text_pair_column, label_column, seed, keep_columns)
         elif not path.exists():
             raise CompressError(
-                f"data {spec!r} is neither a built-in dataset ({', '.join(BUILTIN_DATASETS)}) nor an existing "
+                f"data {spec!r} is neither a built-in dataset ({', '.join(builtin_datasets())}) nor an existing "
                 f"file or folder. Give a csv, tsv, jsonl or parquet file, a folder with train/validation/test files, "
                 f"or a Hugging Face dataset as hf:NAME."
             )

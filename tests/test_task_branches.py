@@ -32,8 +32,6 @@ NOT_YET: set[str] = {
     "benchmarks/gate_results.py",
     "benchmarks/suite.py",
     "compress/cli.py",
-    "compress/config/shared.py",
-    "compress/data.py",
     "compress/distill/trainer.py",
     "compress/export.py",
     "compress/modeling.py",

@@ -11,7 +11,8 @@ from compress.errors import CompressError
 from students.presets import DEFAULT_PRESET, parse_shape
 from compress.data import BUILTIN_DATASETS, load_task_data
 from compress.tasks.question_answering.data import ANSWERS_COLUMNS, CONTEXT_COLUMNS, QUESTION_COLUMNS, load_qa_data
-from compress.tasks.task_choice import QA, QA_COLUMN_FLAGS, TAGGING_COLUMN_FLAGS, TOKEN, data_task
+from compress.tasks.registry import get_task
+from compress.tasks.task_choice import column_flags, data_task
 from compress.tasks.token_classification.data import TAG_COLUMNS, TOKEN_COLUMNS, load_token_data
 from compress.windows import DEFAULT_POOLING, POOLINGS, check_stride
 
@@ -49,10 +50,9 @@ class DataOptions(ConfigBase):
         return self.limit
 
     def task(self) -> str:
-        """The task the data is for (:func:`compress.tasks.task_choice.data_task`); a tagging or QA column flag
-        given says it."""
-        return data_task(self.data, {key: getattr(self, key)
-                                     for key in (*TAGGING_COLUMN_FLAGS, *QA_COLUMN_FLAGS)})
+        """The task the data is for (:func:`compress.tasks.task_choice.data_task`); a task's column flag given (a
+        tagging, QA or similarity column) says it."""
+        return data_task(self.data, {key: getattr(self, key) for key in column_flags()})
 
     def load_qa(self, whole: bool = False):
         """Question-answering data (a :class:`compress.tasks.question_answering.data.QATaskData`) with the columns given, carved
@@ -70,18 +70,13 @@ class DataOptions(ConfigBase):
         return task.subset(self.checked_limit(), seed=self.split_seed)
 
     def load_any(self, num_labels: int | None = None):
-        """The data for whichever task it holds: a :class:`compress.tasks.token_classification.data.TokenTaskData` for
-        tagging data (built-in ``wnut17`` and ``wikigold``, CoNLL, tagged JSONL), a
-        :class:`compress.tasks.question_answering.data.QATaskData` for question answering (built-in ``squad-dev``, SQuAD-format
-        JSON), else :meth:`load`'s classification task. For the stages that score any task (quantize's check,
-        optimize, bench)."""
+        """The data for whichever task it holds, loaded by that task's data aspect
+        (:meth:`compress.tasks.protocol.data.PROTOCOL.load`): a
+        :class:`compress.tasks.token_classification.data.TokenTaskData` for tagging data, a
+        :class:`compress.tasks.question_answering.data.QATaskData` for question answering, :meth:`load`'s
+        classification task, ... For the stages that score any task (quantize's check, optimize, bench)."""
 
-        task = self.task()
-        if task == QA:
-            return self.load_qa()
-        if task != TOKEN:
-            return self.load(num_labels)
-        return self.load_tagging()
+        return get_task(self.task()).aspect("data").load(self, num_labels)
 
     def load_tagging(self, label_names: Sequence[str] | None = None):
         """Tagging data (a :class:`compress.tasks.token_classification.data.TokenTaskData`) carved with ``split_seed`` and cut

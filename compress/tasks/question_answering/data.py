@@ -499,3 +499,57 @@ def squad_dev(seed: int = 0) -> QATaskData:
                             f"{SQUAD_DEV_ARTICLES} and {SQUAD_DEV_QUESTIONS}. Reinstall bert-compress.")
     files = {"train": str(SQUAD_DEV_DIR)}
     return build_qa_task({"train": examples}, files, "squad-dev", seed, "1.1")
+
+
+# ----------------------------------------------------------------------------- the data aspect (compress.tasks.protocol.data)
+
+
+def builtin_data() -> dict[str, str]:
+    """The built-in question-answering set."""
+    return {"squad-dev": "SQuAD v1.1 dev (extractive QA; 48 articles, 10,570 questions, split by article; "
+                         "CC BY-SA 4.0), shipped in the package"}
+
+
+def column_flags() -> tuple[str, ...]:
+    """``--question-column`` / ``--context-column`` / ``--answers-column`` say the data is question-answering data."""
+    return ("question_column", "context_column", "answers_column")
+
+
+def recognises(source: Any) -> bool:
+    """A SQuAD-format ``.json`` file (a folder's train file), or a hub dataset with question, passage and answers
+    columns."""
+    if source.file is None:
+        columns = source.hub_columns
+        return all(any(c in columns for c in names) for names in (QUESTION_COLUMNS, CONTEXT_COLUMNS, ANSWERS_COLUMNS))
+    return source.suffix == ".json" and _looks_like_squad(source.head_text)
+
+
+def _looks_like_squad(head: str) -> bool:
+    """A JSON object whose ``data`` holds ``paragraphs`` (read from the file's first bytes; the QA loader checks the
+    whole file, naming the JSON path of anything wrong)."""
+    start = head.lstrip()[:1]
+    # a bare list of articles is SQuAD without its {"data": ...} wrapper: the QA loader says so
+    return (start == "{" and '"data"' in head or start == "[") and '"paragraphs"' in head
+
+
+def accepts(source: Any) -> bool:
+    """Question-answering data is recognised or not at all."""
+    return False
+
+
+def load(options: Any, num_labels: int | None = None) -> QATaskData:
+    """The question-answering data ``options`` name (:meth:`compress.config.DataOptions.load_qa`)."""
+    return options.load_qa()
+
+
+def data_kind() -> str:
+    return "question-answering data (SQuAD format)"
+
+
+def model_kind() -> str:
+    return "a span reader (question answering)"
+
+
+def head_fits(config: Any) -> bool:
+    """Every question-answering head is one (no other task shares its head class)."""
+    return True

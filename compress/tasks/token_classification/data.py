@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -592,3 +593,78 @@ def wikigold(seed: int = 0, strict: bool = False) -> TokenTaskData:
         splits[split_of.get(a, "train")].append(sentence)
     return build_task(splits, {name: str(WIKIGOLD_FILE) for name in SPLIT_NAMES}, "wikigold", "iob1",
                       strict=strict)
+
+
+# ----------------------------------------------------------------------------- the data aspect (compress.tasks.protocol.data)
+
+#: Suffixes only tagging data uses; ``.tsv`` / ``.txt`` / ``.jsonl`` are looked into first.
+TAGGING_ONLY_SUFFIXES = tuple(s for s in CONLL_SUFFIXES if s not in (".tsv", ".txt"))
+_TAG = re.compile(r"^(O|[BIES]-\S+)$")
+
+
+def builtin_data() -> dict[str, str]:
+    """The built-in tagging sets."""
+    return {"wnut17": "WNUT-17 emerging entities (NER, 6 types; 3,394 / 1,009 / 1,287 sentences; CC BY 4.0), shipped "
+                      "in the package",
+            "wikigold": "WikiGold (NER on Wikipedia, CoNLL-2003's 4 types; 145 articles, 1,696 sentences split by "
+                        "article; CC BY 4.0), shipped in the package"}
+
+
+def column_flags() -> tuple[str, ...]:
+    """``--token-column`` / ``--tag-column`` say the data is tagging data."""
+    return ("token_column", "tag_column")
+
+
+def recognises(source: Any) -> bool:
+    """A tagging-only suffix (``.conll`` ...: a missing one is a tagging typo, which the tagging loader names), a
+    ``.tsv``/``.txt`` whose first lines end in BIO tags, a ``.jsonl`` whose first object holds a word list and a tag
+    list, or a hub dataset with word and tag columns."""
+    if source.file is None:
+        if not source.exists and source.suffix in TAGGING_ONLY_SUFFIXES:
+            return True
+        columns = source.hub_columns
+        return any(c in columns for c in TOKEN_COLUMNS) and any(c in columns for c in TAG_COLUMNS)
+    if source.suffix in TAGGING_ONLY_SUFFIXES:
+        return True
+    if source.suffix in JSONL_SUFFIXES:
+        row = source.first_json_row or {}
+        return (any(isinstance(row.get(k), list) for k in TOKEN_COLUMNS)
+                and any(isinstance(row.get(k), list) for k in TAG_COLUMNS))
+    if source.suffix in (".tsv", ".txt"):
+        return _lines_end_in_tags(source.head_lines)
+    return False
+
+
+def _lines_end_in_tags(lines: Sequence[str]) -> bool:
+    """A CoNLL file: every looked-at line is ``WORD ... TAG`` with a BIO tag last, and some tag is not O
+    (a classification table's header ``text<TAB>label`` already fails)."""
+    lasts = []
+    for line in lines:
+        cols = line.split("\t") if "\t" in line else line.split()
+        if len(cols) < 2 or not _TAG.match(cols[-1].strip()):
+            return False
+        lasts.append(cols[-1].strip())
+    return bool(lasts) and any(t != "O" for t in lasts)
+
+
+def accepts(source: Any) -> bool:
+    """Tagging data is recognised or not at all."""
+    return False
+
+
+def load(options: Any, num_labels: int | None = None) -> TokenTaskData:
+    """The tagging data ``options`` name (:meth:`compress.config.DataOptions.load_tagging`)."""
+    return options.load_tagging()
+
+
+def data_kind() -> str:
+    return "tagging data (one tag per word)"
+
+
+def model_kind() -> str:
+    return "a tagger"
+
+
+def head_fits(config: Any) -> bool:
+    """Every token-classification head is one (no other task shares its head class)."""
+    return True
