@@ -1,0 +1,93 @@
+"""The data aspect of sentence embedding (:mod:`compress.tasks.protocol.data`): unlabelled text of the user's domain.
+
+A two-tower student learns the teacher's vectors, so its data is text alone: a ``.txt`` file (one text a line) or a
+csv/tsv/jsonl/parquet table's ``--text-column``, or a built-in unlabelled corpus (read by
+:func:`compress.transfer.corpus.load_unlabeled`). A seeded tenth (at least :data:`MIN_HELD_OUT` texts) is held
+out for the label-free quality measure, neighbour recall against the teacher.
+
+Such text looks like any classification table without its labels, and scored sentence pairs are the cross-encoder's
+data too, so this task recognises nothing by content and accepts nothing by default: it is chosen by its model (a
+sentence-transformers folder) or by name, never by guessing from a file.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from compress.errors import CompressError
+
+#: The held-out share of the texts, and the fewest held out (neighbour recall@10 needs more than 10).
+HELD_OUT_SHARE, MIN_HELD_OUT = 0.1, 50
+
+
+@dataclass
+class EmbeddingData:
+    """Texts to distil on (``train``) and texts held out for neighbour recall (``held_out``), from ``source``."""
+
+    train: list[str]
+    held_out: list[str]
+    source: str
+    stats: dict[str, int] = field(default_factory=dict)
+    task: str = "sentence-embedding"
+
+
+def split_texts(texts: list[str], seed: int = 0, limit: int | None = None, source: str = "the texts") -> EmbeddingData:
+    """Unique texts shuffled with ``seed``, a held-out slice cut off (a tenth, at least :data:`MIN_HELD_OUT`), and
+    the training part cut to ``limit``. A text never lands on both sides."""
+    unique = list(dict.fromkeys(t for t in texts if t.strip()))
+    if len(unique) < 2 * MIN_HELD_OUT:
+        raise CompressError(f"{source}: {len(unique)} distinct texts; distilling an encoder and holding out "
+                            f"{MIN_HELD_OUT} for neighbour recall needs at least {2 * MIN_HELD_OUT}. Give more text.")
+    random.Random(seed).shuffle(unique)
+    n_held = max(MIN_HELD_OUT, int(round(HELD_OUT_SHARE * len(unique))))
+    held_out, train = unique[:n_held], unique[n_held:]
+    if limit is not None:
+        train = train[:limit]
+    return EmbeddingData(train, held_out, source, {"texts": len(texts), "unique": len(unique)})
+
+
+def builtin_data() -> dict[str, str]:
+    """None of its own: the built-in unlabelled corpora (``movie-reviews-unlabeled`` ...) are read by name."""
+    return {}
+
+
+def column_flags() -> tuple[str, ...]:
+    """None: ``--text-column`` has a default every table task reads, so it claims nothing."""
+    return ()
+
+
+def recognises(source: Any) -> bool:
+    """Never by content: text alone is also classification data without labels (see the module docstring)."""
+    return False
+
+
+def accepts(source: Any) -> bool:
+    """Never as a fallback: classification reads what nobody recognised."""
+    return False
+
+
+def load(options: Any, num_labels: int | None = None) -> EmbeddingData:
+    """The texts ``options.data`` names (``text_column`` of a table), split by ``split_seed``, cut to ``limit``.
+    ``num_labels`` is refused: an encoder has no classes."""
+    from compress.transfer.corpus import load_unlabeled
+
+    if num_labels is not None:
+        raise CompressError(f"--data {options.data}: a sentence encoder has no labels, but a head of {num_labels} "
+                            "labels was asked for. Give a sentence-transformers folder or a bare encoder.")
+    corpus = load_unlabeled(options.data, text_column=options.text_column)
+    return split_texts(corpus.texts, seed=options.split_seed, limit=options.checked_limit(), source=str(options.data))
+
+
+def data_kind() -> str:
+    return "text to embed (one text a line, or a text column)"
+
+
+def model_kind() -> str:
+    return "a sentence encoder (two-tower)"
+
+
+def head_fits(config: Any) -> bool:
+    """No transformers head is this task's (its models are bare encoders), so none fits."""
+    return False

@@ -1,0 +1,39 @@
+"""Tiny sentence-transformers folders and a toy corpus, for the sentence-embedding task's tests."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from compress.tasks.sentence_embedding.folder import SentenceConfig, write_sentence_config
+from tests.conftest import FILLER, NEGATIVE, POSITIVE, make_bert
+
+#: Topics whose sentences share words, so a trained encoder would put each topic's texts near one another.
+TOPICS = {
+    "food": ["pizza", "bread", "cheese", "soup", "salad", "pasta"],
+    "sport": ["football", "tennis", "goal", "match", "team", "coach"],
+    "weather": ["rain", "snow", "wind", "storm", "sunny", "cloud"],
+}
+
+
+def make_st_folder(path: Path, pooling: str = "mean", normalize: bool = True, hidden: int = 32, layers: int = 2,
+                   seed: int = 0, max_seq_length: int | None = None) -> Path:
+    """A tiny random BERT saved as a sentence-transformers folder (modules.json, 1_Pooling/config.json)."""
+    make_bert(path, layers=layers, hidden=hidden, heads=4, ffn=2 * hidden, seed=seed)
+    write_sentence_config(path, SentenceConfig(pooling=pooling, normalize=normalize, max_seq_length=max_seq_length),
+                          dimension=hidden)
+    return path
+
+
+def corpus(n: int, seed: int = 0) -> list[str]:
+    """``n`` short texts of varying length over three topics and the sentiment words (unlabelled in-domain text)."""
+    rng = random.Random(seed)
+    words = [w for group in TOPICS.values() for w in group]
+    texts = []
+    for _ in range(n):
+        topic = rng.choice(list(TOPICS.values()))
+        picked = rng.choices(topic, k=rng.randint(2, 4)) + rng.choices(FILLER + POSITIVE + NEGATIVE + words,
+                                                                      k=rng.randint(1, 8))
+        rng.shuffle(picked)
+        texts.append(" ".join(picked))
+    return texts
