@@ -67,13 +67,13 @@ def real_length_inputs(predictor, texts: Sequence[Any], batch_size: int, seed: i
     if batch_size == 1:
         inputs = traffic_requests(predictor, texts)
     else:
-        inputs = [arrays for _, arrays in predictor.window_batches(predictor.encode(list(texts)), batch_size)]
+        inputs = [arrays for _, arrays in predictor.window_batches(predictor.windows(list(texts)), batch_size)]
     order = np.random.default_rng(seed).permutation(len(inputs))
     return [inputs[i] for i in order]
 
 
 def _request(predictor, text: Any) -> dict[str, np.ndarray]:
-    windows = predictor.encode([text])
+    windows = predictor.windows([text])
     return predictor.window_batches(windows, len(windows))[0][1]
 
 
@@ -147,7 +147,7 @@ def replay_batched(predictors: Mapping[str, Any], reference: str, texts: Sequenc
         batches = {}
         for name in names:
             p = predictors[name]
-            batches[name] = p.window_batches(p.encode(list(texts)), b)
+            batches[name] = p.window_batches(p.windows(list(texts)), b)
         count = max(len(v) for v in batches.values())
         for name in names:
             for _, arrays in batches[name][:warmup]:

@@ -26,13 +26,12 @@ from compress.optimize import format_decision
 from compress.budget.duration import parse_budget
 from compress.pipeline import load_recipe, run_recipe
 from compress.progress import configure as configure_progress
-from compress.tasks.question_answering.decode import read_passage
 from compress.runtime import Predictor
 from compress.serving.settings import (DEFAULT_HOST as SERVE_HOST, DEFAULT_PORT as SERVE_PORT,
                                       DEFAULT_WORKERS as SERVE_WORKERS, ServeSettings)
 from compress.stages import all_stages, find, get
 from compress.summary import format_table, summary_rows
-from compress.tasks.token_classification.decode import AGGREGATIONS, DEFAULT_AGGREGATION, format_tagged
+from compress.tasks.token_classification.decoding import AGGREGATIONS, DEFAULT_AGGREGATION
 from compress.tasks.question_answering.features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST
 from compress.tasks.registry import get_task, task_names
 from compress.windows import POOLINGS
@@ -245,27 +244,9 @@ def _predict_texts(given: Sequence[str]) -> list[str]:
 def cmd_predict(a: argparse.Namespace) -> int:
     predictor = Predictor.load(a.model, threads=a.threads, max_length=a.max_length, device=check_device_spec(a.device),
                                precision=a.precision, announce=True, stride=a.stride, pooling=a.pooling)
-    if predictor.task == "question-answering":
-        passage = read_passage(a.model, a.question, a.context_file, a.texts)
-        for r in predictor.predict([(q, passage) for q in a.question], batch_size=a.batch_size, n_best=a.n_best,
-                                   max_answer_length=a.max_answer_length, null_threshold=a.null_threshold):
-            print(f"{r['answer'] or '(no answer)'}\tscore={r['score']:.4f}\tchars {r['start']}-{r['end']}\t{r['question']}")
-        return 0
-    if a.question or a.context_file:
-        raise CompressError(f"--question and --context-file are for a question-answering model; {a.model} is a "
-                            f"{predictor.task} model. Give the texts to label instead.")
-    texts = _predict_texts(a.texts)
-    if a.word_tags and predictor.task != "token-classification":
-        raise CompressError(f"--word-tags is for a tagger; {a.model} is a {predictor.task} model. Leave it out.")
-    if predictor.task == "token-classification":
-        for result in predictor.predict(texts, batch_size=a.batch_size, aggregation=a.aggregation,
-                                        word_tags=a.word_tags):
-            print(format_tagged(result))
-        return 0
-    labels, probs = predictor.predict(texts, batch_size=a.batch_size)
-    for text, label, row in zip(texts, labels, probs):
-        scores = " ".join(f"{name}={p:.4f}" for name, p in zip(predictor.label_names, row))
-        print(f"{label}\t{scores}\t{text}")
+    # the model's task reads its inputs from the flags and says what to print (compress.tasks.protocol.decoding)
+    for line in predictor.decoding.predict_command(predictor, a, _predict_texts):
+        print(line)
     return 0
 
 

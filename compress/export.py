@@ -121,7 +121,7 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
     """
     import onnx
 
-    from compress.tasks.registry import SEQUENCE
+    from compress.tasks.registry import SEQUENCE as SEQUENCE_AXIS
 
     # The task of the in-memory model's head decides the output's axes (per-token logits for a tagger).
     task = task_for_architectures([type(model).__name__]) or get_task("sequence-classification")
@@ -149,7 +149,7 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
         _torch_export(model, tokenizer, names, raw, opset, max_length, task.dynamic_axes(names), outputs)
         timings["export_s"] = round(time.perf_counter() - t0, 2)
         reference = _reference_inputs(tokenizer, max_length, need_types, model, outputs)
-        per_token = {name: SEQUENCE in axes for name, axes in task.outputs.items()}
+        per_token = {name: SEQUENCE_AXIS in axes for name, axes in task.outputs.items()}
 
         graph_file, optimized, notes = raw, False, []
         heads = attention_heads_per_layer(model)

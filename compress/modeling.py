@@ -58,8 +58,8 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
                     task: str = "sequence-classification"):
     """Load a classifier from a local folder; a missing head is created (to be trained).
 
-    ``task`` (a :mod:`compress.tasks` name) decides the head: a sequence classifier by default, a
-    tagger (``AutoModelForTokenClassification``) for ``token-classification``.
+    ``task`` (a :mod:`compress.tasks` name) decides the head (``Task.auto_model``): a sequence classifier by
+    default, a tagger (``AutoModelForTokenClassification``) for ``token-classification``.
     Returns ``(model, tokenizer, has_trained_head)``.
     """
     from transformers import AutoConfig
@@ -75,6 +75,8 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
             raise
         raise CompressError(f"{describe_folder(path)}: {exc}") from exc
     has_head = spec.has_head(raw.get("architectures"))
+    # a task whose labels belong to words tokenizes pre-split words (a tagger's): see load_tokenizer
+    words = spec.label_unit == "word"
     kwargs: dict[str, Any] = {"trust_remote_code": False}
     if num_labels is not None:
         head = len(raw["id2label"]) if raw.get("id2label") else int(raw.get("num_labels", 2))
@@ -93,13 +95,13 @@ def load_classifier(folder: str | Path, num_labels: int | None = None, label_nam
     if raw.get(PRUNING_KEY):
         # Heads pruned per layer: no config field describes that shape, so from_pretrained cannot build it.
         model = load_pruned(path, config, eager_attention=eager_attention)
-        tokenizer = load_tokenizer(path, model.config.vocab_size, words=task == "token-classification")
+        tokenizer = load_tokenizer(path, model.config.vocab_size, words=words)
         return model, tokenizer, has_head
     use_safe = any((path / n).exists() for n in ("model.safetensors", "model.safetensors.index.json"))
     with quiet_transformers():
         model = spec.model_class().from_pretrained(str(path), config=config, use_safetensors=use_safe,
                                                    trust_remote_code=False)
-    tokenizer = load_tokenizer(path, model.config.vocab_size, words=task == "token-classification")
+    tokenizer = load_tokenizer(path, model.config.vocab_size, words=words)
     return model, tokenizer, has_head
 
 

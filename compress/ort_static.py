@@ -67,7 +67,7 @@ class TextCalibrationReader:
     """
 
     def __init__(self, predictor, texts: Sequence[Any], input_names: Sequence[str], batch_size: int = CALIBRATION_BATCH):
-        batches = predictor.window_batches(predictor.encode(list(texts)), batch_size)
+        batches = predictor.window_batches(predictor.windows(list(texts)), batch_size)
         self._feeds = [{n: arrays[n] for n in input_names} for _, arrays in batches]
         self._iter: Iterator[dict[str, np.ndarray]] | None = None
         self.batch_size = batch_size

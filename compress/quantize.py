@@ -441,7 +441,7 @@ class _ProbeTexts:
     """The export parity texts: a cheap logit-level comparison even when no data is given."""
 
     def __init__(self, fp32: Predictor):
-        self.texts = PARITY_PAIRS if fp32.task == "question-answering" else PARITY_TEXTS  # a reader reads pairs
+        self.texts = fp32.decoding.probe_inputs(PARITY_TEXTS, PARITY_PAIRS)  # a reader reads pairs
         self.reference = np.concatenate([o.reshape(-1) for o in fp32.outputs(self.texts)])
 
     def max_diff(self, candidate: Predictor) -> float:

@@ -34,7 +34,6 @@ from compress.errors import CompressError
 from compress.formats.onnx import ONNX_FILE, is_int8_graph
 from compress.formats.openvino import OPENVINO_KINDS, OPENVINO_XML
 from compress.formats.torch_int8 import TORCH_INT8_FILE
-from compress.tasks.question_answering import NAME as QA
 from compress.windows import (DEFAULT_POOLING, POOLINGS, Windows, check_pooling, check_stride, default_stride,
                               encode_windows, length_sorted_batches, pad_rows, pool_windows)
 from benchmarks.machine import machine_info
@@ -43,15 +42,11 @@ from compress.formats.bf16 import is_bf16_weights, load_bf16
 from compress.formats.choice import pick, read_choice
 from compress.formats.openvino import compile_ir, is_int8_ir
 from compress.formats.torch_int8 import load_torch_int8
-from compress.numerics import softmax
 from compress.modeling import (accepts_token_types, autocast, count_parameters, load_classifier, load_tokenizer,
                                model_device, position_limit)
-from compress.tasks.question_answering.decode import answer_questions
 from compress.signal_stack import ensure_signal_stack
-from compress.tasks.token_classification.decode import tag_texts
-from compress.tasks import task_for_architectures
+from compress.tasks import get_task, task_for_architectures
 from compress.tokenization import ArtifactConfig, ArtifactTokenizer
-from compress.windows import merge_token_outputs
 
 KINDS = ("pytorch", "torch-int8", "onnx-fp32", "onnx-int8", "torch-bf16", "choice") + OPENVINO_KINDS
 
@@ -233,7 +228,25 @@ class Predictor:
         self.label_names = [str(id2label.get(i, id2label.get(str(i), i))) for i in range(self.num_labels)]
         #: The compress.tasks name of what the model predicts: compress.json says, else config.json's architectures.
         self.task = artifact_task(self.meta, config)
+        self._decoding: Any = None
         self.set_windows()
+
+    @property
+    def decoding(self) -> Any:
+        """The ``decoding`` aspect of the model's task (:mod:`compress.tasks.protocol.decoding`): what its outputs
+        mean, and what :meth:`predict` and the server return."""
+        if self._decoding is None:
+            self._decoding = get_task(self.task).aspect("decoding")
+        return self._decoding
+
+    @property
+    def output_names(self) -> list[str]:
+        """The model outputs a backend reads, in the task's order (:attr:`compress.tasks.registry.Task.outputs`)."""
+        return list(get_task(self.task).outputs)
+
+    def _batch_output(self, named: dict[str, np.ndarray], arrays: dict[str, np.ndarray]) -> np.ndarray:
+        """A backend's named outputs of one batch as the one array :meth:`run_windows` cuts (the task's rule)."""
+        return self.decoding.batch_output(named, arrays)
 
     def set_windows(self, stride: int | None = None, pooling: str | None = None) -> "Predictor":
         """How a text longer than ``max_length`` is read: windows overlapping by ``stride`` tokens, whose logits
@@ -305,24 +318,28 @@ class Predictor:
         as the other inputs and their logits are pooled (``.pooling``); a text that fits is one window,
         fed exactly as a truncating tokenizer call would feed it.
         """
-        windows = self.encode(texts)
+        windows = self.windows(texts)
         if not len(windows):
             return np.zeros((0, self.num_labels), dtype=np.float32)
         return pool_windows(np.stack(self.run_windows(windows, batch_size)), windows.sample, windows.n_samples,
                             self.pooling)
 
     def outputs(self, texts: Text | Sequence[Text], batch_size: int = 32) -> list[np.ndarray]:
-        """The model's output per input, for any task: a classifier's logit row (as :meth:`logits`), a
-        tagger's ``(tokens, labels)`` logits with its windows merged (each token from the window where
-        it has most context), a span reader's ``(passage tokens, 2)`` start and end logits merged the same
+        """The model's output per input, for any task, its windows combined as the task says
+        (:meth:`compress.tasks.protocol.decoding.PROTOCOL.combine_windows`): a classifier's logit row (as
+        :meth:`logits`), a tagger's ``(tokens, labels)`` logits with its windows merged (each token from the window
+        where it has most context), a span reader's ``(passage tokens, 2)`` start and end logits merged the same
         way. For comparing two artifacts of one model, whatever its head."""
-        if self.task not in ("token-classification", QA):
-            return list(self.logits(texts, batch_size))
+        windows = self.windows(texts)
+        return self.decoding.combine_windows(windows, self.run_windows(windows, batch_size) if len(windows) else [],
+                                             self.pooling)
 
-        windows = self.encode(texts)
-        return merge_token_outputs(windows, self.run_windows(windows, batch_size)) if len(windows) else []
+    def encode(self, texts: Text | Sequence[Text], batch_size: int = 32) -> np.ndarray:
+        """One float32 vector per input, ``(n, dim)``, for a model whose task gives one (a sentence encoder:
+        :meth:`compress.tasks.protocol.decoding.PROTOCOL.encode`); a classifier, tagger or reader refuses."""
+        return self.decoding.encode(self, texts, batch_size)
 
-    def encode(self, texts: Text | Sequence[Text]) -> Windows:
+    def windows(self, texts: Text | Sequence[Text]) -> Windows:
         """``texts`` (or ``(text, pair)`` tuples: the second is windowed) cut into this model's windows."""
         firsts, seconds = normalize_texts(texts)
         return encode_windows(self.tokenizer, firsts, seconds, max_length=self.max_length, stride=self.stride)
@@ -343,32 +360,27 @@ class Predictor:
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         return windows.batches(batch_size, pad_id, self.need_token_types)
 
-    def predict(self, texts: Text | Sequence[Text], batch_size: int = 32, aggregation: str = "first",
-                word_tags: bool = False, **reading: Any) -> Any:
-        """``(labels, probabilities)``: the label name and the softmax over labels for each input.
+    def predict(self, texts: Any, batch_size: int = 32, **options: Any) -> Any:
+        """What the model's task answers for ``texts``, with the settings it takes as ``options``
+        (:meth:`compress.tasks.protocol.decoding.PROTOCOL.predict`).
 
-        For a span reader (``question-answering``): ``texts`` are ``(question, passage)`` tuples, and the
+        A classifier: ``(labels, probabilities)``, the label name and the softmax over labels for each input.
+
+        A span reader (``question-answering``): ``texts`` are ``(question, passage)`` tuples, and the
         result one dict per question, ``{"question", "answer", "start", "end", "score"}`` with character
-        offsets into the passage (:mod:`compress.tasks.question_answering.decode`); ``n_best=`` and ``max_answer_length=`` set its
-        span search and ``null_threshold=`` when a SQuAD 2.0 reader answers nothing (default: the one recorded
-        in its ``compress.json``; :func:`compress.tasks.question_answering.decode.answer_questions`), and the windows' overlap (the doc stride)
-        is ``stride`` (:meth:`set_windows`).
+        offsets into the passage (:mod:`compress.tasks.question_answering.decoding`); ``n_best=`` and
+        ``max_answer_length=`` set its span search and ``null_threshold=`` when a SQuAD 2.0 reader answers nothing
+        (default: the one recorded in its ``compress.json``;
+        :func:`compress.tasks.question_answering.decoding.answer_questions`), and the windows' overlap (the doc
+        stride) is ``stride`` (:meth:`set_windows`).
 
-        For a tagger (``self.task == "token-classification"``): a list with one dict per text,
+        A tagger (``token-classification``): a list with one dict per text,
         ``{"text", "entities": [{"type", "start", "end", "text", "score"}, ...]}``, character offsets
-        into the text; ``aggregation`` (``first``, ``average``, ``max``) is how a word's sub-tokens
-        become its tag, and ``word_tags`` adds ``words``, ``word_tags`` and ``word_scores`` (words are
-        split by whitespace; :mod:`compress.tasks.token_classification.decode` gives the rules).
+        into the text; ``aggregation=`` (``first``, ``average``, ``max``) is how a word's sub-tokens
+        become its tag, and ``word_tags=True`` adds ``words``, ``word_tags`` and ``word_scores`` (words are
+        split by whitespace; :mod:`compress.tasks.token_classification.decoding` gives the rules).
         """
-        if self.task == "token-classification":
-            return tag_texts(self, texts, batch_size, aggregation, word_tags)
-        if self.task == QA:
-            return answer_questions(self, texts, batch_size, **reading)
-        if reading:
-            raise CompressError(f"{', '.join(sorted(reading))}: span-search settings of a question-answering model; "
-                                f"this is a {self.task} model.")
-        probs = softmax(self.logits(texts, batch_size))
-        return [self.label_names[i] for i in probs.argmax(-1)], probs
+        return self.decoding.predict(self, texts, batch_size, **options)
 
     def forward(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
         """Logits for one already tokenized and padded batch (``input_ids``, ``attention_mask``, ...).
@@ -446,9 +458,8 @@ class TorchPredictor(Predictor):
         with torch.inference_mode(), autocast(self.precision or "fp32", device):
             inputs = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
             out = self.model(**inputs)
-            if self.task == QA:  # a span reader: (batch, sequence, 2), its start and end logits
-                return torch.stack([out.start_logits, out.end_logits], -1).float().cpu().numpy()
-            return out.logits.float().cpu().numpy()
+            named = {name: getattr(out, name).float().cpu().numpy() for name in self.output_names}
+        return self._batch_output(named, arrays)
 
 
 class OnnxPredictor(Predictor):
@@ -504,10 +515,9 @@ class OnnxPredictor(Predictor):
 
     def _run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
         feed = {name: arrays[name] for name in self.input_names}
-        if self.task == QA:  # a span reader: (batch, sequence, 2), its start and end logits
-            starts, ends = self.session.run(["start_logits", "end_logits"], feed)
-            return np.stack([starts, ends], -1).astype(np.float32)
-        return np.asarray(self.session.run(["logits"], feed)[0], dtype=np.float32)
+        names = self.output_names
+        named = {n: np.asarray(v, dtype=np.float32) for n, v in zip(names, self.session.run(names, feed))}
+        return self._batch_output(named, arrays)
 
 
 class OpenVinoPredictor(Predictor):
@@ -548,10 +558,9 @@ class OpenVinoPredictor(Predictor):
         if request is None:
             request = self._requests.request = self.compiled.create_infer_request()
         result = request.infer({name: arrays[name] for name in self.input_names})
-        if self.task == QA:  # a span reader: (batch, sequence, 2), its start and end logits
-            return np.stack([np.asarray(result[self.compiled.output(n)], dtype=np.float32)
-                             for n in ("start_logits", "end_logits")], -1)
-        return np.array(result[self.compiled.output("logits")], dtype=np.float32)  # a copy: the request reuses it
+        # copies: the request reuses its output buffers
+        named = {n: np.array(result[self.compiled.output(n)], dtype=np.float32) for n in self.output_names}
+        return self._batch_output(named, arrays)
 
     def close(self) -> None:
         """Free the infer requests and the compiled model now, then repair the thread's alternate signal stack.

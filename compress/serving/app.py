@@ -26,7 +26,7 @@ from starlette.routing import Route
 from compress.errors import CompressError, describe
 from compress.serving.batcher import Batcher, Job, QueueFull
 from compress.serving.metrics import Metrics
-from compress.serving.schemas import BadInput, format_results, openapi, parse_request, predict_batch, warm_inputs
+from compress.serving.schemas import BadInput, format_results, openapi, parse_request, predict_batch, warm_up_request
 from compress.serving.settings import ServeSettings
 
 log = logging.getLogger("uvicorn.error")  # uvicorn configures this one: its lines land in the server log
@@ -72,11 +72,10 @@ class Service:
             await self.batcher.close()  # after uvicorn has let the requests in flight finish: runs what is queued
 
     async def _warm_up(self) -> None:
-        one = warm_inputs(self.predictor.task)
-        key = parse_request(self.predictor.task, {"inputs": _as_json(one[0])}, 1, self.settings.aggregation).key
+        warm = warm_up_request(self.predictor.task, self.settings.aggregation)
         try:
             for n in sorted({1, self.settings.max_batch}):
-                await self.batcher.call(lambda n=n: self._run(key, one * n))
+                await self.batcher.call(lambda n=n: self._run(warm.key, warm.inputs * n))
         except Exception as exc:  # noqa: BLE001 - the server stays up, not ready, and says why
             log.error("warm-up failed, so /ready stays 503: %s", describe(exc), exc_info=exc)
             return
@@ -173,10 +172,6 @@ async def _disconnect(request: Request) -> None:
 
 async def _health(request: Request) -> Response:
     return PlainTextResponse("ok\n")
-
-
-def _as_json(value: Any) -> Any:
-    return {"question": value[0], "context": value[1]} if isinstance(value, tuple) else value
 
 
 def create_app(load: Callable[[], Any], settings: ServeSettings, warm_before_listening: bool = False) -> Starlette:

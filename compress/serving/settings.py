@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compress.errors import CompressError
-from compress.tasks.token_classification.decode import DEFAULT_AGGREGATION
+from compress.tasks.token_classification.decoding import DEFAULT_AGGREGATION
 
 #: This machine only: serving beyond it is a choice made with ``--host``.
 DEFAULT_HOST = "127.0.0.1"

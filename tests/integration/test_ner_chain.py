@@ -210,7 +210,7 @@ LABELS = ["O", "B-LOC", "I-LOC"]
 
 
 def test_aggregations_on_a_hand_checked_word():
-    from compress.tasks.token_classification.decode import tag_text
+    from compress.tasks.token_classification.decoding import tag_text
 
     # "Gurez town": Gurez is two sub-tokens (0-2, 2-5), town one (6-10); a [CLS]/[SEP] around them.
     probs = np.array([[1.0, 0.0, 0.0], [0.50, 0.45, 0.05], [0.10, 0.30, 0.60], [0.9, 0.05, 0.05], [1.0, 0.0, 0.0]])
@@ -228,7 +228,7 @@ def test_aggregations_on_a_hand_checked_word():
 def test_word_aggregation_equals_the_transformers_pipeline():
     from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
 
-    from compress.tasks.token_classification.decode import aggregate_words
+    from compress.tasks.token_classification.decoding import aggregate_words
 
     fake = SimpleNamespace(tokenizer=SimpleNamespace(convert_tokens_to_string=" ".join),
                            model=SimpleNamespace(config=SimpleNamespace(id2label=dict(enumerate(LABELS)))))
@@ -484,7 +484,7 @@ def test_keep_best_writes_the_student_of_its_best_validation_epoch(trained, tmp_
 
 
 def test_a_word_without_tokens_is_outside_every_entity():
-    from compress.tasks.token_classification.decode import tag_text
+    from compress.tasks.token_classification.decoding import tag_text
 
     # "\x07 Rome": the tokenizer drops the control character, so the first word has no token; the
     # label list does not start with O, so "label 0" would wrongly make it an entity.
@@ -615,7 +615,7 @@ def test_a_type_only_the_reference_predicts_gets_its_drop_and_is_not_judged(tmp_
 
 
 def test_word_texts_give_one_whitespace_word_per_gold_word():
-    from compress.tasks.token_classification.decode import whitespace_words
+    from compress.tasks.token_classification.decoding import whitespace_words
     from compress.tasks.token_classification.data import word_texts
 
     sentences = [["New\u00a0York", "", "is", "big"], ["a\tb", "c"]]

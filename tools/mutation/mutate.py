@@ -144,7 +144,7 @@ MODULES: dict[str, list[Target]] = {
     "runtime": [
         Target("compress/runtime.py", [
             "normalize_texts", "encode_batches", "softmax", "Predictor.logits", "Predictor.predict",
-            "Predictor.encode?", "Predictor.run_windows?", "Predictor.window_batches?", "ChoicePredictor.for_batch_size",
+            "Predictor.windows?", "Predictor.run_windows?", "Predictor.window_batches?", "ChoicePredictor.for_batch_size",
             "ChoicePredictor._run"],
             ["tests/unit/compress/test_batching_order.py"]),
         # Where the batching moved with long-text windows: sorting by length and padding.

@@ -220,7 +220,7 @@ def test_window_batches_pad_with_the_models_pad_token_else_zero(classifier):
     predictor.tokenizer.pad_token = "[MASK]"
     mask_id = predictor.tokenizer.pad_token_id
     assert mask_id not in (None, 0, 1)
-    windows = predictor.encode(["good", "a really wonderful and moving film"])
+    windows = predictor.windows(["good", "a really wonderful and moving film"])
     (idx, arrays), = predictor.window_batches(windows, 2)
     assert idx.tolist() == [1, 0] and arrays["input_ids"][1, -1] == mask_id
     assert arrays["attention_mask"][1].tolist() == [1] * len(windows.input_ids[0]) + [0] * (
@@ -250,7 +250,7 @@ def test_a_tagger_gets_each_windows_token_rows_trimmed_of_padding(tmp_path):
     make_tokenizer().save_pretrained(folder)
     predictor = Predictor.load(folder, threads=1)
     assert predictor.task == "token-classification"
-    windows = predictor.encode(TEXTS)
+    windows = predictor.windows(TEXTS)
     got = predictor.run_windows(windows, batch_size=3)
     with torch.inference_mode():
         for w, ids in enumerate(windows.input_ids):  # one window at a time: no padding, no reordering
@@ -279,7 +279,7 @@ def test_more_labels_than_a_short_texts_tokens_keep_every_logit(tmp_path):
     np.testing.assert_allclose(predictor.logits(["good", "bad plot"]), expected, atol=1e-5)
     long = " ".join(TEXTS * 6)  # past max_length: several windows, pooled
     predictor.set_windows(stride=8)
-    windows = predictor.encode([long])
+    windows = predictor.windows([long])
     assert len(windows) > 1
     rows = np.stack(predictor.run_windows(windows))
     np.testing.assert_allclose(predictor.set_windows(8, "max").logits([long]), rows.max(0, keepdims=True), atol=1e-6)

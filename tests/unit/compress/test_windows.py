@@ -394,7 +394,7 @@ from compress.runtime import Predictor
 p = Predictor.load(sys.argv[1], max_length=24, stride=6, pooling="max")
 logits = p.logits(json.loads(sys.argv[2]), batch_size=2)
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
-print(json.dumps({"kind": p.kind, "windows": len(p.encode(json.loads(sys.argv[2]))), "logits": logits.tolist(),
+print(json.dumps({"kind": p.kind, "windows": len(p.windows(json.loads(sys.argv[2]))), "logits": logits.tolist(),
                   "loaded": loaded}))
 """
 

@@ -1,4 +1,5 @@
-"""What ``Predictor.predict`` returns for a tagger: entities with character offsets, and word tags.
+"""The ``decoding`` aspect of a tagger (:mod:`compress.tasks.protocol.decoding`): what ``Predictor.predict``,
+``bert-compress predict`` and ``bert-compress serve`` return, entities with character offsets and word tags.
 
 A token-classification artifact (PyTorch or ONNX) gives one logit row per sub-word token. Users
 want entities: ``{"type": "LOC", "start": 12, "end": 20, "text": "New York", "score": 0.97}``.
@@ -21,17 +22,23 @@ The steps, the same for every artifact kind (numpy only, so the torch-free ONNX 
    ner_metrics.extract_entities`, seqeval's: BIO/IOB2 and BIOES; for IOB2 this is the pipeline's
    grouping too), each spanning its first word's start to its last word's end, scored by the mean
    of its words' scores (the pipeline's ``group_sub_entities``).
+
+The server's request is the token-classification pipeline's: ``inputs`` a text or a list of texts, each answer
+the list of entity groups ``{"entity_group", "score", "word", "start", "end"}``; ``parameters.aggregation_strategy``
+is how a word's sub-tokens give its tag (``serve --aggregation`` its default).
 """
 
 from __future__ import annotations
 
+import argparse
 import re
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from compress.errors import CompressError
 from compress.numerics import softmax
+from compress.serving.schemas import BadInput, Parsed, input_list, text_field
 from compress.tasks.token_classification.metrics import extract_entities, split_tag
 from compress.windows import merge_token_outputs
 
@@ -139,7 +146,7 @@ def tag_texts(predictor: Any, texts: str | Sequence[str], batch_size: int = 32,
                                 "sentence pairs).")
     if not items:
         return []
-    windows = predictor.encode(items)
+    windows = predictor.windows(items)
     merged = merge_token_outputs(windows, predictor.run_windows(windows, batch_size))
     return [tag_text(text, merged[i], windows.document_offsets(i), predictor.label_names, aggregation, word_tags)
             for i, text in enumerate(items)]
@@ -157,3 +164,92 @@ def format_tagged(result: dict[str, Any]) -> str:
     if "word_tags" in result:
         lines.append("  words: " + " ".join(f"{w}/{t}" for w, t in zip(result["words"], result["word_tags"])))
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the decoding protocol
+
+
+def batch_output(named: Mapping[str, np.ndarray], arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The tagger's ``logits``, ``(batch, sequence, labels)``."""
+    return named["logits"]
+
+
+def combine_windows(windows: Any, rows: list[np.ndarray], pooling: str) -> list[np.ndarray]:
+    """Each text's ``(tokens, labels)`` logits, its windows merged (each token from the window where it has most
+    context); ``pooling`` is for whole-text rows and does not apply."""
+    return merge_token_outputs(windows, rows) if len(windows) else []
+
+
+def predict(predictor: Any, inputs: Any, batch_size: int = 32, aggregation: str = DEFAULT_AGGREGATION,
+            word_tags: bool = False, **_span_settings: Any) -> list[dict[str, Any]]:
+    """One dict per text, ``{"text", "entities": [{"type", "start", "end", "text", "score"}, ...]}`` (and with
+    ``word_tags`` its ``words``, ``word_tags`` and ``word_scores``): :func:`tag_texts`. A reader's span settings
+    (``n_best``, ...) have nothing to act on in a tagger and change nothing."""
+    return tag_texts(predictor, inputs, batch_size, aggregation, word_tags)
+
+
+def encode(predictor: Any, texts: Any, batch_size: int = 32) -> np.ndarray:
+    """A tagger gives tags, not one vector per text: refused."""
+    raise CompressError(f"{predictor.path} is a token-classification model: it tags words and gives no sentence "
+                        "vector; Predictor.encode is for a sentence encoder. Use predict.")
+
+
+def probe_inputs(texts: Sequence[str], pairs: Sequence[tuple[str, str]]) -> list[Any]:
+    """The single texts (a tagger reads no pairs)."""
+    return list(texts)
+
+
+def predict_command(predictor: Any, args: argparse.Namespace,
+                    read_texts: Callable[[Sequence[str]], list[str]]) -> list[str]:
+    """``bert-compress predict``: each text's entities (:func:`format_tagged`), ``--aggregation`` and
+    ``--word-tags`` as asked."""
+    from compress.tasks.question_answering.decoding import refuse_reader_flags
+
+    refuse_reader_flags(predictor, args)
+    texts = read_texts(args.texts)
+    return [format_tagged(r) for r in predict(predictor, texts, batch_size=args.batch_size,
+                                                aggregation=args.aggregation, word_tags=args.word_tags)]
+
+
+def request_parameters() -> tuple[str, ...]:
+    """``aggregation_strategy`` only."""
+    return ("aggregation_strategy",)
+
+
+def parse_request(inputs: Any, parameters: dict[str, Any], defaults: Mapping[str, Any]) -> Parsed:
+    """A text or a list of texts, with the request's (else the server's) ``aggregation_strategy``."""
+    items, single = input_list(inputs)
+    out = [text_field(item, "inputs" if single else f"inputs[{i}]") for i, item in enumerate(items)]
+    aggregation = parameters.get("aggregation_strategy", defaults.get("aggregation", DEFAULT_AGGREGATION))
+    if aggregation not in AGGREGATIONS:
+        raise BadInput("parameters.aggregation_strategy", f"is {aggregation!r}; this server aggregates a word's "
+                                                           f"sub-tokens by {', '.join(AGGREGATIONS)}")
+    return Parsed(out, single, ("tag", aggregation), length=max(map(len, out)))
+
+
+def predict_batch(predictor: Any, key: tuple[Any, ...], inputs: list[Any], batch_size: int) -> list[Any]:
+    """Each text's entities, aggregated as ``key`` says."""
+    return [r["entities"] for r in predictor.predict(inputs, batch_size=batch_size, aggregation=key[1])]
+
+
+def format_results(parsed: Parsed, raw: Sequence[Any], label_names: Sequence[str]) -> Any:
+    """The pipeline's entity groups per text."""
+    out = [[{"entity_group": e["type"], "score": float(e["score"]), "word": e["text"], "start": int(e["start"]),
+             "end": int(e["end"])} for e in entities] for entities in raw]
+    return out[0] if parsed.single else out
+
+
+def warm_request() -> Any:
+    """One text."""
+    return "the server warms up its model before it is ready."
+
+
+def openapi_schemas(label_names: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A text in; the entity groups of a text (of each text, for a list) out."""
+    text = {"type": "string"}
+    params = {"aggregation_strategy": {"enum": list(AGGREGATIONS), "default": DEFAULT_AGGREGATION}}
+    group = {"type": "object", "properties": {"entity_group": text, "score": {"type": "number"}, "word": text,
+                                              "start": {"type": "integer"}, "end": {"type": "integer"}}}
+    result = {"oneOf": [{"type": "array", "items": group},
+                        {"type": "array", "items": {"type": "array", "items": group}}]}
+    return text, params, result
