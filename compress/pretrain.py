@@ -38,7 +38,7 @@ from compress.training import (checkpoint_dir, guarded_trainer, interrupt_callba
 from compress.device import device_name, resolve_precision, training_device
 from compress.modeling import autocast, load_tokenizer
 from compress.quiet import quiet_transformers
-from compress.tasks.task_choice import TOKEN
+from compress.tasks import get_task
 from compress.transfer import filter_unlabeled, held_out_overlap, load_unlabeled, mlm_head_keys, split_texts, text_key
 
 
@@ -103,10 +103,7 @@ def _corpus(cfg: PretrainConfig) -> tuple[list[str], dict[str, Any]]:
     held_out: list[str] = []  # the task's validation and test texts, kept out of the corpus
     task_texts: list[str] = []
     if cfg.data is not None:
-        tagging = cfg.data.task() == TOKEN  # tagging data: its sentences as running text
-        task = cfg.data.load_any() if tagging else cfg.data.load()
-        if not tagging and task.is_pair:
-            raise CompressError("pretrain reads single texts; a sentence-pair task's corpus is not supported yet")
+        task = get_task(cfg.data.task()).aspect("training").pretrain_data(cfg.data)
         held_out = split_texts(task, ("validation", "test"))
         if cfg.task_text:
             task_texts = split_texts(task, ("train",))

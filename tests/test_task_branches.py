@@ -31,18 +31,8 @@ NOT_YET: set[str] = {
     "benchmarks/gate.py",
     "benchmarks/gate_results.py",
     "benchmarks/suite.py",
-    "compress/cli.py",
-    "compress/distill/trainer.py",
-    "compress/export.py",
-    "compress/modeling.py",
     "compress/optimize.py",
-    "compress/pretrain.py",
-    "compress/prune/stage.py",
     "compress/quality.py",
-    "compress/quantize.py",
-    "compress/runtime.py",
-    "compress/serving/schemas.py",
-    "compress/teacher.py",
 }
 
 

@@ -12,25 +12,19 @@ from typing import Any
 import numpy as np
 
 from compress.artifact import folder_size_bytes, read_meta, weights_sha256, write_artifact
+from compress.assets import resolve_model
 from compress.config import DistillConfig, PruneConfig, StudentSpec
-from compress.data import DynamicPaddingCollator, tokenize_split
-from compress.long_texts import window_texts, windows_record
+from compress.device import device_name, training_device
 from compress.errors import CompressError
-from compress.numerics import log_softmax
+from compress.export import check_out_is_not_input
 from compress.formats.layouts import encoder_parameters, layer_parts, structure
 from compress.formats.pruned import LOADER_COMPRESS, loader_of
+from compress.modeling import count_parameters, load_classifier, model_device
+from compress.numerics import log_softmax
 from compress.prune.removal import prune_model
-from compress.tasks.task_choice import QA, TOKEN
-from compress.training import checkpoint_dir, is_main_process
-from compress.assets import resolve_model
-from compress.device import device_name, training_device
-from compress.export import check_out_is_not_input
-from compress.modeling import classification_metrics, count_parameters, load_classifier, model_device, predict_logits
-from compress.tasks.question_answering.teacher import qa_collator, qa_stride, qa_training_rows, score_reader
 from compress.runtime import artifact_kind
-from compress.tasks.task_choice import check_model_task
-from compress.tasks.token_classification.words import score_token_logits, token_collator, token_logits, tokenize_tagged_split
-from compress.windows import window_stride
+from compress.tasks import get_task
+from compress.training import checkpoint_dir, is_main_process
 
 
 def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
@@ -53,59 +47,20 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     if kind != "pytorch":
         raise CompressError(f"--model {source} is a {kind} artifact; pruning needs the PyTorch fp32 folder it was made "
                             "from (the teacher, distill or prune artifact).")
-    task = cfg.data.load_any()
-    tagging = getattr(task, "task", None) == TOKEN
-    reading = getattr(task, "task", None) == QA
-    task_name = TOKEN if tagging else QA if reading else "sequence-classification"
-    #: The quality kept while pruning: accuracy for a classifier, entity F1 (validation, test) for a tagger,
-    #: SQuAD F1 for a reader.
-    metric = "entity_f1" if tagging else "f1" if reading else "accuracy"
-    if tagging or reading:
-        check_model_task(source, task_name, cfg.data.data, str(source), task.num_labels if tagging else None)
-    if reading:
-        model, tokenizer, has_head = load_classifier(source, allow_pickle=cfg.allow_pickle, task=QA)
-    else:
-        model, tokenizer, has_head = load_classifier(source, task.num_labels, task.label_names, cfg.allow_pickle,
-                                                     task=task_name)
+    data = cfg.data.load_any()
+    task = get_task(cfg.data.task())
+    training = task.aspect("training")
+    metric = task.primary_metric  #: the quality kept while pruning, per split (validation, test)
+    model, tokenizer, has_head = training.load_for_pruning(cfg, source, data)
     if not has_head:
         raise CompressError(f"--model {source}: the model has no trained classification head, so there is nothing to "
                             "keep accurate while pruning. Fine-tune it first: bert-compress teacher --model DIR --data DATA --out DIR")
     layer_parts(model)  # refuses unsupported families before any work
     model.to(device)  # evaluation and importance scoring run there; recovery's Trainer uses the same device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    if reading:
-        # training windows with gold positions (importance scoring); the splits are scored by reading them
-        tokenized = {"train": qa_training_rows(task.splits["train"], tokenizer, cfg.max_length,
-                                               qa_stride(cfg.max_length, cfg.stride)),
-                     **{name: split for name, split in task.splits.items() if name != "train"}}
-    elif tagging:
-        tokenized = {name: tokenize_tagged_split(split, tokenizer, cfg.max_length, what=name, stride=cfg.stride)
-                     for name, split in task.splits.items()}
-    else:  # a text past --max-length is one row per window, scored pooled (compress.long_texts)
-        windows = {name: window_texts(split, tokenizer, cfg.max_length, task.is_pair, cfg.stride, what=name)
-                   for name, split in task.splits.items()}
-        tokenized = {name: tokenize_split(windows[name].rows, tokenizer, cfg.max_length, task.is_pair, what=name)
-                     for name in task.splits}
-    eval_splits = [name for name in ("validation", "test") if name in tokenized]
-    if tagging:
-        evaluate_tagger_splits = _tagger_evaluation(task, tokenized, eval_splits, pad_id)
-    labels = {} if tagging or reading else {name: np.asarray(task.splits[name]["label"]) for name in eval_splits}
-
-    def evaluate(m, reference: dict[str, np.ndarray] | None, desc: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        if reading:
-            return _reader_evaluation(m, tokenizer, task, eval_splits, cfg.max_length,
-                                      qa_stride(cfg.max_length, cfg.stride), pad_id), {}
-        if tagging:
-            return evaluate_tagger_splits(m, reference)
-        logits = {name: windows[name].pool(predict_logits(m, tokenized[name], batch_size=64, pad_id=pad_id,
-                                                          desc=f"{desc} ({name})"), cfg.pooling)
-                  for name in eval_splits}
-        metrics = {name: classification_metrics(logits[name], labels[name],
-                                                reference[name] if reference else None) for name in eval_splits}
-        if reference:
-            for name in eval_splits:
-                metrics[name]["kl_to_unpruned"] = kl_divergence(reference[name], logits[name])
-        return metrics, logits
+    scorer = training.pruning_scorer(cfg, data, tokenizer, pad_id)
+    eval_splits = [name for name in ("validation", "test") if name in data.splits]
+    evaluate = scorer.evaluate
 
     t0 = time.perf_counter()
     before_metrics, before_logits = evaluate(model, None, "evaluating the unpruned model")
@@ -116,8 +71,8 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
 
     t0 = time.perf_counter()
     taylor = cfg.importance == "taylor"
-    batches = _batches(tokenized["train"], pad_id, cfg.train.batch_size, cfg.importance_batches if taylor else 1,
-                       cfg.train.seed, tokenizer if tagging or reading else None, reading=reading)
+    batches = _batches(scorer.train_rows, scorer.collate, cfg.train.batch_size,
+                       cfg.importance_batches if taylor else 1, cfg.train.seed)
     batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
     example = {k: v[:2] for k, v in batches[0].items() if k not in ("labels", "start_positions", "end_positions")}
     plan = prune_model(model, cfg.heads, cfg.ffn, cfg.importance, cfg.scope, example_inputs=example,
@@ -145,7 +100,7 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
     try:
         if cfg.recover_epochs > 0:
             t0 = time.perf_counter()
-            model, recovery = _recover(cfg, source, model, tokenizer, work, task_name)
+            model, recovery = _recover(cfg, source, model, tokenizer, work, task.name)
             timings["recover_s"] = round(time.perf_counter() - t0, 2)
             if loader_of(model) != loader or structure(model) != plan.after:
                 raise CompressError("internal: recovery changed the pruned shapes; nothing was written.")
@@ -201,13 +156,9 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
             # --precision applies to recovery (a distillation run, which decides and records it); the
             # scoring and the accuracies before and after pruning are measured in fp32
             "precision": (recovery or {}).get("precision"),
-            "data": task.describe(),
-            "task": task_name,
-            **({"stride": qa_stride(cfg.max_length, cfg.stride), "allow_null": task.with_impossible,
-                **({"null_threshold": final_metrics[eval_splits[0]]["null_threshold"]}
-                   if eval_splits and "null_threshold" in final_metrics[eval_splits[0]] else {})} if reading
-               else {"stride": window_stride(cfg.stride, cfg.max_length)} if tagging
-               else windows_record(windows, cfg.max_length, cfg.stride, cfg.pooling)),
+            "data": data.describe(),
+            "task": task.name,
+            **scorer.record(final_metrics),
             "metrics": final_metrics,
             "timings": timings,
             "notes": notes,
@@ -246,11 +197,9 @@ def _accuracies(metrics: dict[str, Any] | None, metric: str = "accuracy") -> dic
     return {name: m[metric] for name, m in (metrics or {}).items()}
 
 
-def _batches(train_ds, pad_id: int, batch_size: int, count: int, seed: int, tagger_tokenizer=None,
-             reading: bool = False) -> list[dict[str, Any]]:
-    """``count`` padded batches of training rows (a seeded sample, so both labels appear early); a tagger's
-    (``tagger_tokenizer`` given) with its per-token labels padded with ``-100``; a reader's (``reading``, its
-    tokenizer given) with each window's gold start and end positions."""
+def _batches(train_ds, collate, batch_size: int, count: int, seed: int) -> list[dict[str, Any]]:
+    """``count`` batches of training rows padded by the task's ``collate`` (a seeded sample, so both labels appear
+    early), with the labels the task trains on (a tagger's per token, a reader's gold start and end positions)."""
     cols = [c for c in ("input_ids", "attention_mask", "token_type_ids", "label", "labels", "start_positions",
                         "end_positions") if c in train_ds.column_names]
     rows = train_ds.select_columns(cols)
@@ -258,17 +207,11 @@ def _batches(train_ds, pad_id: int, batch_size: int, count: int, seed: int, tagg
     order = np.random.default_rng(seed).permutation(len(rows))[:size * count]
     if len(order) < 2:
         raise CompressError("the training split has fewer than 2 rows; pruning needs data to trace and score the model.")
-    if reading:
-        collate = qa_collator(tagger_tokenizer)
-    elif tagger_tokenizer is not None:
-        collate = token_collator(tagger_tokenizer)
-    else:
-        collate = DynamicPaddingCollator({"": pad_id})
     return [collate([rows[int(i)] for i in order[start:start + size]])
             for start in range(0, len(order), size) if len(order[start:start + size]) >= 2]
 
 
-def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path, task_name: str = "sequence-classification"):
+def _recover(cfg: PruneConfig, source: Path, model, tokenizer, work: Path, task_name: str):
     """Distil from the unpruned model (or ``--teacher``) into the pruned one with the distill stage (a tagger's
     per word, a reader's on its windows; ``--intermediate`` for every task: pruned and unpruned share a tokenizer).
 
@@ -319,39 +262,6 @@ def _recovery_record(cfg: PruneConfig, teacher: str, recovered_dir: Path) -> dic
         "precision": meta.get("precision"),
         "notes": meta.get("notes"),
     }
-
-
-def _reader_evaluation(model, tokenizer, task, splits: list[str], max_length: int, stride: int,
-                       pad_id: int) -> dict[str, Any]:
-    """A reader's SQuAD exact match and F1 per split, read in its windows (as the teacher scores it); with SQuAD
-    2.0 data at the null threshold chosen on validation for this very model, recorded in each split's scores."""
-    scores = score_reader(model, tokenizer, {name: task.splits[name] for name in splits},
-                          {name: task.gold_answers(name) for name in splits}, max_length, stride, task.with_impossible,
-                          pad_id=pad_id)
-    if scores.null is not None:
-        for metrics in scores.metrics.values():
-            metrics["null_threshold"] = scores.null_threshold
-    return scores.metrics
-
-
-def _tagger_evaluation(task, tokenized: dict[str, Any], splits: list[str], pad_id: int):
-    """``evaluate(model, reference)`` for a tagger: entity F1, per-type F1 and token accuracy per split (first
-    sub-token per word, as the teacher scores), and, against the unpruned model's per-token logits,
-    ``kl_to_unpruned`` over the labelled tokens; returns ``(metrics, logits)`` as the classifier's does."""
-
-    def evaluate(m, reference: dict[str, list[np.ndarray]] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        logits = {name: token_logits(m, tokenized[name], 64, pad_id=pad_id) for name in splits}
-        metrics = {}
-        for name in splits:
-            metrics[name] = score_token_logits(logits[name], tokenized[name], task.tags(name), task.label_names)
-            if reference:
-                labelled = [np.asarray(lab) != -100 for lab in tokenized[name]["labels"]]
-                metrics[name]["kl_to_unpruned"] = kl_divergence(
-                    np.concatenate([r[k] for r, k in zip(reference[name], labelled)]),
-                    np.concatenate([x[k] for x, k in zip(logits[name], labelled)]))
-        return metrics, logits
-
-    return evaluate
 
 
 def _print_summary(path: Path, pruning: dict[str, Any]) -> None:

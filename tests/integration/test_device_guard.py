@@ -84,21 +84,21 @@ def test_teacher_soft_labels_run_on_the_teachers_device(world, tmp_path, monkeyp
 
 def test_distillation_teacher_forward_follows_the_training_device(world, tmp_path, monkeypatch):
     """The Trainer puts the student on its device; a teacher loaded elsewhere must not be fed across."""
-    import compress.distill.trainer as trainer_module
+    import compress.tasks.sequence_classification.distill as classifier_distill
     from compress.distill.trainer import DistillConfig, distill
     from compress.training import TrainSettings
     from students.factory import StudentSpec
 
     monkeypatch.setenv("BERT_COMPRESS_CACHE", str(tmp_path / "cache"))
     _, data, teacher_dir = world
-    real_load = trainer_module.load_teacher
+    real_load = classifier_distill.load_teacher
 
     def load_on_other_device(*args, **kwargs):
         teacher = real_load(*args, **kwargs)
         teacher.model.to(DEVICE)  # where a user's teacher may sit while the Trainer uses another device
         return teacher
 
-    monkeypatch.setattr(trainer_module, "load_teacher", load_on_other_device)
+    monkeypatch.setattr(classifier_distill, "load_teacher", load_on_other_device)
     cfg = DistillConfig(teacher=str(teacher_dir), data=DataOptions(str(data)), student=StudentSpec("1x32", "random"),
                         train=TrainSettings(epochs=1, lr=1e-3, batch_size=16, max_steps=2, logging_steps=1000),
                         intermediate=True)
