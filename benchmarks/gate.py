@@ -50,7 +50,7 @@ import numpy as np
 
 from benchmarks.gate_output import _summary_line, _write, format_table, junit_xml, markdown_summary, outcome
 from benchmarks.gate_results import (READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, device_mismatch, load_results,
-                                     results_device)
+                                     results_device, results_task)
 from benchmarks.gate_rules import (CLASSIFIER_RULES, DEFAULT_CONFIDENCE, EPS, EXIT_FAIL, EXIT_INCONCLUSIVE,
                                    EXIT_MALFORMED, EXIT_PASS, RULES, SELECTORS, SETTINGS, TAGGING_RULES, Check,
                                    GateInputError, GateRules, RuleSpec, _header_line, load_rules)
@@ -126,9 +126,12 @@ class _Context:
         self.ref = self.arts[results["reference"]]
         self.version = results["schema_version"]
         self.labels = np.asarray((results.get("data") or {}).get("labels") or [], dtype=np.int64)
-        #: F1 results, decided by the F1 rules: a tagger's (entity F1 per sentence) or a reader's (SQuAD F1 per
-        #: question), rather than a classifier's (accuracy per example).
-        self.tagging = (results.get("data") or {}).get("metric") in ("entity_f1", "f1")
+        #: The results' task: which quality rules apply and how each is decided (its scoring aspect's
+        #: ``gate_rules``), and how its per-unit records are read (``gate_records``: the F1 rules').
+        self.task = results_task(results)
+        self.scoring = self.task.aspect("scoring")
+        self.quality_rules = dict(self.scoring.gate_rules())
+        self.records = self.scoring.gate_records()
         self.base_arts = {a["name"]: a for a in (baseline or {}).get("artifacts", [])}
         self.base_groups = {g["name"]: g["members"] for g in (baseline or {}).get("groups") or []}
         self._cache: dict = {}
@@ -215,21 +218,13 @@ def _evaluate_rule(rule: str, limit: Any, subject: _Subject, ctx: _Context, acti
 
     if rule in ("min_speedup", "max_p50_ms", "min_throughput"):
         return _latency_rule(rule, limit, subject, ctx, active, confidence)
-    if rule in TAGGING_RULES or (ctx.tagging and rule in CLASSIFIER_RULES):
-        return _tagging_rule(rule, limit, subject, ctx, confidence)
-    if rule in ("max_accuracy_drop", "max_relative_accuracy_drop"):
-        return _accuracy_drop(rule, limit, subject, ctx, confidence)
-    if rule == "min_agreement":
-        return _agreement(limit, subject, ctx, confidence)
-    if rule == "min_traffic_agreement":
-        return _traffic_agreement(limit, subject, ctx, confidence)
+    if rule in TAGGING_RULES or rule in CLASSIFIER_RULES:
+        return _quality_rule(rule, limit, subject, ctx, confidence)
     if rule == "max_size_mb":
         mb = art["size_bytes"] / 1e6
         return point(mb <= limit + EPS, f"{mb:.2f} MB", f"size {mb:.2f} MB is over {limit:g} MB")
     if rule == "max_regression":
         return _regression(limit, subject, ctx, active, confidence)
-    if rule == "max_accuracy_regression":
-        return _accuracy_regression_check(limit, subject, ctx, confidence)
     if rule in ("min_fused_attention", "require_full_attention_fusion"):
         onnx = art.get("onnx")
         if onnx is None:
@@ -365,7 +360,7 @@ def _accuracy_drop(rule: str, limit: float, subject: _Subject, ctx: _Context, co
     return Check(name, rule, limit, measured, status, message, shown_ci)
 
 
-def _agreement(limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
+def _agreement(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
     name = subject.name
     members = subject.members or [subject.art]
     agreement = float(np.mean([m["quality"]["agreement"] for m in members]))
@@ -391,11 +386,11 @@ def _agreement(limit: float, subject: _Subject, ctx: _Context, confidence: float
     return Check(name, "min_agreement", limit, measured, status, message, shown_ci)
 
 
-def _traffic_agreement(limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
+def _traffic_agreement(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
     """``min_traffic_agreement``: ``min_agreement`` on the ``bench --traffic-file`` texts, from their predictions
     (Clopper-Pearson; for a seed group, the mean over seeds with seed and text variance)."""
 
-    name, rule = subject.name, "min_traffic_agreement"
+    name = subject.name
     members = subject.members or [subject.art]
     ref = ctx.ref.get("traffic_agreement")
     records = [m.get("traffic_agreement") for m in members]
@@ -480,11 +475,7 @@ def _regression(limit: float, subject: _Subject, ctx: _Context, active: dict, co
                                    f"{_ci(interval, '{:+.1%}')}, straddles {limit:.0%}; run more rounds (bench --runs)",
                    "pass": ""}[status]
         parts.append((status, measured, _ci(interval, "{:+.1%}"), message, interval.high))
-    if ctx.tagging:
-        acc_part = (_f1_group_regression(limit, subject, ctx, confidence, relative=True) if subject.is_group
-                    else _f1_regression(limit, subject, base, ctx, confidence, relative=True))
-    else:
-        acc_part = _accuracy_regression(limit, subject, base, ctx, confidence)
+    acc_part = FALLS[ctx.quality_rules["max_regression"]](limit, subject, base, ctx, confidence)
     if acc_part is None:
         no_samples.append("per-example predictions")
     else:
@@ -502,41 +493,62 @@ def _regression(limit: float, subject: _Subject, ctx: _Context, active: dict, co
     return Check(name, rule, limit, measured, status, "; ".join(messages), worst[2])
 
 
-def _tagging_rule(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
-    """A rule of :data:`TAGGING_RULES` (or ``min_agreement``) on a tagger's results (:mod:`benchmarks.f1_rules`
-    decides it); the classifier rules on a tagger's results, and the F1 rules on a classifier's, are refused
-    in one line: a rule that silently passed because its numbers were missing would hide a regression."""
+def _quality_rule(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
+    """A quality rule, decided as the results' task says (its ``gate_rules``: :data:`DECIDERS`); a quality rule of
+    another task (the classifier rules on a tagger's results, the F1 rules on a classifier's) is refused in one
+    line: a rule that silently passed because its numbers were missing would hide a regression."""
+    how = ctx.quality_rules.get(rule)
+    if how is None:
+        raise GateInputError(ctx.scoring.gate_refusal(rule))
+    return DECIDERS[how](rule, limit, subject, ctx, confidence)
+
+
+def _f1_drop(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
+    """``max_f1_drop`` (:mod:`benchmarks.f1_rules`, the task's records): of an artifact, or a seed group's mean."""
     from benchmarks import f1_rules
 
-    if not ctx.tagging and rule in TAGGING_RULES:
-        raise GateInputError(f"rule {rule} gates a tagger's or a reader's F1, but these results are a sentence "
-                             "classifier's (accuracy): use max_accuracy_drop / max_accuracy_regression in the rules file.")
-    if ctx.tagging and rule in CLASSIFIER_RULES and rule != "min_agreement":
-        whose = "a reader's (SQuAD F1)" if ctx.results["data"]["metric"] == "f1" else "a tagger's (entity F1)"
-        raise GateInputError(f"rule {rule} gates a sentence classifier's accuracy, but these results are {whose}: use "
-                             "max_f1_drop / max_f1_regression in the rules file.")
+    if subject.is_group:
+        members = [m["quality"] for m in subject.members]
+        return Check(subject.name, rule, limit, *f1_rules.f1_drop_over_seeds(ctx.ref["quality"], members, limit,
+                                                                             confidence, ctx.records))
+    return Check(subject.name, rule, limit, *f1_rules.f1_drop(ctx.ref["quality"], subject.art["quality"], limit,
+                                                              confidence, ctx.records))
+
+
+def _f1_regression_check(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
+    """``max_f1_regression``: the F1 fall against ``--baseline``, in points."""
     name = subject.name
-    members = [m["quality"] for m in subject.members] if subject.is_group else None
-    if rule == "max_f1_drop":
-        if members is not None:
-            return Check(name, rule, limit, *f1_rules.f1_drop_over_seeds(ctx.ref["quality"], members, limit, confidence))
-        return Check(name, rule, limit, *f1_rules.f1_drop(ctx.ref["quality"], subject.art["quality"], limit, confidence))
-    if rule == "max_f1_regression":
-        if ctx.baseline is None:
-            return Check(name, rule, limit, "-", "skip", "no --baseline given")
-        base = _baseline_of(subject, ctx)
-        if base is None:
-            return Check(name, rule, limit, "-", "skip", "not in the baseline (a new artifact)")
-        part = (_f1_group_regression(limit, subject, ctx, confidence) if members is not None
-                else _f1_regression(limit, subject, base, ctx, confidence, relative=False))
-        if part is None:
-            return Check(name, rule, limit, "-", "inconclusive", "the baseline has no seed group of this name, or "
-                                                                 "one of the two has fewer than two seeds")
-        status, measured, shown, message, _ = part
-        return Check(name, rule, limit, measured, status, message, shown)
-    if members is not None:
-        return Check(name, rule, limit, *f1_rules.word_agreement_over_seeds(members, limit, confidence))
-    return Check(name, rule, limit, *f1_rules.word_agreement(subject.art["quality"], limit, confidence))
+    if ctx.baseline is None:
+        return Check(name, rule, limit, "-", "skip", "no --baseline given")
+    base = _baseline_of(subject, ctx)
+    if base is None:
+        return Check(name, rule, limit, "-", "skip", "not in the baseline (a new artifact)")
+    part = _f1_fall(limit, subject, base, ctx, confidence, relative=False)
+    if part is None:
+        return Check(name, rule, limit, "-", "inconclusive", "the baseline has no seed group of this name, or "
+                                                             "one of the two has fewer than two seeds")
+    status, measured, shown, message, _ = part
+    return Check(name, rule, limit, measured, status, message, shown)
+
+
+def _unit_agreement(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
+    """``min_agreement`` from the task's per-unit agreement records (words, answers): an artifact's or a group's."""
+    from benchmarks import f1_rules
+
+    if subject.is_group:
+        members = [m["quality"] for m in subject.members]
+        return Check(subject.name, rule, limit, *f1_rules.word_agreement_over_seeds(members, limit, confidence,
+                                                                                    ctx.records))
+    return Check(subject.name, rule, limit, *f1_rules.word_agreement(subject.art["quality"], limit, confidence,
+                                                                     ctx.records))
+
+
+def _f1_fall(limit: float, subject: _Subject, base: dict, ctx: _Context, confidence: float, relative: bool = True):
+    """The F1 fall against the baseline, of an artifact or a seed group (``max_f1_regression``, and the quality half
+    of ``max_regression`` when ``relative``): ``(status, measured, interval, message, upper)`` or ``None``."""
+    if subject.is_group:
+        return _f1_group_regression(limit, subject, ctx, confidence, relative=relative)
+    return _f1_regression(limit, subject, base, ctx, confidence, relative)
 
 
 def _f1_group_regression(limit: float, subject: _Subject, ctx: _Context, confidence: float, relative: bool = False):
@@ -545,40 +557,38 @@ def _f1_group_regression(limit: float, subject: _Subject, ctx: _Context, confide
     groups scored on the same sentences the seed spread dominates), or no change at all when every member's
     entity counts equal the baseline member's. ``(status, measured, interval text, message, upper)``, or
     ``None`` when the baseline has no such group or either has fewer than two seeds."""
-    from benchmarks import f1_rules
-
     base_names = ctx.base_groups.get(subject.name)
     if not base_names:
         return None
     old = [ctx.base_arts[n]["quality"] for n in base_names]
     new = [m["quality"] for m in subject.members]
-    _same_task(old[0], new[0])
-    if len(old) == len(new) and [f1_rules.units(q) for q in old] == [f1_rules.units(q) for q in new]:
+    _same_task(ctx)
+    records = ctx.records
+    if len(old) == len(new) and [records.units(q) for q in old] == [records.units(q) for q in new]:
         interval = Interval(0.0, 0.0, 0.0, confidence, "the same per-example scores as the baseline, seed for seed")
     else:
-        interval = _welch_drop([f1_rules.f1_of(q) for q in old], [f1_rules.f1_of(q) for q in new], confidence,
+        interval = _welch_drop([records.f1(q) for q in old], [records.f1(q) for q in new], confidence,
                                relative=relative)
     if interval is None:
         return None
-    return fall_report(f1_rules.metric_name(new[0]), interval, limit, relative,
+    return fall_report(records.metric_name, interval, limit, relative,
                        f"mean of {len(new)} seeds against {len(old)}", "more seeds")
 
 
-def _same_task(old: dict, new: dict) -> None:
-    """Refuse a baseline whose quality records are of another task than RESULTS' (F1 rules only)."""
-    from benchmarks import f1_rules
-
-    if f1_rules.task_of(old) != f1_rules.task_of(new):
-        raise GateInputError(f"--baseline holds {f1_rules.task_of(old)}'s results and RESULTS {f1_rules.task_of(new)}'s: "
-                             "compare results of the same task.")
+def _same_task(ctx: _Context) -> None:
+    """Refuse a baseline of another task than RESULTS' (F1 rules only)."""
+    base_task = results_task(ctx.baseline)
+    if base_task.name != ctx.task.name:
+        raise GateInputError(f"--baseline holds {base_task.aspect('scoring').who()}'s results and RESULTS "
+                             f"{ctx.scoring.who()}'s: compare results of the same task.")
 
 
 def _f1_regression(limit: float, subject: _Subject, base: dict, ctx: _Context, confidence: float, relative: bool):
     from benchmarks import f1_rules
 
-    _same_task(base["quality"], subject.art["quality"])
+    _same_task(ctx)
     return f1_rules.f1_regression(base["quality"], subject.art["quality"], ctx.baseline.get("data") or {},
-                                  ctx.results.get("data") or {}, limit, confidence, relative)
+                                  ctx.results.get("data") or {}, limit, confidence, ctx.records, relative)
 
 
 def _baseline_of(subject: _Subject, ctx: _Context) -> dict | None:
@@ -589,13 +599,13 @@ def _baseline_of(subject: _Subject, ctx: _Context) -> dict | None:
     return ctx.base_arts.get(subject.name)
 
 
-def _accuracy_regression_check(limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
+def _accuracy_regression_check(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
     """``max_accuracy_regression``: the accuracy fall against ``--baseline`` in absolute points, decided on
     the paired interval. ``max_regression`` holds accuracy to the same *share* as latency (8% of 88% is
     7 points: no real regression of a student is that large); this rule gives accuracy its own limit, so
     that a 2-3 point loss of a retrained student fails while a rerun of the same models, whose predictions
     are identical, passes."""
-    name, rule = subject.name, "max_accuracy_regression"
+    name = subject.name
     if ctx.baseline is None:
         return Check(name, rule, limit, "-", "skip", "no --baseline given")
     base = _baseline_of(subject, ctx)
@@ -670,6 +680,15 @@ def _welch_drop(old: list[float], new: list[float], confidence: float, relative:
     scale = (1 / o.mean() if o.mean() > 0 else 0.0) if relative else 1.0
     return Interval(float(est * scale), float((est - half) * scale), float((est + half) * scale), confidence,
                     f"Welch t over {len(o)} and {len(n)} seeds")
+
+
+#: How each quality rule is decided, by the name a task's ``gate_rules`` gives (:mod:`compress.tasks.protocol.scoring`):
+#: from per-example predictions against the labels (accuracy), or from the task's per-unit records (F1).
+DECIDERS = {"accuracy_drop": _accuracy_drop, "accuracy_regression": _accuracy_regression_check,
+            "agreement": _agreement, "traffic_agreement": _traffic_agreement,
+            "f1_drop": _f1_drop, "f1_regression": _f1_regression_check, "unit_agreement": _unit_agreement}
+#: The quality half of ``max_regression``, relative to the baseline's score, by the same names.
+FALLS = {"accuracy_regression": _accuracy_regression, "f1_regression": _f1_fall}
 
 
 def history_checks(results: dict[str, Any], history: str | os.PathLike, window: int, threshold: float,

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.gate_rules import GateInputError
+from compress.errors import CompressError
+from compress.tasks import get_task, task_names
 
 #: The results format bench writes (``results.json``; docs/bench-schema.md): its name and version. Version 2
 #: keeps every round's timing and every example's prediction, so the gate can compute intervals.
@@ -22,10 +24,12 @@ SCHEMA_VERSION = 2
 #: statistical rules on them are inconclusive (with a message saying why), the others work as before.
 READABLE_VERSIONS = (1, 2)
 
-_NUMBER = (int, float)
+#: The JSON number types a numeric field may hold.
+NUMBER = (int, float)
 
 
-def _require(obj: dict, key: str, types: tuple, where: str, path: Path, nullable: bool = False) -> Any:
+def require(obj: dict, key: str, types: tuple, where: str, path: Path, nullable: bool = False) -> Any:
+    """``obj[key]``, refused in one line naming the file and the field when missing or of another type."""
     if key not in obj:
         raise GateInputError(f"{path}: {where}.{key} is missing. The file is incomplete or was not written by "
                              "bert-compress bench; run the benchmark again.")
@@ -50,6 +54,25 @@ def device_mismatch(doc: dict[str, Any], base: dict[str, Any]) -> str | None:
     if now.split(":")[0] == then.split(":")[0]:
         return None
     return f"the baseline was measured on {then} and these results on {now}"
+
+
+def results_task(doc: dict[str, Any], path: str | os.PathLike | None = None) -> Any:
+    """The registered task a ``results.json`` is of: ``$.data.task`` (the registry name), or, in a file written
+    before bench recorded it, the task whose primary metric is ``$.data.metric`` (version 1 files: accuracy)."""
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    name = data.get("task")
+    try:
+        if name is not None:
+            return get_task(name)
+    except CompressError as exc:
+        raise GateInputError(f"{path or 'the results'}: $.data.task {name!r} is not a task this bert-compress knows "
+                             f"({exc}). Gate it with the bert-compress that has that task.") from exc
+    metric = (data.get("metric") if doc.get("schema_version", 1) >= 2 else None) or "accuracy"
+    for known in task_names():
+        if get_task(known).primary_metric == metric:
+            return get_task(known)
+    raise GateInputError(f"{path or 'the results'}: $.data.metric {metric!r} is no task's primary metric. The file "
+                         "was edited or damaged; run the benchmark again.")
 
 
 def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, Any]:
@@ -79,22 +102,11 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
     if version not in READABLE_VERSIONS:
         raise GateInputError(f"{option} {path}: schema_version {version} is not supported (this bert-compress reads "
                              f"{', '.join(map(str, READABLE_VERSIONS))}). Run the benchmark again with this version.")
-    reference = _require(doc, "reference", (str,), "$", path)
-    artifacts = _require(doc, "artifacts", (list,), "$", path)
-    labels: list = []
-    metric = doc["data"].get("metric") if version >= 2 and isinstance(doc.get("data"), dict) else None
-    tagging, reading = metric == "entity_f1", metric == "f1"
-    types: list = []
-    if reading:
-        n = _require(doc["data"], "n", (int,), "$.data", path)
-    elif tagging:
-        types = _require(doc["data"], "types", (list,), "$.data", path)
-        n = _require(doc["data"], "n", (int,), "$.data", path)
-    elif version >= 2:
-        labels = _require(_require(doc, "data", (dict,), "$", path), "labels", (list,), "$.data", path)
-        if not labels or not all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
-            raise GateInputError(f"{path}: $.data.labels should be a non-empty list of whole numbers. The file was "
-                                 "edited or damaged; run the benchmark again.")
+    reference = require(doc, "reference", (str,), "$", path)
+    artifacts = require(doc, "artifacts", (list,), "$", path)
+    task = results_task(doc, path)
+    scoring = task.aspect("scoring")
+    facts = scoring.check_results_data(doc, version, path)
     if not artifacts:
         raise GateInputError(f"{path}: $.artifacts is empty; the benchmark measured nothing. Run it again.")
     names = set()
@@ -102,49 +114,39 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
         where = f"artifacts[{i}]"
         if not isinstance(art, dict):
             raise GateInputError(f"{path}: {where} should be an object. Run the benchmark again.")
-        name = _require(art, "name", (str,), where, path)
+        name = require(art, "name", (str,), where, path)
         if name in names:
             raise GateInputError(f"{path}: two artifacts are named {name!r}. Run the benchmark again.")
         names.add(name)
-        _require(art, "kind", (str,), where, path)
-        _require(art, "is_reference", (bool,), where, path)
-        _require(art, "size_bytes", (int,), where, path)
-        _require(art, "num_hidden_layers", (int,), where, path, nullable=True)
-        quality = _require(art, "quality", (dict,), where, path)
-        _require(quality, "entity_f1" if tagging else "f1" if reading else "accuracy", _NUMBER, f"{where}.quality", path)
-        _require(quality, "agreement", _NUMBER, f"{where}.quality", path)
-        if reading:
-            _check_reading_quality(quality, n, f"{where}.quality", path)
-        elif tagging:
-            _check_tagging_quality(quality, n, len(types), f"{where}.quality", path)
-        elif version >= 2:
-            predictions = _require(quality, "predictions", (list,), f"{where}.quality", path)
-            if len(predictions) != len(labels) or not all(isinstance(p, int) and not isinstance(p, bool)
-                                                           for p in predictions):
-                raise GateInputError(f"{path}: {where}.quality.predictions should be {len(labels)} whole numbers (one "
-                                     "per example of $.data.labels). The file was edited or damaged; run the benchmark "
-                                     "again.")
+        require(art, "kind", (str,), where, path)
+        require(art, "is_reference", (bool,), where, path)
+        require(art, "size_bytes", (int,), where, path)
+        require(art, "num_hidden_layers", (int,), where, path, nullable=True)
+        quality = require(art, "quality", (dict,), where, path)
+        require(quality, task.primary_metric, NUMBER, f"{where}.quality", path)
+        require(quality, "agreement", NUMBER, f"{where}.quality", path)
+        scoring.check_results_quality(quality, facts, version, f"{where}.quality", path)
         if art.get("traffic_agreement") is not None:  # bench --traffic-file (optional)
-            traffic = _require(art, "traffic_agreement", (dict,), where, path)
-            predictions = _require(traffic, "predictions", (list,), f"{where}.traffic_agreement", path)
+            traffic = require(art, "traffic_agreement", (dict,), where, path)
+            predictions = require(traffic, "predictions", (list,), f"{where}.traffic_agreement", path)
             if not predictions or not all(isinstance(p, int) and not isinstance(p, bool) for p in predictions):
                 raise GateInputError(f"{path}: {where}.traffic_agreement.predictions should be a non-empty list of "
                                      "whole numbers. The file was edited or damaged; run the benchmark again.")
-        onnx = _require(art, "onnx", (dict,), where, path, nullable=True)
+        onnx = require(art, "onnx", (dict,), where, path, nullable=True)
         if onnx is not None:
-            _require(onnx, "attention_ops", (int,), f"{where}.onnx", path)
-        for j, entry in enumerate(_require(art, "latency", (list,), where, path)):
+            require(onnx, "attention_ops", (int,), f"{where}.onnx", path)
+        for j, entry in enumerate(require(art, "latency", (list,), where, path)):
             w = f"{where}.latency[{j}]"
             if not isinstance(entry, dict):
                 raise GateInputError(f"{path}: {w} should be an object. Run the benchmark again.")
-            _require(entry, "batch_size", (int,), w, path)
-            _require(entry, "seq_len", (int,), w, path)
-            _require(entry, "p50_ms", _NUMBER, w, path)
-            _require(entry, "throughput_seq_per_s", _NUMBER, w, path, nullable=True)
-            speedup = _require(entry, "speedup", (dict,), w, path)
-            _require(speedup, "median", _NUMBER, f"{w}.speedup", path)
+            require(entry, "batch_size", (int,), w, path)
+            require(entry, "seq_len", (int,), w, path)
+            require(entry, "p50_ms", NUMBER, w, path)
+            require(entry, "throughput_seq_per_s", NUMBER, w, path, nullable=True)
+            speedup = require(entry, "speedup", (dict,), w, path)
+            require(speedup, "median", NUMBER, f"{w}.speedup", path)
             if version >= 2:
-                rounds = _require(entry, "rounds_ns", (list,), w, path)
+                rounds = require(entry, "rounds_ns", (list,), w, path)
                 if not rounds or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in rounds):
                     raise GateInputError(f"{path}: {w}.rounds_ns should be a non-empty list of whole nanoseconds. The "
                                          "file was edited or damaged; run the benchmark again.")
@@ -176,33 +178,3 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
             raise GateInputError(f"{path}: seed group {group['name']!r} has the name of an artifact; give the group "
                                  "another name (bench --seeds NAME=...).")
     return doc
-
-
-def _check_reading_quality(quality: dict, n: int, where: str, path: Path) -> None:
-    """A reader's per-question F1 (``n`` numbers in [0, 1]) and same-answer flags (``n`` of 0 or 1)."""
-    scores = _require(quality, "question_f1", (list,), where, path)
-    same = _require(quality, "same_answer", (list,), where, path)
-    ok = (len(scores) == n and all(isinstance(v, _NUMBER) and not isinstance(v, bool) and 0 <= v <= 1 for v in scores)
-          and len(same) == n and all(v in (0, 1) and not isinstance(v, bool) for v in same))
-    if not ok:
-        raise GateInputError(f"{path}: {where}.question_f1 should be {n} scores from 0 to 1 and {where}.same_answer {n} "
-                             "flags (0 or 1), one per question. The file was edited or damaged; run the benchmark "
-                             "again.")
-
-
-def _check_tagging_quality(quality: dict, n: int, n_types: int, where: str, path: Path) -> None:
-    """A tagger's per-sentence entity counts ``(n, types, 3)`` and word agreement ``(n, 2)``, whole numbers."""
-    def whole(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-    counts = _require(quality, "entity_counts", (list,), where, path)
-    agree = _require(quality, "word_agreement", (list,), where, path)
-    ok = (len(counts) == n and all(isinstance(row, list) and len(row) == n_types and all(
-        isinstance(c, list) and len(c) == 3 and all(whole(v) for v in c) for c in row) for row in counts)
-        and len(agree) == n and all(isinstance(r, list) and len(r) == 2 and all(whole(v) for v in r) for r in agree))
-    if not ok:
-        raise GateInputError(f"{path}: {where}.entity_counts should be {n} sentences of {n_types} types of (correct, "
-                             f"predicted, gold) counts and {where}.word_agreement {n} (same, words) pairs. The file was "
-                             "edited or damaged; run the benchmark again.")
-
-

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 from benchmarks.agreement import traffic_agreement_section
+from benchmarks.gate_results import results_task
 from benchmarks.runtime_sections import sections
 from compress.quality import METRIC_NAMES
 
@@ -38,14 +39,18 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], text_columns: int
     return lines
 
 
+def _ci_pct(ci: Sequence[float] | None) -> str:
+    return f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci and ci[0] is not None else ""
+
+
+#: The helpers a task's quality table is written with (its scoring aspect's ``report_quality``).
+fmt, table, ci_pct = _fmt, _table, _ci_pct
+
+
 def chart_config(results: dict[str, Any]) -> tuple[int, int]:
     """The (batch, seq) of the Pareto chart: batch 1 (or the smallest measured), the longest sequence."""
     settings = results["settings"]
     return min(settings["batch_sizes"]), max(settings["seq_lens"])
-
-
-def _ci_pct(ci: Sequence[float] | None) -> str:
-    return f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci and ci[0] is not None else ""
 
 
 def latency_at(artifact: dict[str, Any], batch_size: int, seq_len: int) -> dict[str, Any] | None:
@@ -149,12 +154,7 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str] = (PARETO_PNG,
         f"## Quality ({data['split']} split, {data['n']} examples)",
         "",
     ]
-    if quality_metric(results)[0] == "entity_f1":
-        out += _tagging_quality(arts, ref)
-    elif quality_metric(results)[0] == "f1":
-        out += _reading_quality(arts)
-    else:
-        out += _classification_quality(arts, ref)
+    out += results_task(results).aspect("scoring").report_quality(arts, ref)
     out += _served_runtimes(arts, *quality_metric(results))
 
     out += ["", "## Latency", ""]
@@ -174,73 +174,6 @@ def _served_runtimes(arts: Sequence[dict[str, Any]], metric: str, title: str) ->
         lines.append(f"`{a['name']}` serves {parts}. Its row is the least accurate of them, "
                      f"`{a['quality']['scored_runtime']}`, so a gate on it holds at every batch size.")
     return ["", *lines] if lines else []
-
-
-def _tagging_quality(arts: Sequence[dict[str, Any]], ref: dict[str, Any]) -> list[str]:
-    """A tagger's quality table: entity F1 with its interval, the paired drop, P/R, word agreement, per type."""
-    types = sorted(ref["quality"].get("per_type_f1") or {})
-    rows = []
-    for a in arts:
-        q = a["quality"]
-        drop = q.get("entity_f1_drop")
-        vs = "-" if drop is None else (f"{-100 * drop['estimate']:+.1f} pt [{-100 * drop['high']:+.1f}, "
-                                       f"{-100 * drop['low']:+.1f}]")
-        rows.append([f"`{a['name']}`" + (" (reference)" if a["is_reference"] else ""), a["kind"],
-                     _fmt(q["entity_f1"], pct=True) + _ci_pct(q.get("entity_f1_ci")), vs,
-                     _fmt(q.get("entity_precision"), pct=True), _fmt(q.get("entity_recall"), pct=True),
-                     _fmt(q.get("agreement"), pct=True) + _ci_pct(q.get("agreement_ci"))]
-                    + [_fmt((q.get("per_type_f1") or {}).get(t), pct=True) for t in types])
-    out = _table(["artifact", "kind", "entity F1 [95%]", "vs reference [95%, paired]", "precision", "recall",
-                  "word agreement [95%]"] + [f"F1 {t}" for t in types], rows)
-    support = ", ".join(f"{t} {n}" for t, n in sorted((ref["quality"].get("per_type_support") or {}).items()))
-    return out + ["", "Entity F1: strict span-and-type matching (seqeval's default), micro over types. Intervals: "
-                  "bootstrap over sentences; the difference with the reference paired over the same sentences. Word "
-                  f"agreement: words tagged as the reference tagged them. Gold entities per type: {support}."]
-
-
-def _reading_quality(arts: Sequence[dict[str, Any]]) -> list[str]:
-    """A reader's quality table: SQuAD F1 with its interval, the paired drop, exact match, answer agreement."""
-    rows = []
-    for a in arts:
-        q = a["quality"]
-        drop = q.get("f1_drop")
-        vs = "-" if drop is None else (f"{-100 * drop['estimate']:+.1f} pt [{-100 * drop['high']:+.1f}, "
-                                       f"{-100 * drop['low']:+.1f}]")
-        rows.append([f"`{a['name']}`" + (" (reference)" if a["is_reference"] else ""), a["kind"],
-                     _fmt(q["f1"], pct=True) + _ci_pct(q.get("f1_ci")), vs, _fmt(q.get("exact_match"), pct=True),
-                     _fmt(q.get("reference_f1"), pct=True),
-                     _fmt(q.get("agreement"), pct=True) + _ci_pct(q.get("agreement_ci"))])
-    out = _table(["artifact", "kind", "F1 [95%]", "vs reference [95%, paired]", "exact match",
-                  "F1 against the reference", "same answer [95%]"], rows)
-    return out + ["", "F1 and exact match: the official SQuAD v1.1 normalisation, best over each question's gold "
-                  "answers, averaged over questions. Intervals: bootstrap over questions; the difference with the "
-                  "reference paired over the same questions. Same answer: questions answered with the reference's "
-                  "very text."]
-
-
-def _classification_quality(arts: Sequence[dict[str, Any]], ref: dict[str, Any]) -> list[str]:
-    """The classifier's quality table: accuracy, the paired difference, macro-F1, agreement, McNemar."""
-    out: list[str] = []
-    ref_acc = ref["quality"]["accuracy"]
-    rows = []
-    for a in arts:
-        q = a["quality"]
-        diff = None if a["is_reference"] else round(100 * (q["accuracy"] - ref_acc), 1) + 0.0  # no "-0.0"
-        drop = q.get("accuracy_drop")
-        vs = "-" if diff is None else f"{diff:+.1f} pt" + (
-            f" [{-100 * drop['high']:+.1f}, {-100 * drop['low']:+.1f}]" if drop else "")
-        rows.append([f"`{a['name']}`" + (" (reference)" if a["is_reference"] else ""), a["kind"],
-                     _fmt(q["accuracy"], pct=True) + _ci_pct(q.get("accuracy_ci")), vs,
-                     "-" if q.get("detectable_drop") is None else f"{100 * q['detectable_drop']:.1f} pt",
-                     _fmt(q.get("macro_f1"), pct=True), _fmt(q.get("agreement"), pct=True) + _ci_pct(q.get("agreement_ci")),
-                     "-" if q.get("mcnemar_p") is None else f"{q['mcnemar_p']:.3g}"])
-    out += _table(["artifact", "kind", "accuracy [95%]", "vs reference [95%, paired]", "detectable", "macro-F1",
-                   "agreement [95%]", "McNemar p"], rows)
-    out += ["", "Intervals: accuracy and agreement Clopper-Pearson; the difference with the reference a paired "
-            "bootstrap over the same examples. Detectable: the smallest true accuracy difference this test set "
-            "finds with 80% power. McNemar p: exact paired test of the accuracy difference; above 0.05 the difference "
-            "may well be chance."]
-    return out
 
 
 def _render_rest(results: dict[str, Any], out: list[str], plots: Sequence[str]) -> str:

@@ -21,23 +21,20 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from benchmarks.accuracy import evaluate_quality, split_texts_and_labels
 from benchmarks.answers import Answers
 from benchmarks.gate_results import SCHEMA, SCHEMA_VERSION  # the format bench writes is the one the gate reads
 from benchmarks.latency import fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved, summarize
 from benchmarks.machine import machine_info
 from compress.artifact import git_commit, now_iso, package_versions, read_meta, write_folder_atomically
 from compress.config import FULL, QUICK, BenchConfig  # noqa: F401 (FULL, QUICK: the old import path)
-from compress.data import check_labels_fit
 from compress.errors import CompressError
 from compress.progress import bars_enabled
+from compress.quality import data_task
 from benchmarks.agreement import traffic_agreement_lines
 from benchmarks.history import append_history, check_history_writable
 from benchmarks.memory import measure_memory
-from benchmarks.reading_quality import evaluate_reading_quality
 from benchmarks.report import headline, write_report
 from benchmarks.stats import speedup_interval
-from benchmarks.tagging_quality import evaluate_tagging_quality
 from benchmarks.teacher_runtimes import add_teacher_best
 from benchmarks.traffic import measure_traffic_agreement, measure_traffic_and_load, read_traffic_file
 from compress.device import device_name, resolve_device, resolve_precision
@@ -250,39 +247,23 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
     reference = entries[0]["name"]
     ref_predictor = predictors[reference]
     task = config.data.load_any(num_labels=ref_predictor.num_labels)
-    tagging = getattr(task, "task", None) == "token-classification"
-    reading = getattr(task, "task", None) == "question-answering"
-    who = "a tagger" if tagging else "a reader"
-    if (tagging or reading) and config.load_clients:
-        raise CompressError(f"--load-clients measures a sentence classifier's serving calls; for {who} use --traffic "
-                            "SPLIT (its inputs replayed at their real lengths). Drop --load-clients.")
-    if (tagging or reading) and traffic_texts is not None:
+    task_kind = data_task(task)
+    scoring = task_kind.aspect("scoring")
+    if not scoring.labels_per_text() and config.load_clients:
+        raise CompressError(f"--load-clients measures a sentence classifier's serving calls; for {scoring.who()} use "
+                            "--traffic SPLIT (its inputs replayed at their real lengths). Drop --load-clients.")
+    if not scoring.labels_per_text() and traffic_texts is not None:
         raise CompressError(f"--traffic-file {config.traffic_file}: traffic agreement is measured for sentence "
-                            f"classifiers; {who}'s agreement with the reference is measured on --split. "
+                            f"classifiers; {scoring.who()}'s agreement with the reference is measured on --split. "
                             "Drop --traffic-file.")
     memo = Answers()  # the reference's answers are made once, though served runtimes are scored beside it again
-    if reading:  # SQuAD F1 and exact match per question (benchmarks.reading_quality); no integer labels
-        from compress.quality import SplitScorer
+    # the task's quality section: accuracy per example, entity F1 per sentence, SQuAD F1 per question
+    section = scoring.bench_quality(task, config.split, ref_predictor, memo)
+    texts, metric = section.texts, task_kind.primary_metric
 
-        scorer = SplitScorer(task, config.split)
-        texts, labels = scorer.inputs, None
-        metric = "f1"
-        score = lambda chosen, bar, batch=32: evaluate_reading_quality(  # noqa: E731
-            chosen, reference, scorer, batch_size=batch, progress=bar, memo=memo)
-    elif tagging:  # entity F1 per sentence (benchmarks.tagging_quality); no integer labels
-        from compress.quality import SplitScorer
+    def score(chosen: dict[str, Any], bar: bool, batch: int | dict[str, int] = 32) -> dict[str, dict[str, Any]]:
+        return section.score(chosen, reference, batch_size=batch, progress=bar)
 
-        scorer = SplitScorer(task, config.split)
-        texts, labels = scorer.inputs, None
-        metric = "entity_f1"
-        score = lambda chosen, bar, batch=32: evaluate_tagging_quality(  # noqa: E731
-            chosen, reference, scorer, task.entity_types, batch_size=batch, progress=bar, memo=memo)
-    else:
-        check_labels_fit(task, ref_predictor.num_labels, who=f"the reference {ref_predictor.path}")
-        texts, labels = split_texts_and_labels(task, config.split)
-        metric = "accuracy"
-        score = lambda chosen, bar, batch=32: evaluate_quality(  # noqa: E731
-            chosen, reference, texts, labels, batch_size=batch, progress=bar, memo=memo)
     served = served_runtimes(predictors, reference)  # scored through each runtime below, not through the choice
     quality = score({n: p for n, p in predictors.items() if n not in served}, config.progress)
     score_served_runtimes(predictors, reference, served, quality, metric, score)
@@ -345,10 +326,8 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
             **realistic_settings,
             **({"traffic_file": traffic_file} if traffic_file else {}),
         },
-        "data": {**task.describe(), "split": config.split, "n": len(texts), "options": asdict(config.data),
-                 **({"metric": "entity_f1", "types": task.entity_types} if tagging
-                    else {"metric": "f1"} if reading
-                    else {"metric": "accuracy", "labels": [int(v) for v in labels]})},
+        "data": {"task": task_kind.name, **task.describe(), "split": config.split, "n": len(texts),
+                 "options": asdict(config.data), **section.data_record()},
         "reference": reference,
         "artifacts": artifacts,
         "groups": groups,

@@ -566,7 +566,7 @@ def test_a_collapsed_type_fails_the_check_even_when_overall_f1_holds(tmp_path):
 def test_collapse_is_judged_against_the_reference_f1_of_the_type():
     """Under half of the reference's F1 on a type, whatever that F1 is (0.8 here: 0.39 collapses, 0.41 not);
     a type only the reference predicts (no gold entity) is reported with its drop and never judged."""
-    from compress.quality import collapsed_types
+    from compress.tasks.token_classification.scoring import collapsed_types
 
     support = {"LOC": 50, "PER": 20, "MISC": 0}
     assert collapsed_types({"LOC": 0.9, "PER": 0.8}, {"LOC": 0.9, "PER": 0.39}, support) == {"PER": [0.8, 0.39]}
@@ -680,7 +680,7 @@ def test_optimize_a_tagger_scores_candidates_on_entity_f1_and_serves_the_choice(
     is a tagger that finds the entities."""
     from compress.config import DataOptions, OptimizeConfig
     from compress.optimize import format_decision, optimize
-    from compress.quality import types_over_budget
+    from compress.tasks.token_classification.scoring import types_over_budget
     from compress.runtime import Predictor
 
     cfg = OptimizeConfig(model=str(trained.path), data=DataOptions(str(trained.data)),

@@ -8,7 +8,8 @@ import pytest
 
 from benchmarks.stats import f1_drop_interval, type_f1_drop_intervals
 from compress.config import MAX_TYPE_F1_DROP, OptimizeConfig, QuantizeConfig
-from compress.quality import SplitScorer, types_over_budget
+from compress.quality import SplitScorer
+from compress.tasks.token_classification.scoring import types_over_budget
 from compress.tasks.token_classification.metrics import sentence_counts
 from compress.tasks.token_classification.data import load_token_data
 
