@@ -1,0 +1,57 @@
+"""Which task a ``results.json`` is of: ``$.data.task`` (the registry name, written by bench), or, in a file
+written before bench recorded it, the task whose primary metric is ``$.data.metric`` (version 1: accuracy).
+Old files gate as they did; the gate's verdicts do not depend on which of the two names the task."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from benchmarks.gate import evaluate, load_results, load_rules
+from benchmarks.gate_results import results_task
+from benchmarks.gate_rules import GateInputError
+from tests.support.results import make_results, make_results_v1
+
+
+@pytest.mark.parametrize("data, version, task", [
+    ({"task": "token-classification", "metric": "entity_f1"}, 2, "token-classification"),
+    ({"task": "ner"}, 2, "token-classification"),  # an alias reads as its task
+    ({"metric": "entity_f1"}, 2, "token-classification"),  # written before data.task
+    ({"metric": "f1"}, 2, "question-answering"),
+    ({"metric": "accuracy"}, 2, "sequence-classification"),
+    ({}, 1, "sequence-classification"),
+    ({"metric": "f1"}, 1, "sequence-classification"),  # version 1 had no metric: a classifier's
+])
+def test_the_task_of_a_results_file(data, version, task):
+    assert results_task({"schema_version": version, "data": data}).name == task
+
+
+def test_an_unknown_task_or_metric_is_a_malformed_file():
+    with pytest.raises(GateInputError, match=r"\$\.data\.task 'no-such-task'"):
+        results_task({"schema_version": 2, "data": {"task": "no-such-task"}}, "r.json")
+    with pytest.raises(GateInputError, match=r"\$\.data\.metric 'bleu' is no task's primary metric"):
+        results_task({"schema_version": 2, "data": {"metric": "bleu"}}, "r.json")
+
+
+def test_a_file_with_and_without_data_task_gates_alike(tmp_path):
+    rules = tmp_path / "gates.toml"
+    rules.write_text("[rules]\nmax_accuracy_drop = 0.02\nmin_agreement = 0.9\nmin_speedup = 1.5\n", encoding="utf-8")
+    for doc, name in ((make_results(), "old"), (make_results_v1(), "v1")):
+        new = copy.deepcopy(doc)
+        new["data"]["task"] = "sequence-classification"
+        paths = []
+        for d, suffix in ((doc, "a"), (new, "b")):
+            path = tmp_path / f"{name}-{suffix}.json"
+            path.write_text(json.dumps(d), encoding="utf-8")
+            paths.append(path)
+        old_checks, new_checks = (evaluate(load_results(p), load_rules(rules)) for p in paths)
+        assert old_checks == new_checks and old_checks
+    with pytest.raises(GateInputError, match="rule max_f1_drop gates a tagger's or a reader's F1"):
+        evaluate(make_results(), load_rules(_write(tmp_path / "f1.toml", "[rules]\nmax_f1_drop = 0.01\n")))
+
+
+def _write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
