@@ -697,8 +697,8 @@ class DynamicPaddingCollator:
             if key in handled or key in ("text", "text_pair", "length"):
                 continue
             values = [f[key] for f in features]
-            if key in ("label", "labels"):
-                batch["labels"] = torch.tensor(values, dtype=torch.long)
+            if key in ("label", "labels"):  # class ids, or a regression head's float targets (a similarity score)
+                batch["labels"] = torch.tensor(values, dtype=torch.float32 if isinstance(values[0], float) else torch.long)
             elif key == "row":  # row ids (e.g. into a soft-label store) stay integers
                 batch[key] = torch.tensor(values, dtype=torch.long)
             elif isinstance(values[0], (int, float, list, np.ndarray)):

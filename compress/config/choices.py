@@ -58,7 +58,8 @@ INIT_CHOICES = ("random", "teacher-layers", "minilm", "pretrained:PATH")
 AUGMENT_OPS = ("replace", "mask", "delete", "swap")
 #: The flags of the data a stage reads; a recipe gives them once, in its ``data:`` section.
 DATA_KEYS = ("data", "text_column", "text_pair_column", "label_column", "token_column", "tag_column",
-             "question_column", "context_column", "answers_column", "limit", "split_seed")
+             "question_column", "context_column", "answers_column", "sentence1_column", "sentence2_column",
+             "score_column", "score_range", "limit", "split_seed")
 #: The training flags every training command has (``prune`` has a subset, see :class:`PruneConfig`).
 TRAIN_FLAGS = ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "seed", "max_steps", "min_steps",
                "save_steps", "sampling")

@@ -12,6 +12,7 @@ from students.presets import DEFAULT_PRESET, parse_shape
 from compress.data import BUILTIN_DATASETS, load_task_data
 from compress.tasks.question_answering.data import ANSWERS_COLUMNS, CONTEXT_COLUMNS, QUESTION_COLUMNS, load_qa_data
 from compress.tasks.registry import get_task
+from compress.tasks.sentence_similarity.data import SCORE_COLUMNS, SENTENCE1_COLUMNS, SENTENCE2_COLUMNS
 from compress.tasks.task_choice import column_flags, data_task
 from compress.tasks.token_classification.data import TAG_COLUMNS, TOKEN_COLUMNS, load_token_data
 from compress.windows import DEFAULT_POOLING, POOLINGS, check_stride
@@ -40,8 +41,24 @@ class DataOptions(ConfigBase):
                                          f"(default: the first of {', '.join(CONTEXT_COLUMNS)})")
     answers_column: str | None = _helped(None, "question-answering data from hf:NAME: the answers column, in the squad "
                                          f"shape (default: the first of {', '.join(ANSWERS_COLUMNS)})")
+    sentence1_column: str | None = _helped(None, "similarity data (scored sentence pairs): the first sentence's column "
+                                           f"(default: the first of {', '.join(SENTENCE1_COLUMNS)})")
+    sentence2_column: str | None = _helped(None, "similarity data: the second sentence's column "
+                                           f"(default: the first of {', '.join(SENTENCE2_COLUMNS)})")
+    score_column: str | None = _helped(None, "similarity data: the column of scores, numbers "
+                                       f"(default: the first of {', '.join(SCORE_COLUMNS)})")
+    score_range: str | None = _helped(None, "similarity data: LO,HI, the scale every score must lie on (default 0,5: "
+                                      "the STS scale)")
     limit: int | None = _helped(None, "use at most this many rows per split (quick runs)")
     split_seed: int = _helped(0, "seed of the 80/10/10 split of a single file")
+
+    #: Fields a config records only when set, so configs written before they existed keep their identity
+    #: (:meth:`compress.config.ConfigBase.fingerprint`).
+    WHEN_SET = ("sentence1_column", "sentence2_column", "score_column", "score_range")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        return {k: v for k, v in out.items() if k not in self.WHEN_SET or v is not None}
 
     def checked_limit(self) -> int | None:
         """``limit``, refused in one line when it is not a count of rows (``0`` once meant no limit, silently)."""

@@ -9,6 +9,7 @@ they are used.
 
 from compress.tasks import sequence_classification, token_classification
 from compress.tasks import question_answering  # registered third: task_names() keeps its order
+from compress.tasks import sentence_similarity  # noqa: E402,F401  (registers sentence-similarity)
 from compress.tasks import sentence_embedding  # noqa: E402,F401  (registers sentence-embedding)
 from compress.tasks.registry import Task, get_task, register_task, task_for_architectures, task_names, unregister_task
 

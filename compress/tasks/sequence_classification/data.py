@@ -42,5 +42,8 @@ def model_kind() -> str:
 
 
 def head_fits(config: Any) -> bool:
-    """A classifier's head: any ``...ForSequenceClassification`` config but a regression one (``problem_type``)."""
-    return config.get("problem_type") != "regression"
+    """A classifier's head: a ``...ForSequenceClassification`` config of two or more classes that is no regression
+    head (``problem_type``)."""
+    id2label = config.get("id2label")
+    outputs = len(id2label) if isinstance(id2label, dict) and id2label else config.get("num_labels")
+    return config.get("problem_type") != "regression" and outputs != 1

@@ -10,14 +10,13 @@ import pytest
 
 from compress.cli import build_parser, stage_config
 from compress.stages import stage_configs
-from compress.config import (BenchConfig, ConfigError, DataOptions, DistillConfig, ExportConfig,
+from compress.config import (DATA_KEYS, BenchConfig, ConfigError, DataOptions, DistillConfig, ExportConfig,
                              GateConfig, PruneConfig, QuantizeConfig, StudentSpec, TeacherConfig, TrainSettings)
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 #: Flags of each command that are not settings of its config: where the artifact goes, and --debug.
 NOT_SETTINGS = {"out", "debug", "command", "func", "help"}
-DATA_FLAGS = {"data", "text_column", "text_pair_column", "label_column", "token_column", "tag_column", "question_column",
-              "context_column", "answers_column", "limit", "split_seed"}
+DATA_FLAGS = set(DATA_KEYS)
 
 from tests.support.paths import ROOT
 
