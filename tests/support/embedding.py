@@ -37,3 +37,28 @@ def corpus(n: int, seed: int = 0) -> list[str]:
         rng.shuffle(picked)
         texts.append(" ".join(picked))
     return texts
+
+
+def onnx_encoder_artifact(st_folder: Path, out: Path, max_length: int = 32) -> Path:
+    """An ONNX artifact of a sentence-transformers folder, pooling and normalisation in the graph: ``model.onnx``
+    (output ``sentence_embedding``), the encoder's config and tokenizer, and a ``compress.json`` naming the task
+    (what the export stage writes for this task, done here by ``torch.onnx.export`` directly)."""
+    import torch
+
+    from compress.artifact import write_artifact
+    from compress.tasks.sentence_embedding.pooling import load_pooled_encoder
+
+    model, tok, _ = load_pooled_encoder(st_folder, eager=True)
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    example = tok(["a short one", "a longer text about the football match"], padding=True, return_tensors="pt")
+
+    def fill(tmp: Path) -> None:
+        with torch.no_grad():
+            torch.onnx.export(model, tuple(example[n] for n in names), str(tmp / "model.onnx"), input_names=names,
+                              output_names=["sentence_embedding"], opset_version=17, dynamo=False,
+                              dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names},
+                                            "sentence_embedding": {0: "batch"}})
+        model.encoder.config.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+
+    return write_artifact(out, fill, {"task": "sentence-embedding", "kind": "onnx-fp32", "max_length": max_length})
