@@ -1,9 +1,11 @@
-"""The data aspect of sentence embedding (:mod:`compress.tasks.protocol.data`): unlabelled text of the user's domain.
+"""The data aspect of sentence embedding (:mod:`compress.tasks.protocol.data`): the user's text, or scored pairs.
 
-A two-tower student learns the teacher's vectors, so its data is text alone: a ``.txt`` file (one text a line) or a
-csv/tsv/jsonl/parquet table's ``--text-column``, or a built-in unlabelled corpus (read by
+A two-tower student learns the teacher's vectors, so its training data is text alone: a ``.txt`` file (one text a
+line) or a csv/tsv/jsonl/parquet table's ``--text-column``, or a built-in unlabelled corpus (read by
 :func:`compress.transfer.corpus.load_unlabeled`). A seeded tenth (at least :data:`MIN_HELD_OUT` texts) is held
-out for the label-free quality measure, neighbour recall against the teacher.
+out for the label-free quality measure, neighbour recall against the teacher. Scored sentence pairs (the STS
+layout, ``stsb-captions``: what :mod:`compress.tasks.sentence_similarity.data` reads) are read by that loader and
+held as :class:`EmbeddingPairs`, the data an encoder is scored on by STS Spearman.
 
 Such text looks like any classification table without its labels, and scored sentence pairs are the cross-encoder's
 data too, so this task recognises nothing by content and accepts nothing by default: it is chosen by its model (a
@@ -31,6 +33,34 @@ class EmbeddingData:
     source: str
     stats: dict[str, int] = field(default_factory=dict)
     task: str = "sentence-embedding"
+
+    @property
+    def splits(self) -> dict[str, list[str]]:
+        """``train`` and the held-out texts as ``validation``, by the split names the stages use."""
+        return {"train": self.train, "validation": self.held_out}
+
+
+class EmbeddingPairs:
+    """Scored sentence pairs (a :class:`compress.tasks.sentence_similarity.data.SimilarityTaskData`) read as a
+    two-tower encoder's data: each side of a pair is embedded alone, the pair's cosine scored against its score."""
+
+    task = "sentence-embedding"
+
+    def __init__(self, pairs: Any) -> None:
+        self.pairs = pairs
+        self.splits = pairs.splits
+        self.source = pairs.source
+
+    def texts(self, split: str) -> list[tuple[str, str]]:
+        """The pairs of ``split``."""
+        return self.pairs.texts(split)
+
+    def scores(self, split: str) -> Any:
+        """The gold scores of ``split``, float64."""
+        return self.pairs.scores(split)
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.pairs.describe(), "task": self.task}
 
 
 def split_texts(texts: list[str], seed: int = 0, limit: int | None = None, source: str = "the texts") -> EmbeddingData:
@@ -68,14 +98,20 @@ def accepts(source: Any) -> bool:
     return False
 
 
-def load(options: Any, num_labels: int | None = None) -> EmbeddingData:
-    """The texts ``options.data`` names (``text_column`` of a table), split by ``split_seed``, cut to ``limit``.
-    ``num_labels`` is refused: an encoder has no classes."""
+def load(options: Any, num_labels: int | None = None) -> EmbeddingData | EmbeddingPairs:
+    """Scored pairs when ``options.data`` is similarity data (:class:`EmbeddingPairs`), else the texts it names
+    (``text_column`` of a table) split by ``split_seed``, cut to ``limit``. ``num_labels`` is refused: an encoder
+    has no classes."""
+    from compress.tasks.protocol.data import DataSource
+    from compress.tasks.sentence_similarity import data as similarity
     from compress.transfer.corpus import load_unlabeled
 
     if num_labels is not None:
         raise CompressError(f"--data {options.data}: a sentence encoder has no labels, but a head of {num_labels} "
                             "labels was asked for. Give a sentence-transformers folder or a bare encoder.")
+    given = {flag: getattr(options, flag, None) for flag in similarity.column_flags()}
+    if options.data in similarity.builtin_data() or similarity.recognises(DataSource(options.data, given)):
+        return EmbeddingPairs(similarity.load(options))
     corpus = load_unlabeled(options.data, text_column=options.text_column)
     return split_texts(corpus.texts, seed=options.split_seed, limit=options.checked_limit(), source=str(options.data))
 
