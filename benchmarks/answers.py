@@ -1,8 +1,8 @@
 """Every artifact's answers on the bench's split, each predictor run once per batch size in one bench run.
 
-``evaluate_quality`` (classifiers), ``evaluate_tagging_quality`` (taggers) and ``evaluate_reading_quality``
-(readers) all start the same way: the reference answers, then every other artifact, each in batches of its
-size. ``bench`` calls them more than once in a run: once for the rows, then again for each runtime a choice
+Each task's bench quality section (its scoring aspect's ``bench_quality``: a classifier's, a tagger's, a
+reader's) starts the same way: the reference answers, then every other artifact, each in batches of its
+size. ``bench`` calls it more than once in a run: once for the rows, then again for each runtime a choice
 serves (:func:`benchmarks.suite.score_served_runtimes`), each time beside the reference. The reference's answers
 in batches of 32 do not change between those calls, and the reference is usually the slowest model there (the
 teacher), so an :class:`Answers` kept for the run hands them back instead of running it again.

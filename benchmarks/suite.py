@@ -29,7 +29,7 @@ from compress.artifact import git_commit, now_iso, package_versions, read_meta, 
 from compress.config import FULL, QUICK, BenchConfig  # noqa: F401 (FULL, QUICK: the old import path)
 from compress.errors import CompressError
 from compress.progress import bars_enabled
-from compress.quality import data_task
+from compress.quality import task_of_data
 from benchmarks.agreement import traffic_agreement_lines
 from benchmarks.history import append_history, check_history_writable
 from benchmarks.memory import measure_memory
@@ -247,7 +247,7 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
     reference = entries[0]["name"]
     ref_predictor = predictors[reference]
     task = config.data.load_any(num_labels=ref_predictor.num_labels)
-    task_kind = data_task(task)
+    task_kind = task_of_data(task)
     scoring = task_kind.aspect("scoring")
     if not scoring.labels_per_text() and config.load_clients:
         raise CompressError(f"--load-clients measures a sentence classifier's serving calls; for {scoring.who()} use "

@@ -26,7 +26,7 @@ from compress.tasks import get_task
 METRIC_NAMES = {"accuracy": "accuracy", "entity_f1": "entity F1", "f1": "F1"}
 
 
-def data_task(data: Any) -> Any:
+def task_of_data(data: Any) -> Any:
     """The registered task of loaded data (classification data names none: it is the first task registered)."""
     return get_task(getattr(data, "task", "sequence-classification"))
 
@@ -43,7 +43,7 @@ class Scorer:
     tagging = False
 
     def __init__(self, data: Any, split: str = "validation"):
-        self.task = data_task(data)
+        self.task = task_of_data(data)
         self.metric = self.task.primary_metric
         #: The record key of the reference's metric minus the candidate's (``accuracy_drop``, ``entity_f1_drop``).
         self.drop_key = f"{self.metric}_drop"
@@ -128,7 +128,7 @@ class Scorer:
 
 def split_scorer(data: Any, split: str = "validation") -> Scorer:
     """The :class:`Scorer` of ``data``'s task for ``split`` (its ``scoring`` aspect's ``split_scorer``)."""
-    return data_task(data).aspect("scoring").split_scorer(data, split)
+    return task_of_data(data).aspect("scoring").split_scorer(data, split)
 
 
 #: The name quantize, optimize and the tests call: a scorer of the data's task.

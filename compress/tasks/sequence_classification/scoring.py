@@ -3,8 +3,12 @@
 **One split** (quantize, optimize: :class:`ClassifierScorer`): the split's texts (or text pairs) read through
 ``Predictor.logits``, the argmax against the integer labels: accuracy, and agreement with the reference's argmax.
 
-**Bench**: :func:`benchmarks.accuracy.evaluate_quality` (accuracy, macro-F1, agreement, the per-example
-predictions the gate pairs on). **Gate**: the accuracy rules of :mod:`benchmarks.gate`, decided from each
+**Bench** (:func:`evaluate_quality`): accuracy, macro-F1, agreement with the reference and the per-example
+predictions the gate pairs on. Agreement (the share of inputs where an artifact's argmax equals the reference's)
+says how faithfully a compressed model reproduces the one it replaces, which accuracy alone hides: two models at
+85% can disagree on a quarter of the inputs. The texts go through the same ``Predictor.logits`` path serving uses
+(dynamic padding; a text longer than the artifact's window is read in overlapping windows whose logits are
+pooled, never cut), not the fixed-shape benchmark inputs, so the numbers are those of real use. **Gate**: the accuracy rules of :mod:`benchmarks.gate`, decided from each
 artifact's ``predictions`` against ``$.data.labels``.
 """
 
@@ -15,12 +19,15 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from benchmarks.accuracy import evaluate_quality, split_texts_and_labels
+from benchmarks.accuracy import mcnemar_p, split_texts_and_labels
+from benchmarks.answers import Answers, answer_each
 from benchmarks.gate_results import require
 from benchmarks.gate_rules import GateInputError
 from benchmarks.report import ci_pct, fmt, table
+from benchmarks.stats import accuracy_drop_interval, detectable_drop, proportion_interval
 from compress.data import check_labels_fit
 from compress.errors import CompressError
+from compress.modeling import classification_metrics
 from compress.quality import Scorer
 
 #: The gate's quality rules on a classifier's results, each with how it is decided (:data:`benchmarks.gate.DECIDERS`).
@@ -71,6 +78,48 @@ def labels_per_text() -> bool:
 
 
 # ----------------------------------------------------------------------------- bench
+
+
+def evaluate_quality(predictors: Mapping[str, Any], reference: str, texts: Sequence[Any], labels: np.ndarray,
+                     batch_size: int | Mapping[str, int] = 32, progress: bool = True,
+                     memo: Answers | None = None) -> dict[str, dict[str, Any]]:
+    """``{name: {accuracy, macro_f1, agreement, n, predictions, ...intervals}}`` for every predictor; the
+    reference agrees with itself. ``batch_size``: one for all, or one per name; ``memo``: answers already made
+    in this run (:mod:`benchmarks.answers`)."""
+    logits: dict[str, np.ndarray] = answer_each(predictors, reference, batch_size,
+                                                lambda p, b: p.logits(texts, batch_size=b), progress, memo)
+    out = {}
+    ref_correct = logits[reference].argmax(-1) == labels
+    for name in predictors:
+        out[name] = classification_metrics(logits[name], labels, reference_logits=logits[reference])
+        if name != reference:
+            out[name]["mcnemar_p"] = mcnemar_p(logits[name].argmax(-1) == labels, ref_correct)
+        out[name].update(quality_intervals(logits[name].argmax(-1), logits[reference].argmax(-1), labels,
+                                           is_reference=name == reference))
+    return out
+
+
+def quality_intervals(predictions: np.ndarray, reference_predictions: np.ndarray, labels: np.ndarray,
+                      is_reference: bool = False, confidence: float = 0.95) -> dict[str, Any]:
+    """The per-example predictions (what the gate's paired statistics need) and 95% intervals for the report.
+
+    ``accuracy_ci`` and ``agreement_ci`` are Clopper-Pearson; ``accuracy_drop`` is the paired-bootstrap
+    interval of ``reference accuracy - this accuracy`` on the same examples, and ``detectable_drop``
+    the smallest true drop this test set finds with 80% power (see :mod:`benchmarks.stats`).
+    """
+
+    pred = np.asarray(predictions)
+    ref_pred = np.asarray(reference_predictions)
+    labels = np.asarray(labels)
+    correct, ref_correct = pred == labels, ref_pred == labels
+    acc = proportion_interval(int(correct.sum()), len(labels), confidence)
+    out: dict[str, Any] = {"predictions": [int(p) for p in pred], "accuracy_ci": [acc.low, acc.high]}
+    if not is_reference:
+        agree = proportion_interval(int((pred == ref_pred).sum()), len(labels), confidence)
+        out["agreement_ci"] = [agree.low, agree.high]
+        out["accuracy_drop"] = accuracy_drop_interval(ref_correct, correct, confidence).as_dict()
+        out["detectable_drop"] = detectable_drop(ref_correct, correct, confidence)
+    return out
 
 
 class BenchQuality:
