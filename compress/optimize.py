@@ -254,7 +254,7 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
                      "seq_len": seq_len if lengths == "fixed" else None, "threads": threads,
                      "warmup": warmup,
                      "runs": runs, "max_accuracy_drop": max_accuracy_drop, "min_agreement": min_agreement,
-                     **({"max_type_f1_drop": max_type_f1_drop} if scorer.tagging else {}),
+                     **scorer.budgets(max_type_f1_drop),
                      "split": "validation", "n": scorer.n,
                      "order": "interleaved, starting variant rotating each round; speedup = median of per-round "
                               "ratios against the PyTorch fp32 parent",

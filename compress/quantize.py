@@ -334,7 +334,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             "chosen": chosen["name"],
             "max_accuracy_drop": max_accuracy_drop, "within_budget": within,
             "failed_checks": chosen.get("failed_checks") or [],
-            **({"max_type_f1_drop": max_type_f1_drop} if metric == "entity_f1" else {}),
+            **(evaluation.scorer.budgets(max_type_f1_drop) if evaluation else {}),
             # The task's primary metric: accuracy_fp32/int8/drop for a classifier, entity_f1_... for a tagger.
             "metric": metric, f"{metric}_fp32": evaluation.fp32 if evaluation else None,
             f"{metric}_int8": chosen.get(metric), f"{metric}_drop": chosen.get(f"{metric}_drop"),

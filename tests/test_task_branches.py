@@ -27,7 +27,6 @@ TASK_DATA_CLASSES = {"TaskData", "TokenTaskData", "QATaskData"}
 #: Modules whose task branches have not moved into the protocol yet; each entry is debt, and the list shrinks to
 #: nothing (then this set and its use go).
 NOT_YET: set[str] = {
-    "compress/optimize.py",
 }
 
 
