@@ -2,16 +2,17 @@
 
 A request is ``{"inputs": ..., "parameters": {...}}`` (what hosted inference endpoints take); the answer is what
 ``transformers.pipeline(task)`` returns for the same inputs, so a client written against a pipeline or an
-inference endpoint reads it unchanged:
+inference endpoint reads it unchanged. This module checks the envelope (the request's keys, ``parameters`` an
+object naming only the task's parameters, at most ``--max-batch`` inputs) and writes the OpenAPI document; the
+task's ``decoding`` aspect (:mod:`compress.tasks.protocol.decoding`) reads ``inputs`` and the parameters' values,
+runs a batch, shapes the answer and names its warm-up input:
 
-- sequence classification: ``inputs`` a text, a ``{"text", "text_pair"}`` pair, or a list of either; each answer
-  ``{"label", "score"}``, or every label's (sorted, highest first) with ``parameters.top_k`` (``null``: all) or
-  the older ``return_all_scores: true``. As the pipeline does, one text without ``top_k`` answers a list of one.
-- token classification: ``inputs`` a text or a list; each answer the list of entity groups
-  ``{"entity_group", "score", "word", "start", "end"}`` (character offsets); ``parameters.aggregation_strategy``
-  is how a word's sub-tokens give its tag (``first``, ``average``, ``max``).
-- question answering: ``inputs`` ``{"question", "context"}`` or a list; each answer ``{"answer", "score",
-  "start", "end"}``; ``parameters.max_answer_len`` bounds an answer in tokens.
+- sequence classification (:mod:`compress.tasks.sequence_classification.decoding`): a text, a ``{"text",
+  "text_pair"}`` pair or a list of either; ``{"label", "score"}``, or the ``top_k`` labels;
+- token classification (:mod:`compress.tasks.token_classification.decoding`): a text or a list; the entity groups
+  ``{"entity_group", "score", "word", "start", "end"}``, by ``parameters.aggregation_strategy``;
+- question answering (:mod:`compress.tasks.question_answering.decoding`): ``{"question", "context"}`` or a list;
+  ``{"answer", "score", "start", "end"}``, ``parameters.max_answer_len`` tokens at most.
 
 Every problem is a :class:`BadInput` naming the field (``inputs[2].context``), answered 422 (413 for too many
 inputs) by :mod:`compress.serving.app`.
