@@ -1,9 +1,10 @@
 """How the gate decides F1 results: a tagger's entity F1 or a reader's SQuAD F1, their drop, regression and agreement.
 
-The results' task reads its own per-unit records (its scoring aspect's ``gate_records``, :mod:`compress.tasks.protocol.scoring`):
-a reader's ``results.json`` holds, per artifact and question, the F1 against the gold answers and whether the
-answer is the reference's very text; a tagger's, per artifact and sentence, the ``(correct, predicted, gold)``
-entity counts per type and the words tagged as the reference tagged them. Each rule here is decided like the
+The results' task reads its own per-unit records (its scoring aspect's ``gate_records``,
+:mod:`compress.tasks.protocol.scoring`): a reader's ``results.json`` holds, per artifact and question, the F1
+against the gold answers and whether the answer is the reference's very text; a tagger's, per artifact and
+sentence, the ``(correct, predicted, gold)`` entity counts per type and the words tagged as the reference tagged
+them. Each rule here is decided like the
 accuracy rules, on an interval and not on the point estimate, with the task's unit (the sentence, the question)
 as the unit resampled:
 

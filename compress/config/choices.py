@@ -42,7 +42,8 @@ MENTION_POOLS = ("train", "train+transfer")
 IMPORTANCES = ("magnitude", "taylor")
 SCOPES = ("uniform", "global")
 #: A tagger's INT8 (or other compressed) candidate fails when one entity type loses more F1 than this against
-#: the fp32 model on validation, by a loss the split tells from noise (compress.quality.types_over_budget).
+#: the fp32 model on validation, by a loss the split tells from noise
+#: (compress.tasks.token_classification.scoring.types_over_budget).
 MAX_TYPE_F1_DROP = 0.03
 #: Types with fewer gold entities in the split are reported, never judged by the per-type rules (one entity
 #: moves their F1 by tenths).

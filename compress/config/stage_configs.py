@@ -472,7 +472,8 @@ class QuantizeConfig(ConfigBase):
     #: Data whose validation split checks the accuracy change (``None``: not measured, no fallbacks).
     data: DataOptions | None = None
     max_accuracy_drop: float = 0.01
-    #: A tagger's per-type F1 budget on validation (compress.quality.types_over_budget; other tasks ignore it).
+    #: A tagger's per-type F1 budget on validation (compress.tasks.token_classification.scoring.types_over_budget;
+    #: other tasks ignore it).
     max_type_f1_drop: float = field(default=MAX_TYPE_F1_DROP, metadata={"help": MAX_TYPE_F1_DROP_HELP})
     per_channel: bool = False
     reduce_range: bool = False
@@ -710,7 +711,8 @@ class OptimizeConfig(ConfigBase):
     warmup: int = 10
     runs: int = 60
     max_accuracy_drop: float = 0.01
-    #: A tagger's per-type F1 budget on validation (compress.quality.types_over_budget; other tasks ignore it).
+    #: A tagger's per-type F1 budget on validation (compress.tasks.token_classification.scoring.types_over_budget;
+    #: other tasks ignore it).
     max_type_f1_drop: float = field(default=MAX_TYPE_F1_DROP, metadata={"help": MAX_TYPE_F1_DROP_HELP})
     min_agreement: float | None = None
     calibration_size: int = 256

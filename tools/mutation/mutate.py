@@ -101,6 +101,15 @@ PRUNE_TESTS = ["tests/unit/compress/prune/test_prune_importance.py", "tests/unit
                "tests/unit/compress/prune/test_prune.py::test_ratio_zero_changes_nothing",
                "tests/unit/compress/prune/test_prune.py::test_removal_is_physical_and_equals_masking_the_original"]
 
+#: The tests of a candidate's record against the fp32 model and its budget verdict (compress.quality's Scorer and a
+#: tagger's per-type rules).
+QUALITY_TESTS = [f"tests/integration/test_ner_chain.py::{t}" for t in (
+    "test_a_collapsed_type_fails_the_check_even_when_overall_f1_holds",
+    "test_collapse_is_judged_against_the_reference_f1_of_the_type",
+    "test_a_classifier_split_is_scored_on_accuracy_and_agreement",
+    "test_a_type_only_the_reference_predicts_gets_its_drop_and_is_not_judged")] + [
+    "tests/unit/compress/test_type_budget.py"]
+
 #: Each module's tests are the unit tests written for it, not the end-to-end tests that also pass through
 #: it (a pipeline or distillation run per mutant would make a module take hours on two cores).
 MODULES: dict[str, list[Target]] = {
@@ -181,15 +190,10 @@ MODULES: dict[str, list[Target]] = {
                                  "onnxruntime.quantization", "pandas", "datasets"]),
                  # A candidate's record against the fp32 model and its budget verdict, for every task (entity F1, and
                  # a tagger's per-type rules: collapse and the per-type budget).
-                 Target("compress/quality.py", ["SplitScorer.compare", "SplitScorer.failures", "collapsed_types",
-                                                "SplitScorer.type_drop_intervals", "types_over_budget"],
-                        [f"tests/integration/test_ner_chain.py::{t}" for t in (
-                            "test_a_collapsed_type_fails_the_check_even_when_overall_f1_holds",
-                            "test_collapse_is_judged_against_the_reference_f1_of_the_type",
-                            "test_a_classifier_split_is_scored_on_accuracy_and_agreement",
-                            "test_a_type_only_the_reference_predicts_gets_its_drop_and_is_not_judged")]
-                        + ["tests/unit/compress/test_type_budget.py"],
-                        optional=True),
+                 Target("compress/quality.py", ["Scorer.compare", "Scorer.failures"], QUALITY_TESTS, optional=True),
+                 Target("compress/tasks/token_classification/scoring.py",
+                        ["TaggerScorer.compare_more", "TaggerScorer.type_failures", "collapsed_types",
+                         "TaggerScorer.type_drop_intervals", "types_over_budget"], QUALITY_TESTS, optional=True),
                  # How a candidate's failure is quoted in the report (also optimize's, export's and OpenVINO's).
                  Target("compress/errors.py", ["first_line", "describe"], ["tests/unit/compress/test_errors.py"])],
 }

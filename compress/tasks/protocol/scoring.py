@@ -1,9 +1,9 @@
-"""The ``scoring``-aspect protocol: what a stage asks of a task's ``scoring`` module (see :mod:`compress.tasks.protocol`).
+"""The ``scoring``-aspect protocol: what a stage asks of a task's ``scoring`` module (:mod:`compress.tasks.protocol`).
 
 Three stages score a task's models, each through these members only:
 
-- quantize and optimize judge a candidate against the model it replaces on one split: :func:`compress.quality.split_scorer`
-  (``SplitScorer``) hands them the task's :class:`compress.quality.Scorer` (``split_scorer``);
+- quantize and optimize judge a candidate against the model it replaces on one split:
+  :func:`compress.quality.split_scorer` (``SplitScorer``) hands them the task's :class:`compress.quality.Scorer` (``split_scorer``);
 - bench (:mod:`benchmarks.suite`) scores every artifact on ``--split`` and writes what the gate pairs on
   (``bench_quality``, ``labels_per_text``), and its report shows the task's quality table (``report_quality``);
 - the gate (:mod:`benchmarks.gate`, :mod:`benchmarks.gate_results`, :mod:`benchmarks.f1_rules`) checks a

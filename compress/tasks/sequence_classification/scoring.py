@@ -8,8 +8,10 @@ predictions the gate pairs on. Agreement (the share of inputs where an artifact'
 says how faithfully a compressed model reproduces the one it replaces, which accuracy alone hides: two models at
 85% can disagree on a quarter of the inputs. The texts go through the same ``Predictor.logits`` path serving uses
 (dynamic padding; a text longer than the artifact's window is read in overlapping windows whose logits are
-pooled, never cut), not the fixed-shape benchmark inputs, so the numbers are those of real use. **Gate**: the accuracy rules of :mod:`benchmarks.gate`, decided from each
-artifact's ``predictions`` against ``$.data.labels``.
+pooled, never cut), not the fixed-shape benchmark inputs, so the numbers are those of real use.
+
+**Gate**: the accuracy rules of :mod:`benchmarks.gate`, decided from each artifact's ``predictions`` against
+``$.data.labels``.
 """
 
 from __future__ import annotations

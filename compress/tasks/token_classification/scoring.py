@@ -1,8 +1,8 @@
 """The ``scoring`` aspect of token classification (:mod:`compress.tasks.protocol.scoring`): a tagger's quality.
 
 **One split** (quantize, optimize: :class:`TaggerScorer`). The split's words are joined by single spaces and
-tagged by ``Predictor.predict`` (whitespace words, first sub-token; :meth:`compress.tasks.token_classification.data.TokenTaskData.texts`),
-so each gold word is one predicted word. Overall F1 can hold while one entity type collapses (INT8 saturating
+tagged by ``Predictor.predict`` (whitespace words, first sub-token;
+:meth:`compress.tasks.token_classification.data.TokenTaskData.texts`), so each gold word is one predicted word. Overall F1 can hold while one entity type collapses (INT8 saturating
 the logits of a rare tag: onnxruntime issues report a tagger at F1 0.8 falling to 0.05), so two per-type
 rules judge each type with at least :data:`compress.config.MIN_TYPE_SUPPORT` gold entities: a candidate fails when the
 type keeps less than :data:`COLLAPSE_FRACTION` of the reference's F1 (it *collapsed*), or loses more than
