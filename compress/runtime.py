@@ -162,13 +162,17 @@ def encode_batches(tokenizer, texts: Text | Sequence[Text], max_length: int, bat
 
 
 def artifact_task(meta: dict[str, Any] | None, config: Any) -> str:
-    """The task an artifact's model is for: ``compress.json``'s ``task`` (or its parent's), else the head its
-    config's ``architectures`` name, else sequence classification (what artifacts were before tasks)."""
+    """The task an artifact's model is for: ``compress.json``'s ``task`` (or its parent's; an alias such as ``ner``
+    is read as the registered name), else the head its config's ``architectures`` name, else sequence
+    classification (what artifacts were before tasks)."""
 
     meta = meta or {}
     recorded = meta.get("task") or (meta.get("parent_meta") or {}).get("task")
     if isinstance(recorded, str) and recorded:
-        return recorded
+        try:
+            return get_task(recorded).name
+        except CompressError:  # a task this install does not know: said where it is served or decoded
+            return recorded
     head = task_for_architectures(getattr(config, "architectures", None) if not isinstance(config, dict)
                                   else config.get("architectures"))
     return head.name if head else "sequence-classification"

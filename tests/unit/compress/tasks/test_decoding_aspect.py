@@ -70,3 +70,13 @@ def test_a_classifier_asked_for_vectors_says_what_it_gives(tmp_path):
         predictor.encode(["a text"])
     assert predictor.output_names == ["logits"]
     assert [o.shape for o in predictor.outputs(["a text", "another"])] == [(2,), (2,)]
+
+
+def test_a_recorded_alias_is_read_as_the_registered_task():
+    from compress.runtime import artifact_task
+
+    assert artifact_task({"task": "ner"}, {}) == "token-classification"
+    assert artifact_task({"parent_meta": {"task": "extractive-qa"}}, {}) == "question-answering"
+    assert artifact_task({"task": "multiple-choice"}, {}) == "multiple-choice"  # refused where it is served
+    assert artifact_task(None, {"architectures": ["BertForTokenClassification"]}) == "token-classification"
+    assert artifact_task(None, {}) == "sequence-classification"
