@@ -39,9 +39,6 @@ class Scorer:
     :meth:`type_failures`.
     """
 
-    #: Kept for compress.optimize's record until it asks :meth:`budgets`; a stage never branches on it.
-    tagging = False
-
     def __init__(self, data: Any, split: str = "validation"):
         self.task = task_of_data(data)
         self.metric = self.task.primary_metric

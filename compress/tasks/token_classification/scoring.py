@@ -50,8 +50,6 @@ GATE_RULES = {"max_f1_drop": "f1_drop", "max_f1_regression": "f1_regression", "m
 class TaggerScorer(Scorer):
     """A tagging split: space-joined sentences in, word tags out, entity F1 and the per-type rules."""
 
-    tagging = True  # compress.optimize's record reads it (see Scorer.tagging)
-
     def read(self, data: Any, split: str) -> None:
         self.label_names = list(data.label_names)
         self.inputs = data.texts(split)
