@@ -63,57 +63,94 @@ class EmbeddingDistillConfig:
         return self
 
 
-def _load_student(folder: str, teacher: SentenceConfig) -> tuple[PooledEncoder, Any, SentenceConfig]:
-    model, tok, config = load_pooled_encoder(folder)
+@dataclass
+class Encoder:
+    """A loaded two-tower encoder: the module, its tokenizer, its pipeline, and the length it reads."""
+
+    model: PooledEncoder
+    tokenizer: Any
+    config: SentenceConfig
+    max_length: int
+
+    @classmethod
+    def load(cls, folder: str | Path, max_length: int | None = None, builtin: str | None = None) -> "Encoder":
+        model, tok, config = load_pooled_encoder(folder, builtin)
+        return cls(model, tok, config, max_length or tokenizer_limit(tok, model, config))
+
+    def vectors(self, texts: Sequence[str]) -> torch.Tensor:
+        return torch.from_numpy(encode(self.model, self.tokenizer, list(texts), self.max_length))
+
+
+def student_pipeline(encoder: torch.nn.Module, tokenizer: Any, config: SentenceConfig, teacher: SentenceConfig,
+                     max_length: int) -> Encoder:
+    """The student as an :class:`Encoder`: its own pipeline where its folder states one, else the teacher's."""
     if config.source == "plain encoder":
         config = dataclasses.replace(config, pooling=teacher.pooling, normalize=teacher.normalize,
                                      source=f"the teacher's pipeline ({teacher.source})")
-        model = PooledEncoder(model.encoder, config.pooling, config.normalize)
-    return model, tok, config
+    return Encoder(PooledEncoder(encoder, config.pooling, config.normalize), tokenizer, config, max_length)
 
 
 def distill_embeddings(cfg: EmbeddingDistillConfig, texts: Sequence[str], out: str | Path,
                        held_out: Sequence[str] | None = None) -> dict[str, Any]:
-    """Train ``cfg.student`` on the teacher's vectors of ``texts`` for ``cfg.steps`` steps and write it to ``out``.
+    """Train ``cfg.student`` (a folder) on the teacher's vectors of ``texts`` for ``cfg.steps`` steps and write it
+    to ``out``.
 
     Returns the record written as ``compress.json``'s ``distillation`` (losses per step, what is stored, and, for
     ``held_out`` texts, the student's neighbour recall@10 against the teacher there).
     """
-    from compress.artifact import write_artifact
+    cfg.checked()
+    torch.manual_seed(cfg.seed)
+    teacher = Encoder.load(cfg.teacher, cfg.max_length)
+    loaded, s_tok, s_config = load_pooled_encoder(cfg.student)
+    student = student_pipeline(loaded.encoder, s_tok, s_config, teacher.config,
+                               cfg.max_length or tokenizer_limit(s_tok, loaded, s_config))
+    record, mse = distill_encoder(teacher, student, texts, cfg, held_out)
+    write_student(out, student, record, mse)
+    return record
 
+
+def distill_encoder(teacher: Encoder, student: Encoder, texts: Sequence[str], cfg: EmbeddingDistillConfig,
+                    held_out: Sequence[str] | None = None) -> tuple[dict[str, Any], ProjectedMSE | None]:
+    """Train ``student`` in place on ``teacher``'s vectors of ``texts``; the record and the MSE term (with its
+    projection, if any) for :func:`write_student`."""
     cfg.checked()
     if len(texts) < cfg.batch_size:
         raise CompressError(f"{len(texts)} training texts for batches of {cfg.batch_size}; give more text or a "
                             "smaller --batch-size.")
     torch.manual_seed(cfg.seed)
-    teacher, t_tok, t_config = load_pooled_encoder(cfg.teacher)
-    student, s_tok, s_config = _load_student(cfg.student, t_config)
-    t_len = cfg.max_length or tokenizer_limit(t_tok, teacher, t_config)
-    s_len = cfg.max_length or tokenizer_limit(s_tok, student, s_config)
-    targets = torch.from_numpy(encode(teacher, t_tok, list(texts), t_len))
-    mse = ProjectedMSE(student.dimension, teacher.dimension) if cfg.loss in ("mse", "both") else None
-    params = list(student.parameters()) + (list(mse.parameters()) if mse is not None else [])
+    targets = teacher.vectors(texts)
+    mse = ProjectedMSE(student.model.dimension, teacher.model.dimension) if cfg.loss in ("mse", "both") else None
+    params = list(student.model.parameters()) + (list(mse.parameters()) if mse is not None else [])
     optimizer = torch.optim.AdamW(params, lr=cfg.lr)
-    history = _train(student, s_tok, s_len, list(texts), targets, mse, optimizer, cfg)
-    record = _record(cfg, student, teacher, mse, history, s_config)
+    history = _train(student.model, student.tokenizer, student.max_length, list(texts), targets, mse, optimizer, cfg)
+    record = _record(cfg, student.model, teacher.model, mse, history, student.config)
     if held_out:
         from compress.tasks.sentence_embedding.metrics import neighbour_recall
 
         record["held_out"] = {"texts": len(held_out), "neighbour_recall@10": neighbour_recall(
-            encode(student, s_tok, list(held_out), s_len), encode(teacher, t_tok, list(held_out), t_len))}
+            student.vectors(held_out).numpy(), teacher.vectors(held_out).numpy())}
+    return record, mse
+
+
+def write_student(out: str | Path, student: Encoder, record: dict[str, Any], mse: ProjectedMSE | None,
+                  meta: dict[str, Any] | None = None) -> Path:
+    """The student artifact: encoder, tokenizer, its pipeline as a sentence-transformers folder, the projection when
+    the record says it is stored, and ``compress.json`` (``meta`` added to it)."""
+    from compress.artifact import write_artifact
 
     def fill(tmp: Path) -> None:
-        student.encoder.save_pretrained(tmp, safe_serialization=True)
-        s_tok.save_pretrained(tmp)
-        write_sentence_config(tmp, dataclasses.replace(s_config, max_seq_length=s_len), student.dimension)
+        student.model.encoder.save_pretrained(tmp, safe_serialization=True)
+        student.tokenizer.save_pretrained(tmp)
+        write_sentence_config(tmp, dataclasses.replace(student.config, max_seq_length=student.max_length),
+                              student.model.dimension)
         if record["projection"]["stored"]:
             from safetensors.torch import save_file
 
             save_file({k: v.detach().contiguous() for k, v in mse.projection.state_dict().items()},
                       str(tmp / PROJECTION_FILE))
 
-    write_artifact(out, fill, {"task": "sentence-embedding", "stage": "distill", "distillation": record})
-    return record
+    return write_artifact(out, fill, {"task": "sentence-embedding", "stage": "distill", "max_length": student.max_length,
+                                      **(meta or {}), "distillation": record})
 
 
 def _train(student: PooledEncoder, tok: Any, max_length: int, texts: list[str], targets: torch.Tensor,
