@@ -48,6 +48,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from benchmarks import f1_rules
 from benchmarks.gate_output import _summary_line, _write, format_table, junit_xml, markdown_summary, outcome
 from benchmarks.gate_results import (READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, device_mismatch, load_results,
                                      results_device, results_task)
@@ -505,8 +506,6 @@ def _quality_rule(rule: str, limit: float, subject: _Subject, ctx: _Context, con
 
 def _f1_drop(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
     """``max_f1_drop`` (:mod:`benchmarks.f1_rules`, the task's records): of an artifact, or a seed group's mean."""
-    from benchmarks import f1_rules
-
     if subject.is_group:
         members = [m["quality"] for m in subject.members]
         return Check(subject.name, rule, limit, *f1_rules.f1_drop_over_seeds(ctx.ref["quality"], members, limit,
@@ -533,8 +532,6 @@ def _f1_regression_check(rule: str, limit: float, subject: _Subject, ctx: _Conte
 
 def _unit_agreement(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
     """``min_agreement`` from the task's per-unit agreement records (words, answers): an artifact's or a group's."""
-    from benchmarks import f1_rules
-
     if subject.is_group:
         members = [m["quality"] for m in subject.members]
         return Check(subject.name, rule, limit, *f1_rules.word_agreement_over_seeds(members, limit, confidence,
@@ -584,8 +581,6 @@ def _same_task(ctx: _Context) -> None:
 
 
 def _f1_regression(limit: float, subject: _Subject, base: dict, ctx: _Context, confidence: float, relative: bool):
-    from benchmarks import f1_rules
-
     _same_task(ctx)
     return f1_rules.f1_regression(base["quality"], subject.art["quality"], ctx.baseline.get("data") or {},
                                   ctx.results.get("data") or {}, limit, confidence, ctx.records, relative)

@@ -64,7 +64,8 @@ RULES: dict[str, RuleSpec] = {
     "require_full_attention_fusion": RuleSpec("bool", "every transformer layer has a fused attention operator (ONNX)"),
     "confidence": RuleSpec("confidence", "two-sided confidence of the intervals the rules are decided on (default 0.95)"),
 }
-#: Rules on a tagger's entity F1 (benchmarks.f1_rules), and the classifier rules they replace for taggers.
+#: The quality rules: the F1 rules (benchmarks.f1_rules) and the accuracy rules; which of them gate a results file,
+#: and how, its task says (its scoring aspect's gate_rules; the others are refused there).
 TAGGING_RULES = ("max_f1_drop", "max_f1_regression")
 CLASSIFIER_RULES = ("max_accuracy_drop", "max_relative_accuracy_drop", "max_accuracy_regression", "min_agreement",
                     "min_traffic_agreement")
