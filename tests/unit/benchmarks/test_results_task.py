@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import copy
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from benchmarks.gate import evaluate, load_results, load_rules
 from benchmarks.gate_results import results_task
 from benchmarks.gate_rules import GateInputError
+from compress.tasks import register_task, unregister_task
+from compress.tasks.registry import Task
+from compress.tasks.sequence_classification import scoring as classifier_scoring
 from tests.support.results import make_results, make_results_v1
 
 
@@ -55,3 +59,29 @@ def test_a_file_with_and_without_data_task_gates_alike(tmp_path):
 def _write(path, text):
     path.write_text(text, encoding="utf-8")
     return path
+
+
+#: A toy task's scoring aspect (this module is its package): a classifier's records, but only ``min_agreement``.
+scoring = SimpleNamespace(
+    gate_rules=lambda: {"min_agreement": "agreement", "max_regression": "accuracy_regression"},
+    gate_refusal=lambda rule: f"the toy task has no rule {rule}",
+    gate_records=lambda: None, who=lambda: "a toy",
+    check_results_data=classifier_scoring.check_results_data,
+    check_results_quality=classifier_scoring.check_results_quality)
+
+
+def test_the_gate_asks_the_results_task_which_rules_apply_and_how(tmp_path):
+    toy = Task(name="toy-scored", package=__name__, description="a test's toy", auto_model="AutoModel",
+               head_suffix="ToyModel", inputs={}, outputs={}, label_unit="example", soft_labels=(),
+               metrics=("accuracy",), primary_metric="accuracy", predictor_returns=())
+    doc = make_results()
+    doc["data"]["task"] = toy.name
+    path = _write(tmp_path / "toy.json", json.dumps(doc))
+    register_task(toy)
+    try:
+        checks = evaluate(load_results(path), load_rules(_write(tmp_path / "a.toml", "[rules]\nmin_agreement = 0.5\n")))
+        assert {c.rule for c in checks} == {"min_agreement"} and all(c.status != "skip" for c in checks)
+        with pytest.raises(GateInputError, match="the toy task has no rule max_accuracy_drop"):
+            evaluate(load_results(path), load_rules(_write(tmp_path / "b.toml", "[rules]\nmax_accuracy_drop = 0.1\n")))
+    finally:
+        unregister_task(toy.name)
