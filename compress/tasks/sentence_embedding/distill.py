@@ -120,6 +120,8 @@ def distill_encoder(teacher: Encoder, student: Encoder, texts: Sequence[str], cf
     torch.manual_seed(cfg.seed)
     targets = teacher.vectors(texts)
     mse = ProjectedMSE(student.model.dimension, teacher.model.dimension) if cfg.loss in ("mse", "both") else None
+    if mse is not None:
+        mse.to(next(student.model.parameters()).device)
     params = list(student.model.parameters()) + (list(mse.parameters()) if mse is not None else [])
     optimizer = torch.optim.AdamW(params, lr=cfg.lr)
     history = _train(student.model, student.tokenizer, student.max_length, list(texts), targets, mse, optimizer, cfg)
@@ -159,6 +161,7 @@ def _train(student: PooledEncoder, tok: Any, max_length: int, texts: list[str], 
     rng = random.Random(cfg.seed)
     order: list[int] = []
     history = []
+    device = next(student.parameters()).device
     student.train()
     for _ in range(cfg.steps):
         if len(order) < cfg.batch_size:
@@ -166,10 +169,11 @@ def _train(student: PooledEncoder, tok: Any, max_length: int, texts: list[str], 
             rng.shuffle(fresh)
             order += fresh
         rows, order = order[:cfg.batch_size], order[cfg.batch_size:]
-        enc = tok([texts[i] for i in rows], padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        enc = tok([texts[i] for i in rows], padding=True, truncation=True, max_length=max_length,
+                  return_tensors="pt").to(device)
         vectors = student(enc["input_ids"], enc["attention_mask"], enc.get("token_type_ids"))
-        target = targets[rows]
-        loss = torch.zeros(())
+        target = targets[rows].to(device)
+        loss = torch.zeros((), device=device)
         if mse is not None:
             loss = loss + mse(vectors, target)
         if cfg.loss in ("cosine", "both"):

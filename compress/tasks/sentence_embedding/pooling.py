@@ -118,15 +118,16 @@ def encode(model: PooledEncoder, tokenizer: Any, texts: Sequence[str], max_lengt
     ``normalize`` overrides the model's own setting (``False``: the pooled vector before normalisation).
     """
     model.eval()
+    device = next(model.parameters()).device
     unit = model.normalize if normalize is None else normalize
     out = np.zeros((len(texts), model.dimension), dtype=np.float32)
     order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths together: less padding
     for start in range(0, len(texts), batch_size):
         rows = order[start:start + batch_size]
         enc = tokenizer([texts[i] for i in rows], padding=True, truncation=True, max_length=max_length,
-                        return_tensors="pt")
+                        return_tensors="pt").to(device)
         vectors = model.pooled(enc["input_ids"], enc["attention_mask"], enc.get("token_type_ids"))
         if unit:
             vectors = F.normalize(vectors, p=2, dim=1)
-        out[rows] = vectors.float().numpy()
+        out[rows] = vectors.float().cpu().numpy()
     return out
