@@ -37,34 +37,32 @@ def _decoding(task: str) -> Any:
     return get_task(task).aspect("decoding")
 
 
-def servable_tasks() -> tuple[str, ...]:
-    """The registered tasks whose ``decoding`` aspect has a request shape here (every member of
-    :class:`compress.tasks.protocol.decoding.PROTOCOL`), in registration order."""
-    from compress.tasks import get_task, task_names
+def _serves(task: str) -> bool:
+    """Whether the task called ``task`` has a request shape here: its ``decoding`` aspect has every member of
+    :class:`compress.tasks.protocol.decoding.PROTOCOL` (an unknown task, or one whose aspect cannot be imported in
+    this install, has none)."""
+    from compress.tasks import get_task
     from compress.tasks.protocol import missing_members
 
-    out = []
-    for name in task_names():
-        try:
-            if get_task(name).package and not missing_members(get_task(name), "decoding"):
-                out.append(name)
-        except CompressError:  # a task without a decoding aspect does not serve
-            continue
-    return tuple(out)
+    try:
+        spec = get_task(task)
+        return bool(spec.package) and not missing_members(spec, "decoding")
+    except (CompressError, ImportError):
+        return False
+
+
+def servable_tasks() -> tuple[str, ...]:
+    """The registered tasks with a request shape here, in registration order."""
+    from compress.tasks import task_names
+
+    return tuple(name for name in task_names() if _serves(name))
 
 
 def check_task(task: str, model: str) -> str:
     """``task`` when this server has a request shape for it, else a one-line refusal naming the model."""
-    from compress.tasks import get_task
-
-    served = servable_tasks()
-    try:
-        name = get_task(task).name
-    except CompressError:
-        name = task
-    if name not in served:
+    if not _serves(task):
         raise CompressError(f"serve {model}: a {task} model has no request shape in bert-compress serve yet (it "
-                            f"serves {', '.join(served)}); use Predictor.load(...).predict in Python.")
+                            f"serves {', '.join(servable_tasks())}); use Predictor.load(...).predict in Python.")
     return task
 
 
