@@ -100,15 +100,12 @@ def accepts(source: Any) -> bool:
 
 def load(options: Any, num_labels: int | None = None) -> EmbeddingData | EmbeddingPairs:
     """Scored pairs when ``options.data`` is similarity data (:class:`EmbeddingPairs`), else the texts it names
-    (``text_column`` of a table) split by ``split_seed``, cut to ``limit``. ``num_labels`` is refused: an encoder
-    has no classes."""
+    (``text_column`` of a table) split by ``split_seed``, cut to ``limit``. ``num_labels`` bounds nothing: an
+    encoder has no classes (a stage passes the size of a model's head, which a bare encoder's config defaults)."""
     from compress.tasks.protocol.data import DataSource
     from compress.tasks.sentence_similarity import data as similarity
     from compress.transfer.corpus import load_unlabeled
 
-    if num_labels is not None:
-        raise CompressError(f"--data {options.data}: a sentence encoder has no labels, but a head of {num_labels} "
-                            "labels was asked for. Give a sentence-transformers folder or a bare encoder.")
     given = {flag: getattr(options, flag, None) for flag in similarity.column_flags()}
     if options.data in similarity.builtin_data() or similarity.recognises(DataSource(options.data, given)):
         return EmbeddingPairs(similarity.load(options))

@@ -30,15 +30,9 @@ BLOCK = 1024
 
 def rank(values: Sequence[float]) -> np.ndarray:
     """Ranks from 1, ties given their average rank (``scipy.stats.rankdata``'s default)."""
-    a = np.asarray(values, dtype=np.float64)
-    order = np.argsort(a, kind="mergesort")
-    ordered = a[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    ends = np.r_[starts[1:], len(a)]
-    ranks = np.empty(len(a), dtype=np.float64)
-    for s, e in zip(starts, ends):
-        ranks[order[s:e]] = (s + e + 1) / 2.0
-    return ranks
+    _, inverse, counts = np.unique(np.asarray(values, dtype=np.float64), return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    return (ends - (counts - 1) / 2.0)[inverse]
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
@@ -116,6 +110,22 @@ def recall_difference_interval(recalls_a: Sequence[float], recalls_b: Sequence[f
     weights = rng.multinomial(len(diff), np.full(len(diff), 1.0 / len(diff)), size=resamples or RESAMPLES)
     return percentile_interval(float(diff.mean()), weights @ diff / len(diff), confidence,
                                f"paired bootstrap over {len(diff)} texts (neighbour recall difference)")
+
+
+def spearman_drop_interval(reference_cosines: Sequence[float], cosines: Sequence[float], gold: Sequence[float],
+                           confidence: float = 0.95, resamples: int | None = None, seed: int | None = None) -> Any:
+    """Interval of the STS Spearman drop (x100), reference minus candidate, on the same pairs: a paired bootstrap
+    over pairs, each resampled pair carrying both models' cosines and its gold score."""
+    from benchmarks.stats import RESAMPLES, SEED, percentile_interval
+
+    ref, got, gold = (np.asarray(x, dtype=np.float64) for x in (reference_cosines, cosines, gold))
+    if not len(ref) == len(got) == len(gold) or len(gold) < 3:
+        raise ValueError(f"{len(ref)}, {len(got)} and {len(gold)} values: not paired, or under 3 pairs")
+    rng = np.random.default_rng(SEED if seed is None else seed)
+    draws = rng.integers(0, len(gold), size=(resamples or RESAMPLES, len(gold)))
+    drops = np.array([spearman(ref[i], gold[i]) - spearman(got[i], gold[i]) for i in draws])
+    return percentile_interval(100 * (spearman(ref, gold) - spearman(got, gold)), 100 * drops, confidence,
+                               f"paired bootstrap over {len(gold)} pairs (STS Spearman drop)")
 
 
 def score(predicted: np.ndarray | tuple[np.ndarray, np.ndarray], gold: Sequence[float] | None = None,

@@ -1,4 +1,4 @@
-"""The ``scoring`` aspect of a sentence encoder (:mod:`compress.tasks.protocol.scoring`), the split scorer so far.
+"""The ``scoring`` aspect of a sentence encoder (:mod:`compress.tasks.protocol.scoring`).
 
 **One split** (quantize, optimize: :class:`EncoderScorer`): the split's scored pairs, each side embedded alone
 through ``Predictor.encode``, the pairs' cosines against the gold scores: STS Spearman x100, the primary metric.
@@ -6,17 +6,29 @@ A candidate (an INT8 copy) is compared with the model it replaces on the vectors
 mean cosine between the two models' vectors of the same text (the issue's "INT8 checked on the vectors"), and the
 record adds the lowest such cosine and, with more than ten texts, neighbour recall@10 of the candidate against the
 reference. Text without scores cannot be scored this way (no Spearman to budget): quantize needs pairs here.
+
+**Bench** (:class:`BenchQuality`): every artifact embeds the split's texts (the pairs' sentences, or the held-out
+texts of unlabelled data); each record holds the STS Spearman and Pearson (pairs), the paired bootstrap interval
+of the Spearman drop against the reference, neighbour recall@10 against the reference with its interval and the
+per-text recalls (what a gate rule pairs two artifacts on: :func:`.metrics.recall_difference_interval`), and the
+cosine agreement where the widths match. The report shows them in one table.
+
+**Gate**: no quality rule decides a sentence encoder's results yet (``min_neighbour_recall`` and
+``max_spearman_drop`` need deciders in :mod:`benchmarks.gate`); every quality rule is refused in one line, so none
+passes silently on missing numbers.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from compress.errors import CompressError
 from compress.quality import Scorer
-from compress.tasks.sentence_embedding.metrics import DEFAULT_K, neighbour_recall, sts_scores
+from compress.tasks.sentence_embedding.metrics import (DEFAULT_K, neighbour_recall, neighbour_recalls,
+                                                       spearman_drop_interval, sts_scores)
 from compress.tasks.sentence_embedding.vectors import row_cosines
 
 
@@ -75,3 +87,132 @@ def who() -> str:
 def labels_per_text() -> bool:
     """An encoder answers a vector, not a label: ``bench --load-clients`` and ``--traffic-file`` do not apply."""
     return False
+
+
+# ----------------------------------------------------------------------------- bench
+
+
+class BenchQuality:
+    """Bench's quality section of a sentence encoder on ``split``: STS on pairs, neighbour recall on any texts."""
+
+    def __init__(self, data: Any, split: str, reference: Any, memo: Any):
+        if split not in data.splits:
+            raise CompressError(f"{data.source} has no {split!r} split (it has {', '.join(data.splits)}).")
+        self.gold = np.asarray(data.scores(split), dtype=np.float64) if hasattr(data, "scores") else None
+        if self.gold is not None:
+            pairs = data.texts(split)
+            self.texts = list(dict.fromkeys(t for pair in pairs for t in pair))
+            where = {t: i for i, t in enumerate(self.texts)}
+            self.sides = (np.array([where[a] for a, _ in pairs]), np.array([where[b] for _, b in pairs]))
+        else:
+            self.texts = list(data.splits[split])
+        if len(self.texts) <= DEFAULT_K:
+            raise CompressError(f"{data.source}: the {split} split holds {len(self.texts)} texts; neighbour recall@"
+                                f"{DEFAULT_K} needs more than {DEFAULT_K}.")
+
+    def score(self, predictors: Mapping[str, Any], reference: str, batch_size: int | Mapping[str, int] = 32,
+              progress: bool = True) -> dict[str, dict[str, Any]]:
+        sizes = batch_size if isinstance(batch_size, Mapping) else {}
+        vectors = {name: p.encode(self.texts, batch_size=sizes.get(name, 32) if sizes else batch_size)
+                   for name, p in predictors.items()}
+        ref = vectors[reference] if reference in vectors else None
+        return {name: self._record(v, ref, name == reference) for name, v in vectors.items()}
+
+    def _cosines(self, v: np.ndarray) -> np.ndarray:
+        return row_cosines(v[self.sides[0]], v[self.sides[1]])
+
+    def _record(self, v: np.ndarray, ref: np.ndarray | None, is_reference: bool) -> dict[str, Any]:
+        from benchmarks.stats import mean_interval
+
+        out: dict[str, Any] = {"n_texts": len(self.texts)}
+        if self.gold is not None:
+            out.update(sts_scores(v[self.sides[0]], v[self.sides[1]], self.gold))
+            out["n_pairs"] = out.pop("n")
+            if ref is not None and not is_reference:
+                out["spearman_drop"] = spearman_drop_interval(self._cosines(ref), self._cosines(v), self.gold).as_dict()
+        if ref is not None:
+            recalls = neighbour_recalls(v, ref, DEFAULT_K)
+            out["neighbour_recall"] = float(recalls.mean())
+            out["neighbour_recall_ci"] = mean_interval(recalls, unit="texts").as_dict()
+            out["neighbour_recalls"] = [round(float(r), 4) for r in recalls]
+            if v.shape == ref.shape:
+                cosines = row_cosines(v, ref)
+                out["agreement"], out["min_cosine"] = float(cosines.mean()), float(cosines.min())
+        return out
+
+    def data_record(self) -> dict[str, Any]:
+        return {"metric": "spearman" if self.gold is not None else "neighbour_recall", "texts": len(self.texts),
+                "pairs": int(len(self.gold)) if self.gold is not None else 0, "k": DEFAULT_K}
+
+
+def bench_quality(data: Any, split: str, reference: Any, memo: Any) -> BenchQuality:
+    """Bench's quality section of a sentence encoder (:class:`BenchQuality`)."""
+    return BenchQuality(data, split, reference, memo)
+
+
+def _pct(value: Any, digits: int = 1) -> str:
+    return "-" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def report_quality(arts: Sequence[dict[str, Any]], ref: dict[str, Any]) -> list[str]:
+    """The encoder's quality table: STS Spearman and its paired drop, neighbour recall@10, cosine agreement."""
+    rows = []
+    for a in arts:
+        q = a["quality"]
+        drop = q.get("spearman_drop")
+        vs = "-" if drop is None else f"{-drop['estimate']:+.1f} [{-drop['high']:+.1f}, {-drop['low']:+.1f}]"
+        ci = q.get("neighbour_recall_ci")
+        recall = _pct(q.get("neighbour_recall")) + (f" [{_pct(ci['low'])}, {_pct(ci['high'])}]" if ci else "")
+        agreement = "-" if q.get("agreement") is None else f"{q['agreement']:.4f} (min {q['min_cosine']:.4f})"
+        rows.append([f"`{a['name']}`" + (" (reference)" if a["is_reference"] else ""), a["kind"],
+                     "-" if q.get("spearman") is None else f"{q['spearman']:.1f}", vs, recall, agreement])
+    header = ["artifact", "kind", "STS Spearman", "vs reference [95%, paired]", "neighbour recall@10 [95%]",
+              "cosine to reference"]
+    from benchmarks.report import table
+
+    return table(header, rows) + ["", "Spearman x100 of the pairs' cosines against the gold scores; its difference with the reference "
+                        "a paired bootstrap over pairs. Neighbour recall@10: the share of each text's 10 nearest "
+                        "texts under the reference that the artifact also ranks among its 10 (interval: bootstrap over "
+                        "texts). Cosine: between the artifact's and the reference's vector of the same text."]
+
+
+# ----------------------------------------------------------------------------- gate
+
+
+def gate_rules() -> dict[str, str]:
+    """None yet: the gate has no decider for neighbour recall or the Spearman drop (see the module docstring)."""
+    return {}
+
+
+def gate_refusal(rule: str) -> str:
+    """Why a quality rule does not gate a sentence encoder's results."""
+    return (f"rule {rule} does not gate a sentence encoder's results: their quality is STS Spearman and neighbour "
+            "recall@10 (report.md), which no gate rule decides yet. Leave the quality rules out for this artifact.")
+
+
+def gate_records() -> None:
+    """None: no F1 rule reads a sentence encoder's records."""
+    return None
+
+
+def check_results_data(doc: dict[str, Any], version: int, path: Path) -> dict[str, Any]:
+    """The counts an encoder's records are checked against: ``$.data.texts`` and ``$.data.pairs``."""
+    from benchmarks.gate_results import require
+
+    data = require(doc, "data", (dict,), "$", path)
+    return {"texts": require(data, "texts", (int,), "$.data", path),
+            "pairs": require(data, "pairs", (int,), "$.data", path)}
+
+
+def check_results_quality(quality: dict[str, Any], facts: dict[str, Any], version: int, where: str,
+                          path: Path) -> None:
+    """One per-text recall per text of ``$.data.texts``, and a Spearman where the data had pairs."""
+    from benchmarks.gate_results import require
+    from benchmarks.gate_rules import GateInputError
+
+    recalls = require(quality, "neighbour_recalls", (list,), where, path)
+    if len(recalls) != facts["texts"] or not all(isinstance(r, (int, float)) and 0 <= r <= 1 for r in recalls):
+        raise GateInputError(f"{path}: {where}.neighbour_recalls should be {facts['texts']} numbers from 0 to 1 (one "
+                             "per text of $.data.texts). The file was edited or damaged; run the benchmark again.")
+    if facts["pairs"]:
+        require(quality, "spearman", (int, float), where, path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from compress.config import DataOptions
@@ -65,3 +66,42 @@ def test_text_without_scores_is_refused_in_one_line(tmp_path):
     texts = get_task("sentence-embedding").aspect("data").load(DataOptions(data=str(path)))
     with pytest.raises(CompressError, match="needs scored sentence pairs"):
         split_scorer(texts, "validation")
+
+
+def test_bench_scores_every_artifact_against_the_reference(artifacts, pairs):
+    from benchmarks.gate_rules import GateInputError
+    from compress.tasks.sentence_embedding import scoring
+
+    fp32, int8 = artifacts
+    section = scoring.bench_quality(pairs, "validation", fp32, None)
+    records = section.score({"fp32": fp32, "int8": int8}, "fp32", batch_size={"fp32": 8, "int8": 16})
+    ref, got = records["fp32"], records["int8"]
+    assert ref["neighbour_recall"] == 1.0 and ref["agreement"] == pytest.approx(1.0) and "spearman_drop" not in ref
+    assert got["n_pairs"] == 40 and got["n_texts"] == len(section.texts) == len(got["neighbour_recalls"])
+    drop = got["spearman_drop"]
+    assert drop["low"] <= drop["estimate"] <= drop["high"]
+    assert drop["estimate"] == pytest.approx(ref["spearman"] - got["spearman"])
+    facts = scoring.check_results_data({"data": section.data_record()}, 2, "results.json")
+    assert facts == {"texts": len(section.texts), "pairs": 40} and section.data_record()["metric"] == "spearman"
+    scoring.check_results_quality(got, facts, 2, "$.artifacts[1].quality", "results.json")
+    with pytest.raises(GateInputError, match="neighbour_recalls should be"):
+        scoring.check_results_quality({**got, "neighbour_recalls": [2.0]}, facts, 2, "$.artifacts[1].quality",
+                                      "results.json")
+    lines = scoring.report_quality([{"name": "fp32", "kind": "onnx-fp32", "is_reference": True, "quality": ref},
+                                    {"name": "int8", "kind": "onnx-int8", "is_reference": False, "quality": got}], ref)
+    assert "neighbour recall@10 [95%]" in lines[0] and "`int8`" in lines[3]
+    assert scoring.gate_rules() == {} and "does not gate a sentence encoder" in scoring.gate_refusal("min_agreement")
+
+
+def test_the_spearman_drop_interval_is_a_paired_bootstrap_over_pairs():
+    from scipy import stats
+
+    from compress.tasks.sentence_embedding.metrics import spearman_drop_interval
+
+    rng = np.random.default_rng(5)
+    gold = rng.uniform(0, 5, size=80)
+    good, worse = gold + rng.normal(0, 0.5, 80), gold + rng.normal(0, 2.0, 80)
+    interval = spearman_drop_interval(good, worse, gold, resamples=500)
+    expected = 100 * (stats.spearmanr(good, gold).statistic - stats.spearmanr(worse, gold).statistic)
+    assert interval.estimate == pytest.approx(expected)
+    assert 0 < interval.low < interval.estimate < interval.high
