@@ -476,11 +476,15 @@ def _regression(limit: float, subject: _Subject, ctx: _Context, active: dict, co
                                    f"{_ci(interval, '{:+.1%}')}, straddles {limit:.0%}; run more rounds (bench --runs)",
                    "pass": ""}[status]
         parts.append((status, measured, _ci(interval, "{:+.1%}"), message, interval.high))
-    acc_part = FALLS[ctx.quality_rules["max_regression"]](limit, subject, base, ctx, confidence)
-    if acc_part is None:
-        no_samples.append("per-example predictions")
-    else:
+    fall = FALLS.get(ctx.quality_rules.get("max_regression", ""))  # a task whose quality no rule gates has none
+    acc_part = fall(limit, subject, base, ctx, confidence) if fall is not None else None
+    if acc_part is not None:
         parts.append(acc_part)
+    elif fall is not None:
+        no_samples.append("per-example predictions")
+    if not parts and not no_samples:
+        return Check(name, rule, limit, "-", "skip", "no latency configuration in common with the baseline, and no "
+                                                     f"quality rule for {ctx.scoring.who()}'s results")
     if no_samples and not parts:
         return Check(name, rule, limit, "-", "inconclusive",
                      NO_SAMPLES.format(which="RESULTS or --baseline", what=" or ".join(dict.fromkeys(no_samples))))

@@ -48,7 +48,8 @@ class PROTOCOL(Protocol):
 
     def gate_rules(self) -> Mapping[str, str]:
         """``{rule: how}`` for each gate quality rule that applies to this task's results, ``how`` naming the decider
-        in :data:`benchmarks.gate.DECIDERS`; ``max_regression`` maps to the decider of its quality half."""
+        in :data:`benchmarks.gate.DECIDERS`; ``max_regression``, where given, to the decider of its quality half
+        (:data:`benchmarks.gate.FALLS`; without it ``max_regression`` judges latency only)."""
 
     def gate_refusal(self, rule: str) -> str:
         """The message of the malformed-rules error for a quality ``rule`` that does not apply to this task."""

@@ -70,18 +70,38 @@ scoring = SimpleNamespace(
     check_results_quality=classifier_scoring.check_results_quality)
 
 
-def test_the_gate_asks_the_results_task_which_rules_apply_and_how(tmp_path):
-    toy = Task(name="toy-scored", package=__name__, description="a test's toy", auto_model="AutoModel",
-               head_suffix="ToyModel", inputs={}, outputs={}, label_unit="example", soft_labels=(),
-               metrics=("accuracy",), primary_metric="accuracy", predictor_returns=())
+TOY = Task(name="toy-scored", package=__name__, description="a test's toy", auto_model="AutoModel",
+           head_suffix="ToyModel", inputs={}, outputs={}, label_unit="example", soft_labels=(),
+           metrics=("accuracy",), primary_metric="accuracy", predictor_returns=())
+
+
+@pytest.fixture
+def toy_results(tmp_path):
+    """A classifier's results recorded as the toy task's, with the toy registered."""
     doc = make_results()
-    doc["data"]["task"] = toy.name
-    path = _write(tmp_path / "toy.json", json.dumps(doc))
-    register_task(toy)
+    doc["data"]["task"] = TOY.name
+    register_task(TOY)
     try:
-        checks = evaluate(load_results(path), load_rules(_write(tmp_path / "a.toml", "[rules]\nmin_agreement = 0.5\n")))
-        assert {c.rule for c in checks} == {"min_agreement"} and all(c.status != "skip" for c in checks)
-        with pytest.raises(GateInputError, match="the toy task has no rule max_accuracy_drop"):
-            evaluate(load_results(path), load_rules(_write(tmp_path / "b.toml", "[rules]\nmax_accuracy_drop = 0.1\n")))
+        yield _write(tmp_path / "toy.json", json.dumps(doc))
     finally:
-        unregister_task(toy.name)
+        unregister_task(TOY.name)
+
+
+def test_the_gate_asks_the_results_task_which_rules_apply_and_how(tmp_path, toy_results):
+    checks = evaluate(load_results(toy_results), load_rules(_write(tmp_path / "a.toml", "[rules]\nmin_agreement = 0.5\n")))
+    assert {c.rule for c in checks} == {"min_agreement"} and all(c.status != "skip" for c in checks)
+    with pytest.raises(GateInputError, match="the toy task has no rule max_accuracy_drop"):
+        evaluate(load_results(toy_results), load_rules(_write(tmp_path / "b.toml", "[rules]\nmax_accuracy_drop = 0.1\n")))
+
+
+def test_max_regression_of_a_task_without_a_quality_fall_judges_latency_only(tmp_path, toy_results, monkeypatch):
+    monkeypatch.setattr(scoring, "gate_rules", lambda: {"min_agreement": "agreement"})
+    doc = load_results(toy_results)
+    rules = load_rules(_write(tmp_path / "r.toml", "[rules]\nmax_regression = 0.1\n"))
+    checks = evaluate(doc, rules, baseline=doc)
+    assert checks and all(c.status == "pass" and c.measured.startswith("latency/reference") for c in checks)
+    moved = copy.deepcopy(doc)
+    for art in moved["artifacts"]:
+        for entry in art["latency"]:
+            entry["batch_size"] += 100  # no configuration in common with the baseline: nothing to judge
+    assert {c.status for c in evaluate(moved, rules, baseline=doc)} == {"skip"}
