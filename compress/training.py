@@ -11,15 +11,42 @@ import math
 import os
 import shutil
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from compress.config import TrainSettings
+from compress.device import PrecisionChoice, resolve_precision, training_device
 from compress.errors import CompressError, NonFiniteLossError
 from compress.artifact import write_model_artifact
 from compress.fingerprint import identity_sha256
 from compress.progress import bars_enabled
 from compress.signal_stack import ensure_signal_stack
+
+
+@dataclass
+class StageStart:
+    """What a training stage decides before its work, the same for every task: the device, the precision (decided
+    and announced once) and the clock its ``timings`` are measured from."""
+
+    device: Any
+    precision: PrecisionChoice
+    started: float = field(default_factory=time.perf_counter)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def total(self) -> dict[str, float]:
+        """``timings`` with ``total_s``: the seconds since the stage started."""
+        self.timings["total_s"] = round(time.perf_counter() - self.started, 1)
+        return self.timings
+
+
+def start_stage(cfg: Any) -> StageStart:
+    """Check ``cfg`` (a stage config with ``device`` and ``precision``), then decide where and how precisely the
+    stage trains; the clock starts here."""
+    cfg.validate()
+    device = training_device(cfg.device)
+    return StageStart(device, resolve_precision(cfg.precision, device))
 
 
 def checkpoint_dir(out: str | os.PathLike) -> Path:

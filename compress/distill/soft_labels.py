@@ -6,7 +6,7 @@ A distillation run needs the teacher's logits (soft labels) for every row it tra
 (``compress.teacher.soft_label_cache_path``, the same files ``teacher_logits`` writes) are filled at
 the start. With intermediate losses on, training runs the teacher on every batch anyway, so the rest
 are filled the first time a batch needs them, for free; with logit terms alone the distill stage
-labels the missing rows in one length-sorted pass before training (``_label_up_front`` in
+labels the missing rows in one length-sorted pass before training (``label_up_front`` in
 ``compress.distill.trainer``: only those rows, where a training batch would run the cached ones too). Every part
 whose rows are all known is written back to the cache at the end, so the next run (another seed,
 another student) starts complete.

@@ -49,16 +49,8 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
                             "from (the teacher, distill or prune artifact).")
     data = cfg.data.load_any()
     task = get_task(cfg.data.task())
-    training = task.aspect("training")
     metric = task.primary_metric  #: the quality kept while pruning, per split (validation, test)
-    model, tokenizer, has_head = training.load_for_pruning(cfg, source, data)
-    if not has_head:
-        raise CompressError(f"--model {source}: the model has no trained classification head, so there is nothing to "
-                            "keep accurate while pruning. Fine-tune it first: bert-compress teacher --model DIR --data DATA --out DIR")
-    layer_parts(model)  # refuses unsupported families before any work
-    model.to(device)  # evaluation and importance scoring run there; recovery's Trainer uses the same device
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    scorer = training.pruning_scorer(cfg, data, tokenizer, pad_id)
+    model, tokenizer, scorer = _model_and_scorer(cfg, source, data, task, device)
     eval_splits = [name for name in ("validation", "test") if name in data.splits]
     evaluate = scorer.evaluate
 
@@ -112,26 +104,7 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
 
         parent_meta = read_meta(source) or {}
         pruning = {
-            "method": "torch-pruning dependency graph; whole heads (query/key/value rows + attention output columns) "
-                      "and FFN neurons (intermediate rows + output columns) removed; hidden width, embeddings and "
-                      "LayerNorms unchanged",
-            "importance": cfg.importance,
-            "importance_examples": sum(int(b["input_ids"].shape[0]) for b in batches) if taylor else None,
-            "scope": cfg.scope,
-            "loader": loader,
-            "heads": {"ratio": cfg.heads, "before": plan.before["heads_per_layer"],
-                      "after": plan.after["heads_per_layer"], "total_before": sum(plan.before["heads_per_layer"]),
-                      "total_after": sum(plan.after["heads_per_layer"]),
-                      "removed": {str(i): r for i, r in enumerate(plan.heads) if r},
-                      "head_size": plan.after["attention_head_size"]},
-            "ffn": {"ratio": cfg.ffn, "before": plan.before["intermediate_per_layer"],
-                    "after": plan.after["intermediate_per_layer"],
-                    "total_before": sum(plan.before["intermediate_per_layer"]),
-                    "total_after": sum(plan.after["intermediate_per_layer"])},
-            "parameters": {"before": params_before, "after": params_after, "removed": params_before - params_after,
-                           "reduction": round(1 - params_after / params_before, 6),
-                           "encoder_before": encoder_before, "encoder_after": encoder_parameters(model),
-                           "encoder_reduction": round(1 - encoder_parameters(model) / encoder_before, 6)},
+            **_structure_record(cfg, plan, loader, batches if taylor else None, model, params_before, encoder_before),
             "file_size_bytes": {"before": size_before, "after": None},
             # The task's primary metric per split: "accuracy" for a classifier, "entity_f1" for a tagger.
             "metric": metric,
@@ -181,6 +154,52 @@ def prune(cfg: PruneConfig, out: str | os.PathLike) -> Path:
             shutil.rmtree(work, ignore_errors=True)
     _print_summary(path, pruning)
     return path
+
+
+def _model_and_scorer(cfg: PruneConfig, source: Path, data: Any, task: Any, device: Any) -> tuple[Any, Any, Any]:
+    """The model to prune (on ``device``, where it is scored and its importance measured), its tokenizer, and the
+    task's :class:`~compress.tasks.protocol.training.PruningScorer` for it; a model without a trained head, or of a
+    family the pruner does not know, is refused before any work."""
+    training = task.aspect("training")
+    model, tokenizer, has_head = training.load_for_pruning(cfg, source, data)
+    if not has_head:
+        raise CompressError(f"--model {source}: the model has no trained classification head, so there is nothing to "
+                            "keep accurate while pruning. Fine-tune it first: bert-compress teacher --model DIR "
+                            "--data DATA --out DIR")
+    layer_parts(model)  # refuses unsupported families before any work
+    model.to(device)  # evaluation and importance scoring run there; recovery's Trainer uses the same device
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return model, tokenizer, training.pruning_scorer(cfg, data, tokenizer, pad_id)
+
+
+def _structure_record(cfg: PruneConfig, plan: Any, loader: str, gradient_batches: list[dict[str, Any]] | None,
+                      model: Any, params_before: int, encoder_before: int) -> dict[str, Any]:
+    """What ``compress.json``'s ``pruning`` says of the model's shape: how it was pruned and what it removed (heads
+    and FFN neurons per layer, parameters); ``gradient_batches``: the batches the ``taylor`` importance read."""
+    params_after = count_parameters(model)
+    return {
+        "method": "torch-pruning dependency graph; whole heads (query/key/value rows + attention output columns) "
+                  "and FFN neurons (intermediate rows + output columns) removed; hidden width, embeddings and "
+                  "LayerNorms unchanged",
+        "importance": cfg.importance,
+        "importance_examples": (sum(int(b["input_ids"].shape[0]) for b in gradient_batches)
+                                if gradient_batches is not None else None),
+        "scope": cfg.scope,
+        "loader": loader,
+        "heads": {"ratio": cfg.heads, "before": plan.before["heads_per_layer"],
+                  "after": plan.after["heads_per_layer"], "total_before": sum(plan.before["heads_per_layer"]),
+                  "total_after": sum(plan.after["heads_per_layer"]),
+                  "removed": {str(i): r for i, r in enumerate(plan.heads) if r},
+                  "head_size": plan.after["attention_head_size"]},
+        "ffn": {"ratio": cfg.ffn, "before": plan.before["intermediate_per_layer"],
+                "after": plan.after["intermediate_per_layer"],
+                "total_before": sum(plan.before["intermediate_per_layer"]),
+                "total_after": sum(plan.after["intermediate_per_layer"])},
+        "parameters": {"before": params_before, "after": params_after, "removed": params_before - params_after,
+                       "reduction": round(1 - params_after / params_before, 6),
+                       "encoder_before": encoder_before, "encoder_after": encoder_parameters(model),
+                       "encoder_reduction": round(1 - encoder_parameters(model) / encoder_before, 6)},
+    }
 
 
 def kl_divergence(reference_logits: np.ndarray, logits: np.ndarray) -> float:

@@ -50,9 +50,9 @@ from compress.tasks.question_answering.metrics import best_null_threshold, quest
 from compress.tasks.task_choice import QA, check_model_task
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
-                               write_trained_artifact, refuse_keep_best)
+                               write_trained_artifact, refuse_keep_best, start_stage)
 from compress.assets import cache_dir
-from compress.device import device_name, resolve_precision, training_device
+from compress.device import device_name
 from compress.modeling import accepts_token_types, autocast, model_device
 from compress.progress import progress as show_progress
 from compress.training import epoch_validation_callback
@@ -325,10 +325,8 @@ def answer_start_check(model, tokenizer, split, max_length: int, stride: int, pr
 def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a span-reader teacher; write it as an artifact at ``out``."""
 
-    cfg.validate()
-    device = training_device(cfg.device)
-    precision = resolve_precision(cfg.precision, device)
-    started = time.perf_counter()
+    stage = start_stage(cfg)
+    device, precision, timings = stage.device, stage.precision, stage.timings
     data = load_qa_task(cfg)  # before the model: a bad file should not cost a model fetch
     refuse_keep_best(cfg.train, data.splits, cfg.data.data)
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
@@ -347,7 +345,6 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
                                         precision.precision, pad_id)
         untrained_head = judge_existing_head(head_check, cfg.finetune, cfg.model) == "fine-tune"
     finetune = (not has_head or untrained_head) if cfg.finetune is None else bool(cfg.finetune)
-    timings: dict[str, float] = {}
     train_log: dict[str, Any] = {}
     if finetune and cfg.train.epochs > 0:
         t0 = time.perf_counter()
@@ -370,7 +367,7 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
                           cfg.max_length, stride, allow_null, precision=precision.precision, pad_id=pad_id)
     metrics = scores.metrics
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
-    timings["total_s"] = round(time.perf_counter() - started, 1)
+    stage.total()
     meta = {
         "stage": "teacher", "kind": "pytorch", "task": QA, "model_type": model.config.model_type,
         "parameters": count_parameters(model),

@@ -20,7 +20,8 @@ def train_teacher(cfg: Any, out: str | os.PathLike) -> Path:
 
 
 def distill(cfg: Any, out: str | os.PathLike) -> Path:
-    """The reader student, on the teacher's window logits (:func:`~compress.tasks.question_answering.distill.distill_stage`)."""
+    """The reader student, trained on the teacher's window logits
+    (:func:`~compress.tasks.question_answering.distill.distill_stage`)."""
     return distill_stage(cfg, out)
 
 

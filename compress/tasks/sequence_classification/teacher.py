@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -20,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from compress.artifact import read_meta, weights_sha256, write_model_artifact
+from compress.artifact import read_meta, weights_sha256
 from compress.assets import resolve_model
 from compress.config import TeacherConfig
 from compress.data import DynamicPaddingCollator, align_labels, tokenize_split
-from compress.device import device_name, resolve_precision, training_device
+from compress.device import device_name
 from compress.distill.soft_labels import save_logits
 from compress.head_check import check_head, judge_existing_head
 from compress.hub import snapshot_origin
@@ -34,16 +33,14 @@ from compress.tasks.task_choice import SEQUENCE, check_model_task
 from compress.teacher import LoadedTeacher, soft_label_cache_path
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, epoch_validation_callback, freeze_bottom_layers,
                                guarded_trainer, interrupt_callback, is_main_process, print_metrics, refuse_keep_best,
-                               resume_point, run_trainer, training_arguments)
+                               resume_point, run_trainer, start_stage, training_arguments, write_trained_artifact)
 
 
 def train_classifier_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a classifier teacher; write it as an artifact at ``out``."""
 
-    cfg.validate()
-    device = training_device(cfg.device)
-    precision = resolve_precision(cfg.precision, device)
-    started = time.perf_counter()
+    stage = start_stage(cfg)
+    device, precision, timings = stage.device, stage.precision, stage.timings
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
     # a tagger given classification data: one line
     _, head_names = check_model_task(source, SEQUENCE, cfg.data.data, cfg.model)
@@ -54,7 +51,6 @@ def train_classifier_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path
     cfg = dataclasses.replace(cfg, max_length=fit_max_length(cfg.max_length, model.config,
                                                              who=f"--model {cfg.model}"))
     model.to(device)  # the head check and evaluation run where training does
-    timings: dict[str, float] = {}
 
     # a text past --max-length is one row per window; scores pool the windows' logits (compress.long_texts)
     windows = {name: window_texts(split, tokenizer, cfg.max_length, task.is_pair, cfg.stride, what=f"teacher ({name})")
@@ -106,7 +102,7 @@ def train_classifier_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path
             if name == "validation":
                 chance = check_head(logits, np.asarray(task.splits[name]["label"]), task.num_labels)
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
-    timings["total_s"] = round(time.perf_counter() - started, 1)
+    stage.total()
     if chance is not None and chance.untrained:
         print(f"warning: the teacher is no better than chance ({chance.summary()}); distill will refuse it. Train "
               "longer or with another --lr.", file=sys.stderr)
@@ -135,8 +131,7 @@ def train_classifier_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path
     if not is_main_process():
         return Path(out)
 
-    path = write_model_artifact(out, model, tokenizer, meta)
-    _drop_checkpoints(out)
+    path = write_trained_artifact(out, model, tokenizer, meta)
     _cache_evaluation_logits(path, tokenized, eval_logits, precision.precision)
     print_metrics("teacher", metrics, timings)
     return path
@@ -192,9 +187,3 @@ def _fine_tune(model, tokenizer, train_ds, cfg: TeacherConfig, out, device=None,
     if scorer is not None:
         log.update(scorer.record())
     return log
-
-
-def _drop_checkpoints(out) -> None:
-    folder = checkpoint_dir(out)
-    if folder.exists():
-        shutil.rmtree(folder, ignore_errors=True)

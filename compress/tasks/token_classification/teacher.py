@@ -23,13 +23,11 @@ from __future__ import annotations
 import dataclasses
 
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from compress.artifact import write_model_artifact
 from compress.assets import resolve_model
 from compress.config import TeacherConfig
 from compress.errors import CompressError
@@ -41,9 +39,10 @@ from compress.tasks.token_classification.data import TokenTaskData
 from compress.tasks.token_classification.words import (entity_f1_callback, score_token_logits, tagger_chance_check, token_collator,
                                           token_logits, tokenize_tagged_split, word_tag_check)
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
-                               interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments, refuse_keep_best)
+                               interrupt_callback, is_main_process, refuse_keep_best, resume_point, run_trainer,
+                               start_stage, training_arguments, write_trained_artifact)
 from compress.windows import window_stride
-from compress.device import device_name, resolve_precision, training_device
+from compress.device import device_name
 
 
 def _generic(names: list[str] | None) -> bool:
@@ -54,10 +53,8 @@ def _generic(names: list[str] | None) -> bool:
 def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a tagger teacher; write it as an artifact at ``out``."""
 
-    cfg.validate()
-    device = training_device(cfg.device)
-    precision = resolve_precision(cfg.precision, device)
-    started = time.perf_counter()
+    stage = start_stage(cfg)
+    device, precision, timings = stage.device, stage.precision, stage.timings
     data = cfg.data.load_tagging()  # before the model: a bad file should not cost a model fetch
     refuse_keep_best(cfg.train, data.splits, cfg.data.data)
     source = resolve_model(cfg.model, revision=cfg.revision, allow_pickle=cfg.allow_pickle)
@@ -84,7 +81,6 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
         head_check = word_tag_check(head_logits, tokenized["validation"], data.tags("validation"), data.label_names)
         untrained_head = judge_existing_head(head_check, cfg.finetune, cfg.model) == "fine-tune"
     finetune = (not has_head or untrained_head) if cfg.finetune is None else bool(cfg.finetune)
-    timings: dict[str, float] = {}
     train_log: dict[str, Any] = {}
     if finetune and cfg.train.epochs > 0:
         t0 = time.perf_counter()
@@ -101,7 +97,7 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     metrics = {name: score_token_logits(rows, tokenized[name], data.tags(name), data.label_names)
                for name, rows in logits.items()}
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
-    timings["total_s"] = round(time.perf_counter() - started, 1)
+    stage.total()
     chance = (tagger_chance_check(logits["validation"], tokenized["validation"], data.tags("validation"),
                                   data.label_names) if "validation" in logits else None)
     if chance is not None and chance.untrained:
@@ -137,10 +133,7 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     }
     if not is_main_process():
         return Path(out)
-    path = write_model_artifact(out, model, tokenizer, meta)
-    folder = checkpoint_dir(out)
-    if folder.exists():
-        shutil.rmtree(folder, ignore_errors=True)
+    path = write_trained_artifact(out, model, tokenizer, meta)
     parts = [f"{split} entity F1 {m['entity_f1']:.4f} (P {m['entity_precision']:.4f} R {m['entity_recall']:.4f}, "
              f"token accuracy {m['token_accuracy']:.4f})" for split, m in metrics.items()]
     print("teacher: " + "; ".join(parts) + f" ({timings['total_s']:.0f} s)")
