@@ -35,8 +35,8 @@ from compress.config import ExportConfig
 from compress.errors import CompressError, describe, first_line
 from compress.runtime import ONNX_FILE, artifact_kind, default_max_length, encode_batches, reading_settings
 from compress.modeling import accepts_token_types, count_parameters, load_classifier
-from compress.tasks import get_task, task_for_architectures
-from compress.tasks.task_choice import SEQUENCE, model_head
+from compress.tasks import get_task
+from compress.tasks.task_choice import SEQUENCE, head_task, model_head
 
 DEFAULT_OPSET = 17
 PARITY_ATOL = 1e-4
@@ -124,7 +124,8 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
     from compress.tasks.registry import SEQUENCE as SEQUENCE_AXIS
 
     # The task of the in-memory model's head decides the output's axes (per-token logits for a tagger).
-    task = task_for_architectures([type(model).__name__]) or get_task("sequence-classification")
+    # (a classifier and a regression head share their class: head_task tells them apart by the config)
+    task = head_task({**model.config.to_dict(), "architectures": [type(model).__name__]}) or get_task(SEQUENCE)
 
     if opset < 14:
         raise CompressError(f"--opset {opset} is too old: these graphs need operators of opset 14 and later; "

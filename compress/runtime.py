@@ -45,7 +45,8 @@ from compress.formats.torch_int8 import load_torch_int8
 from compress.modeling import (accepts_token_types, autocast, count_parameters, load_classifier, load_tokenizer,
                                model_device, position_limit)
 from compress.signal_stack import ensure_signal_stack
-from compress.tasks import get_task, task_for_architectures
+from compress.tasks import get_task
+from compress.tasks.task_choice import head_task
 from compress.tokenization import ArtifactConfig, ArtifactTokenizer
 
 KINDS = ("pytorch", "torch-int8", "onnx-fp32", "onnx-int8", "torch-bf16", "choice") + OPENVINO_KINDS
@@ -173,8 +174,9 @@ def artifact_task(meta: dict[str, Any] | None, config: Any) -> str:
             return get_task(recorded).name
         except CompressError:  # a task this install does not know: said where it is served or decoded
             return recorded
-    head = task_for_architectures(getattr(config, "architectures", None) if not isinstance(config, dict)
-                                  else config.get("architectures"))
+    # a classifier and a regression head share their class: head_task tells them apart by the config
+    values = config if isinstance(config, dict) else (config.to_dict() if hasattr(config, "to_dict") else vars(config))
+    head = head_task(values)
     return head.name if head else "sequence-classification"
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from compress.cli import main
+from compress.errors import CompressError
 from conftest import make_bert
 from tests.support.similarity import scored_pairs, write_pairs
 
@@ -73,3 +75,67 @@ def test_a_classifier_and_a_scorer_are_refused_for_each_others_data(trained, tmp
     err = capsys.readouterr().err
     assert rc == 2 and "the model is a sentence classifier" in err and "similarity data" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_predictor_scores_pairs_in_pytorch_and_onnx_alike(trained, tmp_path):
+    from compress.export import export_onnx
+    from compress.runtime import Predictor
+
+    pairs = [(r["sentence1"], r["sentence2"]) for r in scored_pairs(12, seed=5)]
+    torch_scores = Predictor.load(trained.path).predict(pairs)
+    onnx = Predictor.load(export_onnx(trained.path, tmp_path / "onnx"))
+    assert onnx.task == "sentence-similarity" and torch_scores.shape == (12,) and torch_scores.dtype == np.float32
+    np.testing.assert_allclose(onnx.predict(pairs), torch_scores, atol=1e-3)
+    with pytest.raises(CompressError, match="scores sentence pairs"):
+        onnx.predict(["a single text"])
+    with pytest.raises(CompressError, match="gives no sentence vector"):
+        onnx.encode(["a text"])
+
+
+def test_quantize_is_decided_on_spearman_against_the_fp32_model(trained, tmp_path):
+    from compress.config import DataOptions
+    from compress.quantize import quantize
+
+    out = quantize(trained.path, tmp_path / "int8", data=DataOptions(str(trained.data)), max_accuracy_drop=0.05)
+    meta = json.loads((out / "compress.json").read_text())
+    text = json.dumps(meta)
+    assert "spearman_drop" in text, sorted(meta)
+
+
+def test_the_scorer_bench_records_and_gate_records_read_spearman(trained):
+    from compress.config import DataOptions
+    from compress.quality import split_scorer
+    from compress.runtime import Predictor
+    from compress.tasks.sentence_similarity import scoring
+
+    data = DataOptions(str(trained.data)).load_any()
+    predictor = Predictor.load(trained.path)
+    scorer = split_scorer(data, "test")
+    scorer.check_model(predictor)
+    scores = scorer.predict(predictor)
+    record = scorer.compare(scores, scores)
+    assert record["spearman_drop"] == 0 and record["agreement"] == pytest.approx(1.0) and record["n"] == 16
+    assert scorer.failures({**record, "spearman_drop": 0.6}, max_drop=0.005) == [
+        "Spearman drop 0.60 points > budget 0.5"]
+    worse = scores + np.random.RandomState(0).normal(0, 1.0, len(scores))
+    quality = scoring.BenchQuality(data, "test", predictor, None)
+    records = scoring.gate_records()
+    ref_q = {"spearman": 100 * scoring.spearman(scores, scorer.gold), "units": np.c_[scores, scorer.gold].tolist()}
+    art_q = {"spearman": 100 * scoring.spearman(worse, scorer.gold), "units": np.c_[worse, scorer.gold].tolist()}
+    interval = records.drop(records.units(ref_q), records.units(art_q), 0.95)
+    assert interval.estimate == pytest.approx(records.f1(ref_q) - records.f1(art_q))
+    assert interval.low <= interval.estimate <= interval.high
+    assert quality.data_record()["metric"] == "spearman" and len(quality.data_record()["scores"]) == 16
+
+
+def test_the_server_reads_pairs_and_answers_scores():
+    from compress.serving.schemas import BadInput
+    from compress.tasks.sentence_similarity import decoding
+
+    parsed = decoding.parse_request([{"text": "a cat", "text_pair": "a dog"}], {}, {})
+    assert parsed.inputs == [("a cat", "a dog")] and not parsed.single
+    assert decoding.format_results(parsed, [2.5], []) == [{"score": 2.5}]
+    single = decoding.parse_request({"text": "a", "text_pair": "b"}, {}, {})
+    assert decoding.format_results(single, [1.0], []) == {"score": 1.0}
+    with pytest.raises(BadInput, match="scores pairs"):
+        decoding.parse_request("one text", {}, {})
