@@ -49,7 +49,8 @@ TABLE_SUFFIXES = tuple(s for s in SUPPORTED_SUFFIXES if s != ".json")
 #: How many rows of a table recognition looks at.
 SNIFF_ROWS = 50
 
-#: The built-in STS Benchmark caption pairs (compress/builtin_data/stsb), one raw benchmark file per split.
+#: The built-in STS Benchmark caption pairs (compress/builtin_data/stsb), one raw benchmark file per split, named as
+#: the benchmark's own archive names them (a folder holding those files is read as the benchmark).
 STSB_DIR = Path(__file__).resolve().parents[2] / "builtin_data" / "stsb"
 STSB_FILES = {"train": "sts-train.csv", "validation": "sts-dev.csv", "test": "sts-test.csv"}
 STSB_NAME = "stsb-captions"
@@ -196,20 +197,61 @@ def frame_rows(frame: Any, origin: str, sentence1_column: str | None = None, sen
             "label": _scores(require_column(frame, scored, "--score-column", path).tolist(), scored, score_range, path)}
 
 
-def read_sts_benchmark(path: Path) -> dict[str, list]:
+def looks_like_sts_benchmark(lines: Sequence[str]) -> bool:
+    """The STS Benchmark's own layout (its ``sts-*.csv`` as released): no header, every line at least 7 tab-separated
+    fields, the fifth a number."""
+    if not lines:
+        return False
+    for line in lines:
+        fields = line.split("\t")
+        if len(fields) < 7 or _number(fields[4]) is None:
+            return False
+    return True
+
+
+def read_sts_benchmark(path: Path, score_range: tuple[float, float] = DEFAULT_SCORE_RANGE) -> dict[str, list]:
     """A file of the STS Benchmark as released (tab-separated, no header: genre, file, year, id, score, sentence 1,
-    sentence 2, and on some lines licence fields after them) as ``text``/``text_pair``/``label`` rows."""
+    sentence 2, and on some lines licence fields after them) as checked ``text``/``text_pair``/``label`` rows; a bad
+    line is one error naming it."""
     rows: dict[str, list] = {"text": [], "text_pair": [], "label": []}
+    lo, hi = score_range
     with open(path, encoding="utf-8", newline="") as handle:
         for number, line in enumerate(handle, 1):
             fields = line.rstrip("\r\n").split("\t")
             if len(fields) < 7:
                 raise CompressError(f"{path}: line {number}: expected 7 tab-separated fields (genre, file, year, id, "
-                                    f"score, sentence 1, sentence 2), got {len(fields)}. Reinstall bert-compress.")
+                                    f"score, sentence 1, sentence 2), got {len(fields)}. Fix the line or remove it.")
+            score = _number(fields[4])
+            if score is None or not math.isfinite(score) or not lo <= score <= hi:
+                raise CompressError(f"{path}: line {number}: score {fields[4]!r} is not a number from {lo:g} to {hi:g}. "
+                                    "Fix the score, or state the data's scale with --score-range LO,HI.")
+            if not fields[5].strip() or not fields[6].strip():
+                raise CompressError(f"{path}: line {number}: a sentence is empty. Fill it in or remove the line.")
             rows["text"].append(fields[5])
             rows["text_pair"].append(fields[6])
-            rows["label"].append(float(fields[4]))
+            rows["label"].append(score)
     return rows
+
+
+def _table_rows(path: Path, columns: tuple) -> dict[str, list]:
+    """One file's checked rows: the STS Benchmark's own layout, or a table with named columns."""
+    if path.suffix.lower() in (".csv", ".tsv") and looks_like_sts_benchmark(_first_lines(path)):
+        return read_sts_benchmark(path, columns[3])
+    return frame_rows(read_table(path), str(path), *columns)
+
+
+def _first_lines(path: Path, count: int = SNIFF_ROWS) -> list[str]:
+    lines: list[str] = []
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace") as handle:
+            for line in handle:
+                if line.strip():
+                    lines.append(line.rstrip("\r\n"))
+                    if len(lines) >= count:
+                        break
+    except OSError:
+        return []
+    return lines
 
 
 def build_similarity_task(rows: dict[str, dict[str, list]], files: dict[str, str], source: str, seed: int = 0,
@@ -233,14 +275,18 @@ def load_similarity_data(spec: str, sentence1_column: str | None = None, sentenc
     if spec == STSB_NAME:
         return stsb_captions(seed)
     path = Path(spec).expanduser()
+    if path.is_dir() and (path / STSB_FILES["train"]).is_file():  # the benchmark's extracted folder
+        found = {split: path / name for split, name in STSB_FILES.items() if (path / name).is_file()}
+        rows = {split: _table_rows(p, columns) for split, p in found.items()}
+        return build_similarity_task(rows, {s: str(p) for s, p in found.items()}, str(path), seed, limits)
     if path.is_dir():
         found = folder_splits(path, TABLE_SUFFIXES, "A similarity data folder needs train.csv (or .tsv/.jsonl/"
                               ".parquet) with sentence1, sentence2 and score columns, and may hold validation (or dev) "
                               "and test files.")
-        rows = {split: frame_rows(read_table(p), str(p), *columns) for split, p in found.items()}
+        rows = {split: _table_rows(p, columns) for split, p in found.items()}
         return build_similarity_task(rows, {s: str(p) for s, p in found.items()}, str(path), seed, limits)
     if path.exists():
-        rows = {"train": frame_rows(read_table(path), str(path), *columns)}
+        rows = {"train": _table_rows(path, columns)}
         return build_similarity_task(rows, {"train": str(path)}, str(path), seed, limits)
     from compress import hub
 
@@ -270,7 +316,7 @@ def stsb_captions(seed: int = 0) -> SimilarityTaskData:
     for split, name in STSB_FILES.items():
         path = STSB_DIR / name
         check_builtin_file(path, f"stsb/{name}", "STS Benchmark")
-        rows[split] = read_sts_benchmark(path)
+        rows[split] = read_sts_benchmark(path)  # checked by its sha256 and by each line
         files[split] = str(path)
     return build_similarity_task(rows, files, STSB_NAME, seed, DEFAULT_SCORE_RANGE)
 
@@ -323,6 +369,10 @@ def recognises(source: Any) -> bool:
     """A table (a folder's train table) with two sentence columns and a score column holding a number that is not
     an integer, or a hub dataset with those columns and a float score column. The column flags, given, name them."""
     given = source.given
+    if source.is_dir and (source.path / STSB_FILES["train"]).is_file():
+        return True
+    if source.file is not None and source.suffix in (".csv", ".tsv") and looks_like_sts_benchmark(source.head_lines):
+        return True
     if source.file is None:
         features = source.hub_features or {}
         try:

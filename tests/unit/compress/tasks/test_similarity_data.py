@@ -163,3 +163,21 @@ def test_the_recorded_data_options_of_earlier_configs_are_unchanged():
     assert "score_column" not in DataOptions("movie-reviews").to_dict()
     assert DataOptions("x.csv", score_column="s").to_dict()["score_column"] == "s"
     assert DataOptions.from_dict(DataOptions("x.csv", score_range="0,1").to_dict()).score_range == "0,1"
+
+
+def test_the_benchmarks_own_files_and_folder_are_read_as_released(tmp_path):
+    """The STS Benchmark's extracted ``stsbenchmark/`` folder (``sts-train.csv`` ..., tab-separated, no header) is
+    similarity data as it is; a bad line in one of its files is named by its line."""
+    for name in sim.STSB_FILES.values():
+        shutil.copyfile(sim.STSB_DIR / name, tmp_path / name)
+    assert data_task(str(tmp_path)) == SIM and data_task(str(tmp_path / "sts-dev.csv")) == SIM
+    assert sim.load_similarity_data(str(tmp_path)).sizes() == {"train": 1000, "validation": 375, "test": 375}
+    assert sim.load_similarity_data(str(tmp_path / "sts-test.csv")).sizes() == {"train": 300, "validation": 37,
+                                                                               "test": 38}
+    lines = (tmp_path / "sts-dev.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    fields = lines[2].split("\t")
+    fields[4] = "9.000"
+    lines[2] = "\t".join(fields)
+    (tmp_path / "sts-dev.csv").write_text("".join(lines), encoding="utf-8")
+    message = _one_line_error(tmp_path / "sts-dev.csv")
+    assert "line 3: score '9.000' is not a number from 0 to 5" in message
