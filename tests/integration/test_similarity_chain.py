@@ -115,13 +115,14 @@ def test_the_scorer_bench_records_and_gate_records_read_spearman(trained):
     scores = scorer.predict(predictor)
     record = scorer.compare(scores, scores)
     assert record["spearman_drop"] == 0 and record["agreement"] == pytest.approx(1.0) and record["n"] == 16
-    assert scorer.failures({**record, "spearman_drop": 0.6}, max_drop=0.005) == [
-        "Spearman drop 0.60 points > budget 0.5"]
+    assert scorer.failures({**record, "spearman_drop": 0.006}, max_drop=0.005) == [
+        "spearman drop 0.0060 > budget 0.005"]
+    assert record["spearman"] == pytest.approx(scoring.spearman(scores, scorer.gold))  # a fraction, as every task's
     worse = scores + np.random.RandomState(0).normal(0, 1.0, len(scores))
     quality = scoring.BenchQuality(data, "test", predictor, None)
     records = scoring.gate_records()
-    ref_q = {"spearman": 100 * scoring.spearman(scores, scorer.gold), "units": np.c_[scores, scorer.gold].tolist()}
-    art_q = {"spearman": 100 * scoring.spearman(worse, scorer.gold), "units": np.c_[worse, scorer.gold].tolist()}
+    ref_q = {"spearman": scoring.spearman(scores, scorer.gold), "units": np.c_[scores, scorer.gold].tolist()}
+    art_q = {"spearman": scoring.spearman(worse, scorer.gold), "units": np.c_[worse, scorer.gold].tolist()}
     interval = records.drop(records.units(ref_q), records.units(art_q), 0.95)
     assert interval.estimate == pytest.approx(records.f1(ref_q) - records.f1(art_q))
     assert interval.low <= interval.estimate <= interval.high
@@ -139,3 +140,25 @@ def test_the_server_reads_pairs_and_answers_scores():
     assert decoding.format_results(single, [1.0], []) == {"score": 1.0}
     with pytest.raises(BadInput, match="scores pairs"):
         decoding.parse_request("one text", {}, {})
+
+
+def test_bench_and_the_gate_decide_the_spearman_drop_on_a_paired_interval(trained, tmp_path, capsys):
+    from compress.config import DataOptions
+    from compress.quantize import quantize
+
+    int8 = quantize(trained.path, tmp_path / "int8", data=DataOptions(str(trained.data)), max_accuracy_drop=0.05)
+    bench = tmp_path / "bench"
+    assert main(["bench", str(trained.path), str(int8), "--reference", str(trained.path), "--data", str(trained.data),
+                 "--quick", "--no-memory", "--out", str(bench)]) == 0
+    results = json.loads((bench / "results.json").read_text())
+    assert results["data"]["task"] == "sentence-similarity" and len(results["data"]["scores"]) == 16
+    quality = next(a["quality"] for a in results["artifacts"] if not a["is_reference"])
+    assert 0 <= quality["spearman"] <= 1 and len(quality["units"]) == 16 and "spearman_drop" in quality
+    assert "Spearman to reference" in (bench / "report.md").read_text()
+    (tmp_path / "rules.toml").write_text("[rules]\nmax_f1_drop = 0.5\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["gate", str(bench / "results.json"), "--rules", str(tmp_path / "rules.toml")]) == 0
+    assert "max_f1_drop" in capsys.readouterr().out
+    (tmp_path / "wrong.toml").write_text("[rules]\nmax_accuracy_drop = 0.05\n", encoding="utf-8")
+    assert main(["gate", str(bench / "results.json"), "--rules", str(tmp_path / "wrong.toml")]) == 3
+    assert "use max_f1_drop (the Spearman drop" in capsys.readouterr().err

@@ -1,10 +1,13 @@
 """The ``scoring`` aspect of a cross-encoder (:mod:`compress.tasks.protocol.scoring`): how well a model's scores rank
 the pairs as the gold scores do.
 
+Here, as for every task's quality in quantize, optimize, bench and the gate, a metric is a fraction (Spearman 0.85;
+tables show it as 85.0%, the "x100" of the teacher's and distill's records, :func:`compress.tasks.sentence_similarity.score`),
+so a budget reads as everywhere: ``--max-accuracy-drop 0.005`` is half a point of Spearman.
+
 **One split** (quantize, optimize: :class:`SimilarityScorer`): the pairs' scores through ``Predictor.predict``,
-Spearman (the primary metric) and Pearson x100 against the gold scores. A budget such as ``--max-accuracy-drop
-0.005`` is read in the same points as everywhere (0.01 = one point of Spearman x100). Agreement with the reference
-is the Spearman of the candidate's scores against the reference's, as a fraction (1: the same ranking).
+Spearman (the primary metric) and Pearson against the gold scores. Agreement with the reference is the Spearman of
+the candidate's scores against the reference's (1: the same ranking).
 
 **Bench** (:class:`BenchQuality`): the same per artifact, with each pair's ``[score, gold]`` (what the gate pairs
 on) and the paired bootstrap interval of the reference's Spearman minus the artifact's, resampling pairs.
@@ -47,8 +50,7 @@ class SimilarityScorer(Scorer):
         return np.asarray(predictor.predict(self.inputs, batch_size=batch_size), dtype=np.float64)
 
     def metrics(self, predictions: Any) -> dict[str, Any]:
-        scored = TASK.score(predictions, self.gold)
-        return {"spearman": scored["spearman"], "pearson": scored["pearson"]}
+        return _fractions(TASK.score(predictions, self.gold))
 
     def agreement(self, predictions: Any, reference: Any) -> float:
         """Spearman of the scores against the reference's, a fraction (1.0: the same order of the pairs)."""
@@ -58,15 +60,10 @@ class SimilarityScorer(Scorer):
         diff = np.asarray(predictions, dtype=np.float64) - np.asarray(reference, dtype=np.float64)
         return {"pearson": got["pearson"], "mse_to_reference": float(np.mean(diff ** 2))}
 
-    def failures(self, record: dict[str, Any], max_drop: float, min_agreement: float | None = None,
-                 max_type_drop: float | None = None) -> list[str]:
-        """Out of budget when Spearman x100 fell by more than ``100 * max_drop`` points (0.005: half a point)."""
-        reasons = []
-        if record[self.drop_key] > 100 * max_drop:
-            reasons.append(f"Spearman drop {record[self.drop_key]:.2f} points > budget {100 * max_drop:g}")
-        if min_agreement is not None and record["agreement"] < min_agreement:
-            reasons.append(f"Spearman to the reference {record['agreement']:.4f} < {min_agreement:g}")
-        return reasons
+
+def _fractions(scored: dict[str, Any]) -> dict[str, Any]:
+    """The task's x100 correlations (:func:`compress.tasks.sentence_similarity.score`) as fractions."""
+    return {k: (v / 100.0 if k != "n" else v) for k, v in scored.items()}
 
 
 def split_scorer(data: Any, split: str = "validation") -> SimilarityScorer:
@@ -140,7 +137,8 @@ class BenchQuality:
                              progress, self.memo)
         out = {}
         for name in predictors:
-            record = TASK.score(scores[name], self.gold, reference=scores[reference])
+            record = _fractions(TASK.score(scores[name], self.gold, reference=scores[reference]))
+            record["agreement"] = record["reference_spearman"]
             record["units"] = [[float(s), float(g)] for s, g in zip(scores[name], self.gold)]
             if name != reference:
                 record["spearman_drop"] = spearman_drop_interval(self.gold, scores[reference], scores[name]).as_dict()
@@ -167,8 +165,8 @@ def report_quality(arts: Sequence[dict[str, Any]], ref: dict[str, Any]) -> list[
         vs = "-" if a["is_reference"] or not drop else (
             f"{-100 * drop['estimate']:+.2f} [{-100 * drop['high']:+.2f}, {-100 * drop['low']:+.2f}]")
         cells = [f"`{a['name']}`" + (" (reference)" if a["is_reference"] else ""), str(a.get("kind", "-")),
-                 f"{q['spearman']:.2f}", vs, f"{q['pearson']:.2f}",
-                 "-" if a["is_reference"] else f"{q.get('reference_spearman', float('nan')):.2f}"]
+                 f"{100 * q['spearman']:.2f}", vs, f"{100 * q['pearson']:.2f}",
+                 "-" if a["is_reference"] else f"{100 * q.get('reference_spearman', float('nan')):.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + ["", "Spearman and Pearson x100 of the predicted against the gold scores. The difference with the "
                         "reference: a paired bootstrap over the same pairs."]
@@ -190,7 +188,7 @@ def gate_refusal(rule: str) -> str:
 
 class GateRecords:
     """How :mod:`benchmarks.f1_rules` reads a cross-encoder's records: its units are pairs, each ``[score, gold]``;
-    its "F1" is Spearman as a fraction."""
+    its "F1" is Spearman (a fraction)."""
 
     metric_name = "Spearman"
     unit_name = "pairs"
@@ -200,7 +198,7 @@ class GateRecords:
         return np.asarray(q["units"], dtype=np.float64).reshape(-1, 2)
 
     def f1(self, q: dict[str, Any]) -> float:
-        return float(q["spearman"]) / 100.0
+        return float(q["spearman"])
 
     def agreement_units(self, q: dict[str, Any]) -> Any:
         raise CompressError("min_agreement does not gate a sentence-similarity model's results; use max_f1_drop.")
