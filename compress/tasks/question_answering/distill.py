@@ -68,6 +68,7 @@ from compress.tasks.task_choice import QA, model_head
 from compress.training import (checkpoint_dir, checkpoint_fingerprint, interrupt_callback, is_main_process,
                                resume_point, run_trainer, training_arguments, write_trained_artifact, refuse_keep_best)
 from compress.device import resolve_precision, training_device
+from compress.distill.pair import ModelPair
 from compress.distill.intermediate import (active_terms, at_student_positions, head_distillation_trainer,
                                            make_projections, teacher_states, terms_record, with_projections)
 from compress.losses import LOSSES, LossTerm, row_weighted
@@ -390,33 +391,28 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
     cfg = dataclasses.replace(cfg, max_length=fit_max_length(cfg.max_length, s_model.config, who="the student"))
     t_model.to(device)
     allow_null = bool(t_meta.get("allow_null", data.with_impossible))
-    return distill_reader(t_model, t_tok, weights, str(cfg.teacher), s_model, s_tok, info, data, out, cfg, precision,
-                          allow_null, transfer, t_meta.get("null_threshold", DEFAULT_NULL_THRESHOLD))
+    pair = ModelPair(t_model, t_tok, weights, str(cfg.teacher), s_model, s_tok, info)
+    return distill_reader(pair, data, out, cfg, precision, allow_null, transfer,
+                          t_meta.get("null_threshold", DEFAULT_NULL_THRESHOLD))
 
 
-def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
-                   data: QATaskData, out: str | os.PathLike, cfg: Any, precision: str, allow_null: bool,
-                   transfer: ReaderTransfer | None = None,
-                   teacher_null_threshold: float = DEFAULT_NULL_THRESHOLD) -> Path:
-    """Train ``s_model`` on the loss terms of ``cfg`` (:func:`span_term_values` for the start/end scores, the
-    intermediate ones on the teacher's windows read at the student's positions) over the labelled questions and
-    ``transfer``'s, score it and the teacher on validation and test (EM, F1, and both against the teacher's
-    answers), write the student artifact. With SQuAD 2.0 data the teacher answers at its recorded null threshold
-    (``teacher_null_threshold``) and the student at the one with its best validation F1."""
-    import torch
+def _training_windows(pair: ModelPair, data: QATaskData, cfg: Any, precision: str,
+                      transfer: ReaderTransfer | None) -> tuple[Any, dict[str, bool], int]:
+    """``(rows, reused, transfer windows)``: the student's training windows of the labelled questions (with their
+    gold positions) and of ``transfer``'s (without), each with the teacher's start and end logits at every position
+    (and, for the intermediate terms, the teacher's spelling of the window); ``reused`` says per part whether those
+    logits came from the cache."""
     from datasets import Dataset
 
-    started = time.perf_counter()
-    if cfg.temperature <= 0:
-        raise CompressError(f"--temperature must be > 0, got {cfg.temperature}")
+    t_model, t_tok, weights, s_tok = pair.t_model, pair.t_tok, pair.weights, pair.s_tok
     max_length, stride = cfg.max_length, qa_stride(cfg.max_length, cfg.stride)
+    want_inter = cfg.wants_intermediate
     split = data.splits["train"]
     parts = [("train", split["question"][:], split["context"][:], split["answers"][:], 1.0)]
     if transfer is not None and transfer.questions:
         parts.append(("transfer", transfer.questions, transfer.passages,
                       [{"text": [], "answer_start": []}] * len(transfer.questions), transfer.weight))
     check_same_pieces(t_tok, s_tok, [text for part in parts for text in (*part[1], *part[2])], f"--data {data.source}")
-    want_inter = cfg.wants_intermediate
     use_types = "token_type_ids" in getattr(s_tok, "model_input_names", MODEL_COLUMNS)
     t_types_wanted = "token_type_ids" in getattr(t_tok, "model_input_names", MODEL_COLUMNS)
     columns: dict[str, list] = {}
@@ -449,12 +445,31 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
             transfer_windows = len(w)
         for key, values in part.items():
             columns.setdefault(key, []).extend(values)
+    return Dataset.from_dict(columns), reused_by, transfer_windows
+
+
+def distill_reader(pair: ModelPair, data: QATaskData, out: str | os.PathLike, cfg: Any, precision: str,
+                   allow_null: bool, transfer: ReaderTransfer | None = None,
+                   teacher_null_threshold: float = DEFAULT_NULL_THRESHOLD) -> Path:
+    """Train the student on the loss terms of ``cfg`` (:func:`span_term_values` for the start/end scores, the
+    intermediate ones on the teacher's windows read at the student's positions) over the labelled questions and
+    ``transfer``'s, score it and the teacher on validation and test (EM, F1, and both against the teacher's
+    answers), write the student artifact. With SQuAD 2.0 data the teacher answers at its recorded null threshold
+    (``teacher_null_threshold``) and the student at the one with its best validation F1."""
+    import torch
+
+    started = time.perf_counter()
+    if cfg.temperature <= 0:
+        raise CompressError(f"--temperature must be > 0, got {cfg.temperature}")
+    t_model, t_tok, weights, s_model, s_tok = pair.t_model, pair.t_tok, pair.weights, pair.s_model, pair.s_tok
+    max_length, stride = cfg.max_length, qa_stride(cfg.max_length, cfg.stride)
+    want_inter = cfg.wants_intermediate
+    train_ds, reused_by, transfer_windows = _training_windows(pair, data, cfg, precision, transfer)
     reused = all(reused_by.values())
     t_shape, s_shape = teacher_shape(t_model.config), teacher_shape(s_model.config)
     pairs = parse_layer_map(cfg.layer_map, t_shape.layers, s_shape.layers) if want_inter else {}
     projections = make_projections(s_shape.hidden, t_shape.hidden, pairs) if want_inter else torch.nn.ModuleDict()
     module = with_projections(s_model, projections, pairs, _span_head_values)
-    train_ds = Dataset.from_dict(columns)
     train = cfg.train
     args = training_arguments(train, checkpoint_dir(out), len(train_ds), precision=precision)
     fingerprint = checkpoint_fingerprint(cfg)
@@ -503,8 +518,8 @@ def distill_reader(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, s
     meta = {
         "stage": "distill", "kind": "pytorch", "task": QA, "model_type": s_model.config.model_type,
         "parameters": count_parameters(s_model),
-        "parent": {"teacher": teacher, "teacher_weights_sha256": weights},
-        "student": student_info,
+        "parent": {"teacher": pair.teacher, "teacher_weights_sha256": weights},
+        "student": pair.student_info,
         "config": {**cfg.to_dict(), "soft_labels": "teacher start/end logits on the student's windows"},
         "distillation": {"loss_terms": terms_record(lambda epoch: active_terms(cfg, epoch, want_inter),
                                                    train.epochs), "temperature": temperature,

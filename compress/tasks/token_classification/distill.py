@@ -66,6 +66,7 @@ from compress.training import (checkpoint_dir, interrupt_callback, is_main_proce
 from compress.windows import window_stride
 from compress.config import canonical_sha256
 from compress.device import resolve_precision, training_device
+from compress.distill.pair import ModelPair
 from compress.distill.intermediate import (active_terms, head_distillation_trainer, make_projections, teacher_states,
                                            terms_record, tokenizations_align, with_projections)
 from compress.losses import LOSSES, LossTerm, row_weighted
@@ -341,6 +342,28 @@ def _outside_index(task: TokenTaskData, objective: WordObjective) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class WordRun:
+    """How one tagger distillation runs: the optimisation, the per-word ``objective``, the windows
+    (``max_length``, ``stride``: a sentence past ``max_length`` tokens is read by both models in windows overlapping
+    by ``stride``), the precision, and the training sentences beyond the labelled ones: ``n_variants``
+    mention-replaced variants of each (``mention_pool`` train+transfer: the teacher's confident transfer mentions join
+    the replacements) and ``transfer``'s unlabelled sentences. ``settings``: the config ``compress.json`` records
+    (and the checkpoints' fingerprint); ``allow_untrained``: a teacher no better than chance is not refused."""
+
+    train: TrainSettings
+    objective: WordObjective
+    max_length: int
+    precision: str
+    settings: dict[str, Any]
+    resume: bool = False
+    transfer: TransferOptions | None = None
+    n_variants: int = 0
+    mention_pool: str = "train"
+    allow_untrained: bool = False
+    stride: int | None = None
+
+
 def _load_teacher(teacher: str | os.PathLike, data: DataOptions, eager_attention: bool = False):
     """``(model, tokenizer, weights sha256, tagging data in the teacher's tag order)``; one line when the
     folder is not a tagger. ``data`` is read as the teacher stage reads it (``--split-seed``, ``--limit``).
@@ -369,9 +392,10 @@ def distill_tagger(teacher: str | os.PathLike, student: str | os.PathLike, data:
     s_model, s_tok, _ = load_classifier(student, task.num_labels, task.label_names, task=TOKEN)
     settings = {"temperature": temperature, "alpha_kd": alpha_kd, "alpha_hard": alpha_hard, "max_length": max_length,
                 "stride": stride, "train": (train or TrainSettings()).to_dict(), "student": str(student)}
-    return _distill(t_model, t_tok, weights, str(teacher), s_model, s_tok, {"from": str(student)}, task, out,
-                    train or TrainSettings(), WordObjective.logits_only(temperature, alpha_kd, alpha_hard), max_length,
-                    resume, precision, settings, stride=stride)
+    pair = ModelPair(t_model, t_tok, weights, str(teacher), s_model, s_tok, {"from": str(student)})
+    return _distill(pair, task, out, WordRun(train or TrainSettings(),
+                                             WordObjective.logits_only(temperature, alpha_kd, alpha_hard), max_length,
+                                             precision, settings, resume=resume, stride=stride))
 
 
 def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
@@ -391,10 +415,11 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
                                          eager_attention=eager, task=TOKEN)
     cfg = dataclasses.replace(cfg, max_length=fit_max_length(cfg.max_length, t_model.config, s_model.config,
                                                              who="the teacher or the student"))
-    return _distill(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info, task, out, cfg.train,
-                    WordObjective.from_config(cfg), cfg.max_length, cfg.resume, precision, cfg.to_dict(),
-                    TransferOptions.from_config(cfg, precision), cfg.mention_variants, cfg.mention_pool,
-                    cfg.allow_untrained_teacher, stride=cfg.stride)
+    run = WordRun(cfg.train, WordObjective.from_config(cfg), cfg.max_length, precision, cfg.to_dict(),
+                  resume=cfg.resume, transfer=TransferOptions.from_config(cfg, precision),
+                  n_variants=cfg.mention_variants, mention_pool=cfg.mention_pool,
+                  allow_untrained=cfg.allow_untrained_teacher, stride=cfg.stride)
+    return _distill(ModelPair(t_model, t_tok, weights, cfg.teacher, s_model, s_tok, info), task, out, run)
 
 
 def _teacher_ids(t_tok, s_tok, sentences: Sequence[Sequence[str]], s_ids: list[list[int]], max_length: int,
@@ -410,47 +435,16 @@ def _teacher_ids(t_tok, s_tok, sentences: Sequence[Sequence[str]], s_ids: list[l
     return (t_ids if aligned else None), reason
 
 
-def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student_info: dict[str, Any],
-             task: TokenTaskData, out: str | os.PathLike, train: TrainSettings, objective: WordObjective,
-             max_length: int, resume: bool, precision: str, settings: dict[str, Any],
-             transfer: TransferOptions | None = None, n_variants: int = 0, mention_pool: str = "train",
-             allow_untrained: bool = False, stride: int | None = None) -> Path:
-    """Train ``s_model`` on the per-word terms of ``objective`` (:func:`word_term_values`, and the intermediate
-    ones where the tokenizations align) over the labelled sentences, ``n_variants`` mention-replaced variants
-    of each (:func:`_variant_rows`; ``mention_pool`` train+transfer: the teacher's confident transfer mentions
-    join the replacements) and the transfer sentences of ``transfer`` (if any), score it and the teacher on
-    validation and test (entity F1, word agreement with the teacher), write the student artifact. A teacher that
-    no better than chance on validation is refused first (:func:`compress.tasks.token_classification.words.tagger_chance_check`) unless
-    ``allow_untrained``.
-    A sentence past ``max_length`` tokens is read, by both models, in windows overlapping by ``stride``."""
-    import torch
+def _training_rows(pair: ModelPair, task: TokenTaskData,
+                   run: WordRun) -> tuple[Any, list[list[str]], bool, dict[str, Any] | None, dict[str, Any] | None]:
+    """``(rows, sentences, reused, transfer record, variants record)``: the student's training rows with the
+    teacher's soft labels per word, the labelled sentences first, then ``run.n_variants`` mention-replaced variants of
+    each (:func:`_variant_rows`), then the transfer sentences; ``sentences`` the words of each row, in row order."""
     from datasets import concatenate_datasets
 
-    started = time.perf_counter()
-    temperature = objective.temperature
-    if temperature <= 0:
-        raise CompressError(f"--temperature must be > 0, got {temperature}")
-    outside = _outside_index(task, objective)  # before any work: an entity weight needs an O tag
-    scored_rows: dict[tuple[str, str], Any] = {}  # (who, split): tokenized once, for the callback and the scores
-    teacher_tagged: dict[str, list[list[str]]] = {}  # split: the teacher's word tags, computed once
-
-    def rows_of(who: str, tok, name: str):
-        if (who, name) not in scored_rows:
-            scored_rows[who, name] = tokenize_tagged_split(task.splits[name], tok, max_length, what=who, stride=stride)
-        return scored_rows[who, name]
-
-    def tags_of(model, tok, who: str, name: str) -> list[list[str]]:
-        rows = rows_of(who, tok, name)
-        with torch.inference_mode():
-            return word_tags(token_logits(model, rows, pad_id=tok.pad_token_id or 0), rows, task.label_names)
-
-    if "validation" in task.splits:  # a teacher that finds no entity would teach the O tag: refuse before any work
-        rows = rows_of("teacher", t_tok, "validation")
-        with torch.inference_mode():
-            logits = token_logits(t_model, rows, pad_id=t_tok.pad_token_id or 0)
-        teacher_tagged["validation"] = word_tags(logits, rows, task.label_names)
-        refuse_untrained_teacher(tagger_chance_check(logits, rows, task.tags("validation"), task.label_names),
-                                 teacher, allow_untrained)
+    t_model, t_tok, s_tok, weights = pair.t_model, pair.t_tok, pair.s_tok, pair.weights
+    max_length, precision, stride = run.max_length, run.precision, run.stride
+    transfer, n_variants = run.transfer, run.n_variants
     split = task.splits["train"]
     soft, reused = word_soft_labels(t_model, t_tok, split["tokens"], split["tags"], max_length, weights, precision,
                                     stride)
@@ -477,9 +471,10 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
     variants_info: dict[str, Any] | None = None
     if n_variants:
         t0 = time.perf_counter()
-        pool = teacher_mentions(sentences, transfer_soft, task.label_names) if mention_pool == "train+transfer" else None
+        pool = (teacher_mentions(sentences, transfer_soft, task.label_names) if run.mention_pool == "train+transfer"
+                else None)
         rows, variant_words, variants_info = _variant_rows(t_model, t_tok, s_tok, weights, task, n_variants,
-                                                           train.seed, max_length, precision, pool, stride)
+                                                           run.train.seed, max_length, precision, pool, stride)
         if rows is None:
             print(f"note: --mention-variants {n_variants}: no variant could be made (a variant needs a training "
                   "sentence with an entity whose type has another mention)", file=sys.stderr)
@@ -493,6 +488,46 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         columns = [c for c in s_train.column_names if c in extra.column_names]
         s_train = concatenate_datasets([s_train.select_columns(columns), extra.select_columns(columns)])
         read += sentences
+    return s_train, read, reused, transfer_info, variants_info
+
+
+def _distill(pair: ModelPair, task: TokenTaskData, out: str | os.PathLike, run: WordRun) -> Path:
+    """Train the student on the per-word terms of ``run.objective`` (:func:`word_term_values`, and the intermediate
+    ones where the tokenizations align) over the labelled sentences and the extra ones ``run`` asks for
+    (:func:`_training_rows`), score it and the teacher on validation and test (entity F1, word agreement with the
+    teacher), write the student artifact. A teacher no better than chance on validation is refused first
+    (:func:`compress.tasks.token_classification.words.tagger_chance_check`) unless ``run.allow_untrained``."""
+    import torch
+
+    started = time.perf_counter()
+    t_model, t_tok, weights, teacher = pair.t_model, pair.t_tok, pair.weights, pair.teacher
+    s_model, s_tok = pair.s_model, pair.s_tok
+    train, objective, max_length, precision, stride = run.train, run.objective, run.max_length, run.precision, run.stride
+    temperature = objective.temperature
+    if temperature <= 0:
+        raise CompressError(f"--temperature must be > 0, got {temperature}")
+    outside = _outside_index(task, objective)  # before any work: an entity weight needs an O tag
+    scored_rows: dict[tuple[str, str], Any] = {}  # (who, split): tokenized once, for the callback and the scores
+    teacher_tagged: dict[str, list[list[str]]] = {}  # split: the teacher's word tags, computed once
+
+    def rows_of(who: str, tok, name: str):
+        if (who, name) not in scored_rows:
+            scored_rows[who, name] = tokenize_tagged_split(task.splits[name], tok, max_length, what=who, stride=stride)
+        return scored_rows[who, name]
+
+    def tags_of(model, tok, who: str, name: str) -> list[list[str]]:
+        rows = rows_of(who, tok, name)
+        with torch.inference_mode():
+            return word_tags(token_logits(model, rows, pad_id=tok.pad_token_id or 0), rows, task.label_names)
+
+    if "validation" in task.splits:  # a teacher that finds no entity would teach the O tag: refuse before any work
+        rows = rows_of("teacher", t_tok, "validation")
+        with torch.inference_mode():
+            logits = token_logits(t_model, rows, pad_id=t_tok.pad_token_id or 0)
+        teacher_tagged["validation"] = word_tags(logits, rows, task.label_names)
+        refuse_untrained_teacher(tagger_chance_check(logits, rows, task.tags("validation"), task.label_names),
+                                 teacher, run.allow_untrained)
+    s_train, read, reused, transfer_info, variants_info = _training_rows(pair, task, run)
     # Intermediate terms compare states position by position: only where both models read the same pieces.
     want_inter, notes = objective.wants_intermediate(train.epochs), []
     if want_inter:
@@ -511,7 +546,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
                                                   "first", "soft", "weight", "t_input_ids")
                                       if c in s_train.column_names])
     args = training_arguments(train, checkpoint_dir(out), len(s_train), precision=precision)
-    fingerprint = canonical_sha256({"teacher": weights, "data": task.fingerprint, "settings": settings})
+    fingerprint = canonical_sha256({"teacher": weights, "data": task.fingerprint, "settings": run.settings})
     stop = interrupt_callback()
 
     def read_teacher(inputs: dict[str, Any], terms: list[LossTerm]):
@@ -534,7 +569,7 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         callbacks.append(scorer)
     trainer = trainer_class(model=module, args=args, train_dataset=s_train, callbacks=callbacks,
                             data_collator=_collator(s_tok, task.num_labels, t_pad))
-    result = run_trainer(trainer, resume_point(out, resume, fingerprint), Path(out), stop)
+    result = run_trainer(trainer, resume_point(out, run.resume, fingerprint), Path(out), stop)
 
     metrics: dict[str, Any] = {}
     score = get_task(TOKEN).score
@@ -550,8 +585,8 @@ def _distill(t_model, t_tok, weights: str, teacher: str, s_model, s_tok, student
         "stage": "distill", "kind": "pytorch", "task": TOKEN, "model_type": s_model.config.model_type,
         "parameters": count_parameters(s_model), "label_names": task.label_names,
         "parent": {"teacher": teacher, "teacher_weights_sha256": weights},
-        "student": student_info,
-        "config": {**settings, "max_length": max_length, "soft_labels": "per word (first sub-token)"},
+        "student": pair.student_info,
+        "config": {**run.settings, "max_length": max_length, "soft_labels": "per word (first sub-token)"},
         "distillation": {**objective.describe(train.epochs, want_inter), "temperature": temperature,
                          "intermediate": want_inter, "layer_map": format_layer_map(pairs) if want_inter else None},
         "notes": notes,
