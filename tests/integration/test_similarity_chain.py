@@ -162,3 +162,13 @@ def test_bench_and_the_gate_decide_the_spearman_drop_on_a_paired_interval(traine
     (tmp_path / "wrong.toml").write_text("[rules]\nmax_accuracy_drop = 0.05\n", encoding="utf-8")
     assert main(["gate", str(bench / "results.json"), "--rules", str(tmp_path / "wrong.toml")]) == 3
     assert "use max_f1_drop (the Spearman drop" in capsys.readouterr().err
+
+
+def test_prune_recovers_a_cross_encoder_by_distilling_its_scores(trained, tmp_path, capsys):
+    out = tmp_path / "pruned"
+    assert main(["prune", "--model", str(trained.path), "--data", str(trained.data), "--heads", "0.25",
+                 "--recover-epochs", "1", "--max-length", "32", "--out", str(out)]) == 0
+    assert "the scores alone are distilled" in capsys.readouterr().err  # recovery's --intermediate, said
+    meta = json.loads((out / "compress.json").read_text())
+    assert meta["task"] == "sentence-similarity"
+    assert {"spearman", "reference_spearman", "mse_to_unpruned"} <= set(meta["metrics"]["test"])

@@ -237,18 +237,24 @@ def _distillation_module(student: Any, alpha_kd: float, alpha_hard: float) -> An
 def distill(cfg: Any, out: str | os.PathLike) -> Path:
     """Distil the cross-encoder ``cfg.teacher`` into ``cfg.student``: the teacher scores every training pair once
     (cached like every soft label), the student learns those scores (MSE, weight ``--alpha-kd``) beside the gold
-    ones (MSE, weight ``--alpha-hard``). Intermediate-layer terms, transfer data and ensembles are the classifier
-    distiller's; they are refused here in one line rather than ignored."""
+    ones (MSE, weight ``--alpha-hard``). Transfer data, ensembles and gold probabilities are the classifier
+    distiller's: refused here in one line rather than ignored; ``--intermediate`` (on in prune's recovery) is said
+    in a note and recorded, and the scores alone are distilled."""
     from students.factory import build_student
 
     cfg.validate()
-    unsupported = [flag for flag, on in (("--intermediate", cfg.intermediate), ("--unlabeled", cfg.unlabeled),
+    unsupported = [flag for flag, on in (("--unlabeled", cfg.unlabeled),
                                          ("--augment", cfg.augment), ("--ensemble", cfg.ensemble),
                                          ("--gold-labels", cfg.gold_labels), ("--alpha-pooled", cfg.alpha_pooled))
                    if on]
     if unsupported:
         raise CompressError(f"{', '.join(unsupported)}: not available for sentence similarity yet; the student learns "
                             "the teacher's and the gold scores (--alpha-kd, --alpha-hard). Leave it out.")
+    notes = []
+    if cfg.intermediate:  # prune's recovery asks for it by default: said, recorded, and the scores distilled
+        notes.append("intermediate losses are not available for sentence similarity yet: the scores alone are "
+                     "distilled")
+        print(f"note: {notes[-1]}", file=sys.stderr)
     device = training_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)
     started = time.perf_counter()
@@ -299,7 +305,7 @@ def distill(cfg: Any, out: str | os.PathLike) -> Path:
                          "soft_labels": "the teacher's score of each training pair", "soft_labels_reused": reused},
         "config": cfg.to_dict(), "device": device_name(device), "precision": precision.to_dict(),
         "data": data.describe(), "max_length": cfg.max_length,
-        "metrics": metrics, "training": train_log, "timings": timings,
+        "metrics": metrics, "training": train_log, "timings": timings, "notes": notes,
     }
     if not is_main_process():
         return Path(out)
