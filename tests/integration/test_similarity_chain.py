@@ -140,6 +140,14 @@ def test_the_server_reads_pairs_and_answers_scores():
     assert decoding.format_results(single, [1.0], []) == {"score": 1.0}
     with pytest.raises(BadInput, match="scores pairs"):
         decoding.parse_request("one text", {}, {})
+    from compress.serving import schemas
+
+    assert schemas.check_task("sentence-similarity", "m") == "sentence-similarity"
+    body = schemas.parse_request("sentence-similarity", {"inputs": [{"text": "a", "text_pair": "b"}] * 2}, 8)
+    assert body.inputs == [("a", "b")] * 2
+    with pytest.raises(BadInput):
+        schemas.parse_request("sentence-similarity", {"inputs": {"text": "a", "text_pair": "b"},
+                                                      "parameters": {"top_k": 1}}, 8)
 
 
 def test_bench_and_the_gate_decide_the_spearman_drop_on_a_paired_interval(trained, tmp_path, capsys):
