@@ -491,6 +491,46 @@ def _training_rows(pair: ModelPair, task: TokenTaskData,
     return s_train, read, reused, transfer_info, variants_info
 
 
+class _ScoredSplits:
+    """The validation and test sentences of one tagger distillation, each model's rows tokenized once and the
+    teacher's word tags computed once, for the chance check, the epoch callback and the final scores."""
+
+    def __init__(self, task: TokenTaskData, max_length: int, stride: int | None):
+        self.task, self.max_length, self.stride = task, max_length, stride
+        self._rows: dict[tuple[str, str], Any] = {}  # (who, split)
+        self.teacher_tags: dict[str, list[list[str]]] = {}  # split
+
+    def rows(self, who: str, tok: Any, name: str) -> Any:
+        """Split ``name`` as ``who``'s tokenizer reads it (in windows past ``max_length``)."""
+        if (who, name) not in self._rows:
+            self._rows[who, name] = tokenize_tagged_split(self.task.splits[name], tok, self.max_length, what=who,
+                                                          stride=self.stride)
+        return self._rows[who, name]
+
+    def tags(self, model: Any, tok: Any, who: str, name: str) -> list[list[str]]:
+        """The word tags ``model`` gives split ``name``."""
+        import torch
+
+        rows = self.rows(who, tok, name)
+        with torch.inference_mode():
+            return word_tags(token_logits(model, rows, pad_id=tok.pad_token_id or 0), rows, self.task.label_names)
+
+    def metrics(self, pair: ModelPair) -> dict[str, Any]:
+        """The student's entity scores on validation and test, its word agreement with the teacher and the
+        teacher's entity F1 beside them."""
+        metrics: dict[str, Any] = {}
+        score = get_task(TOKEN).score
+        for name in ("validation", "test"):
+            if name not in self.task.splits:
+                continue
+            if name not in self.teacher_tags:
+                self.teacher_tags[name] = self.tags(pair.t_model, pair.t_tok, "teacher", name)
+            student_tags, gold = self.tags(pair.s_model, pair.s_tok, "student", name), self.task.tags(name)
+            metrics[name] = {**score(student_tags, gold, self.teacher_tags[name]),
+                             "teacher_entity_f1": score(self.teacher_tags[name], gold)["entity_f1"]}
+        return metrics
+
+
 def _distill(pair: ModelPair, task: TokenTaskData, out: str | os.PathLike, run: WordRun) -> Path:
     """Train the student on the per-word terms of ``run.objective`` (:func:`word_term_values`, and the intermediate
     ones where the tokenizations align) over the labelled sentences and the extra ones ``run`` asks for
@@ -507,24 +547,12 @@ def _distill(pair: ModelPair, task: TokenTaskData, out: str | os.PathLike, run: 
     if temperature <= 0:
         raise CompressError(f"--temperature must be > 0, got {temperature}")
     outside = _outside_index(task, objective)  # before any work: an entity weight needs an O tag
-    scored_rows: dict[tuple[str, str], Any] = {}  # (who, split): tokenized once, for the callback and the scores
-    teacher_tagged: dict[str, list[list[str]]] = {}  # split: the teacher's word tags, computed once
-
-    def rows_of(who: str, tok, name: str):
-        if (who, name) not in scored_rows:
-            scored_rows[who, name] = tokenize_tagged_split(task.splits[name], tok, max_length, what=who, stride=stride)
-        return scored_rows[who, name]
-
-    def tags_of(model, tok, who: str, name: str) -> list[list[str]]:
-        rows = rows_of(who, tok, name)
-        with torch.inference_mode():
-            return word_tags(token_logits(model, rows, pad_id=tok.pad_token_id or 0), rows, task.label_names)
-
+    scored = _ScoredSplits(task, max_length, stride)
     if "validation" in task.splits:  # a teacher that finds no entity would teach the O tag: refuse before any work
-        rows = rows_of("teacher", t_tok, "validation")
+        rows = scored.rows("teacher", t_tok, "validation")
         with torch.inference_mode():
             logits = token_logits(t_model, rows, pad_id=t_tok.pad_token_id or 0)
-        teacher_tagged["validation"] = word_tags(logits, rows, task.label_names)
+        scored.teacher_tags["validation"] = word_tags(logits, rows, task.label_names)
         refuse_untrained_teacher(tagger_chance_check(logits, rows, task.tags("validation"), task.label_names),
                                  teacher, run.allow_untrained)
     s_train, read, reused, transfer_info, variants_info = _training_rows(pair, task, run)
@@ -564,23 +592,14 @@ def _distill(pair: ModelPair, task: TokenTaskData, out: str | os.PathLike, run: 
     scorer = None
     if "validation" in task.splits:  # the student's entity F1 after each epoch, and a warning if still climbing
         s_pad = s_tok.pad_token_id if s_tok.pad_token_id is not None else 0
-        scorer = entity_f1_callback(rows_of("student", s_tok, "validation"), task.tags("validation"), task.label_names,
-                                    s_pad, precision, tagger=s_model, keep_best=train.keep_best)
+        scorer = entity_f1_callback(scored.rows("student", s_tok, "validation"), task.tags("validation"),
+                                    task.label_names, s_pad, precision, tagger=s_model, keep_best=train.keep_best)
         callbacks.append(scorer)
     trainer = trainer_class(model=module, args=args, train_dataset=s_train, callbacks=callbacks,
                             data_collator=_collator(s_tok, task.num_labels, t_pad))
     result = run_trainer(trainer, resume_point(out, run.resume, fingerprint), Path(out), stop)
 
-    metrics: dict[str, Any] = {}
-    score = get_task(TOKEN).score
-    for name in ("validation", "test"):
-        if name not in task.splits:
-            continue
-        if name not in teacher_tagged:
-            teacher_tagged[name] = tags_of(t_model, t_tok, "teacher", name)
-        student_tags, gold = tags_of(s_model, s_tok, "student", name), task.tags(name)
-        metrics[name] = {**score(student_tags, gold, teacher_tagged[name]),
-                         "teacher_entity_f1": score(teacher_tagged[name], gold)["entity_f1"]}
+    metrics = scored.metrics(pair)
     meta = {
         "stage": "distill", "kind": "pytorch", "task": TOKEN, "model_type": s_model.config.model_type,
         "parameters": count_parameters(s_model), "label_names": task.label_names,
