@@ -53,22 +53,23 @@ from benchmarks.gate_output import _summary_line, _write, format_table, junit_xm
 from benchmarks.gate_results import (READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, device_mismatch, load_results,
                                      results_device, results_task)
 from benchmarks.gate_rules import (CLASSIFIER_RULES, DEFAULT_CONFIDENCE, EPS, EXIT_FAIL, EXIT_INCONCLUSIVE,
-                                   EXIT_MALFORMED, EXIT_PASS, RULES, SELECTORS, SETTINGS, TAGGING_RULES, Check,
+                                   EXIT_MALFORMED, EXIT_PASS, QUALITY_RULES, RULES, SELECTORS, SETTINGS, TAGGING_RULES,
+                                   VECTOR_RULES, Check,
                                    GateInputError, GateRules, RuleSpec, _header_line, load_rules)
 from benchmarks.verdicts import fall_report
 from compress.errors import CompressError
 from benchmarks.history import (DEFAULT_TEST, DEFAULT_THRESHOLD, DEFAULT_WINDOW, check_artifact, read_history,
                                 summarize_run)
-from benchmarks.stats import (Interval, accuracy_drop_interval, detectable_drop, mean_over_seeds_interval,
-                              percentile_interval, proportion_interval, ratio_of_independent, series_median_interval,
+from benchmarks.stats import (Interval, accuracy_drop_interval, detectable_drop, mean_interval,
+                              mean_over_seeds_interval, percentile_interval, proportion_interval, ratio_of_independent, series_median_interval,
                               speedup_replicates, throughput_interval, unpaired_accuracy_drop_interval)
 
 #: The gate's public names, importable from this one module whichever of the gate's modules defines them:
 #: the rules (:mod:`benchmarks.gate_rules`), the results (:mod:`benchmarks.gate_results`) and the written
 #: verdicts (:mod:`benchmarks.gate_output`); this module decides the rules (:func:`evaluate`) and runs the command.
 __all__ = ["CLASSIFIER_RULES", "DEFAULT_CONFIDENCE", "EXIT_FAIL", "EXIT_INCONCLUSIVE", "EXIT_MALFORMED", "EXIT_PASS",
-           "READABLE_VERSIONS", "RULES", "SCHEMA", "SCHEMA_VERSION", "SELECTORS", "SETTINGS", "TAGGING_RULES", "Check",
-           "GateInputError", "GateRules", "RuleSpec", "combine", "comparability", "device_mismatch", "evaluate",
+           "QUALITY_RULES", "READABLE_VERSIONS", "RULES", "SCHEMA", "SCHEMA_VERSION", "SELECTORS", "SETTINGS",
+           "TAGGING_RULES", "VECTOR_RULES", "Check", "GateInputError", "GateRules", "RuleSpec", "combine", "comparability", "device_mismatch", "evaluate",
            "format_table", "history_checks", "junit_xml", "load_results", "load_rules", "markdown_summary", "outcome",
            "results_device", "run_gate"]
 
@@ -219,7 +220,7 @@ def _evaluate_rule(rule: str, limit: Any, subject: _Subject, ctx: _Context, acti
 
     if rule in ("min_speedup", "max_p50_ms", "min_throughput"):
         return _latency_rule(rule, limit, subject, ctx, active, confidence)
-    if rule in TAGGING_RULES or rule in CLASSIFIER_RULES:
+    if rule in QUALITY_RULES:
         return _quality_rule(rule, limit, subject, ctx, confidence)
     if rule == "max_size_mb":
         mb = art["size_bytes"] / 1e6
@@ -544,6 +545,28 @@ def _unit_agreement(rule: str, limit: float, subject: _Subject, ctx: _Context, c
                                                                      ctx.records))
 
 
+def _unit_mean(rule: str, limit: float, subject: _Subject, ctx: _Context, confidence: float) -> Check:
+    """A floor on the mean of the task's per-unit scores (a sentence encoder's neighbour recall of each held-out
+    text: ``records.mean_units``): decided on the bootstrap interval over the units (a seed group's mean: over
+    seeds and units), which must lie above ``limit``."""
+    records = ctx.records
+    members = subject.members or [subject.art]
+    values = [records.mean_units(m["quality"]) for m in members]
+    if subject.is_group:
+        interval = mean_over_seeds_interval(np.asarray(values, dtype=float), confidence)
+    else:
+        interval = mean_interval(values[0], confidence, unit=records.mean_unit)
+    measured = f"{interval.estimate:.4f}" + (f" (mean of {len(members)} seeds)" if subject.is_group else "")
+    shown = _ci(interval, "{:.4f}")
+    status = interval.verdict(limit, higher_is_better=True)
+    message = {"fail": f"{records.mean_name} {measured}: even the upper bound of its interval {shown} is below "
+                       f"{limit:g}",
+               "inconclusive": f"inconclusive: the {100 * confidence:g}% interval of the {records.mean_name}, {shown}, "
+                               f"straddles {limit:g}; more test {records.mean_unit} would decide",
+               "pass": ""}[status]
+    return Check(subject.name, rule, limit, measured, status, message, shown)
+
+
 def _f1_fall(limit: float, subject: _Subject, base: dict, ctx: _Context, confidence: float, relative: bool = True):
     """The F1 fall against the baseline, of an artifact or a seed group (``max_f1_regression``, and the quality half
     of ``max_regression`` when ``relative``): ``(status, measured, interval, message, upper)`` or ``None``."""
@@ -682,10 +705,12 @@ def _welch_drop(old: list[float], new: list[float], confidence: float, relative:
 
 
 #: How each quality rule is decided, by the name a task's ``gate_rules`` gives (:mod:`compress.tasks.protocol.scoring`):
-#: from per-example predictions against the labels (accuracy), or from the task's per-unit records (F1).
+#: from per-example predictions against the labels (accuracy), or from the task's per-unit records (F1, and a mean
+#: score per unit such as an encoder's neighbour recall per text).
 DECIDERS = {"accuracy_drop": _accuracy_drop, "accuracy_regression": _accuracy_regression_check,
             "agreement": _agreement, "traffic_agreement": _traffic_agreement,
-            "f1_drop": _f1_drop, "f1_regression": _f1_regression_check, "unit_agreement": _unit_agreement}
+            "f1_drop": _f1_drop, "f1_regression": _f1_regression_check, "unit_agreement": _unit_agreement,
+            "unit_mean": _unit_mean}
 #: The quality half of ``max_regression``, relative to the baseline's score, by the same names.
 FALLS = {"accuracy_regression": _accuracy_regression, "f1_regression": _f1_fall}
 

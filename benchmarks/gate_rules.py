@@ -60,6 +60,10 @@ RULES: dict[str, RuleSpec] = {
                                         "paired bootstrap over sentences"),
     "max_f1_regression": RuleSpec("fraction", "against --baseline: a tagger's entity F1 may fall by at most this much, "
                                               "absolute, paired over the same sentences"),
+    "max_spearman_drop": RuleSpec("fraction", "a sentence encoder's or similarity model's reference Spearman minus the "
+                                              "artifact's, absolute (0.01 = 1 point), paired bootstrap over the pairs"),
+    "min_neighbour_recall": RuleSpec("fraction", "a sentence encoder's neighbour recall against the reference's "
+                                                 "vectors, mean over the held-out texts"),
     "min_fused_attention": RuleSpec("count", "fused attention operators in the ONNX graph"),
     "require_full_attention_fusion": RuleSpec("bool", "every transformer layer has a fused attention operator (ONNX)"),
     "confidence": RuleSpec("confidence", "two-sided confidence of the intervals the rules are decided on (default 0.95)"),
@@ -69,6 +73,12 @@ RULES: dict[str, RuleSpec] = {
 TAGGING_RULES = ("max_f1_drop", "max_f1_regression")
 CLASSIFIER_RULES = ("max_accuracy_drop", "max_relative_accuracy_drop", "max_accuracy_regression", "min_agreement",
                     "min_traffic_agreement")
+VECTOR_RULES = ("max_spearman_drop", "min_neighbour_recall")
+QUALITY_RULES = TAGGING_RULES + CLASSIFIER_RULES + VECTOR_RULES
+#: What each quality rule gates, for the message refusing it on the results of a task it does not apply to.
+GATES = {**{rule: "a tagger's or a reader's F1" for rule in TAGGING_RULES},
+         **{rule: "a sentence classifier's accuracy" for rule in CLASSIFIER_RULES},
+         **{rule: "a sentence encoder's or a similarity model's quality" for rule in VECTOR_RULES}}
 SELECTORS = ("speedup_batch_size", "speedup_seq_len", "latency_batch_size", "latency_seq_len")
 #: Keys that configure rules rather than being rules (no row of their own).
 SETTINGS = SELECTORS + ("confidence",)

@@ -58,7 +58,9 @@ class PROTOCOL(Protocol):
         """How the F1 rules (:mod:`benchmarks.f1_rules`) read this task's per-unit quality records: an object with
         ``metric_name``, ``unit_name``, ``agreed``, ``units(q)``, ``f1(q)``, ``agreement_units(q)``,
         ``drop(ref_units, units, confidence)``, ``unpaired_drop(old, new, confidence)`` and
-        ``drop_over_seeds(ref_q, member_qs, confidence)``; ``None`` for a task that no such rule decides."""
+        ``drop_over_seeds(ref_q, member_qs, confidence)`` (the ``f1_*`` and ``unit_agreement`` deciders), and for the
+        ``unit_mean`` decider ``mean_units(q)`` (one score in [0, 1] per unit), ``mean_name`` and ``mean_unit``;
+        ``None`` for a task that no such rule decides. A decider reads only the members it needs."""
 
     def check_results_data(self, doc: dict[str, Any], version: int, path: Path) -> dict[str, Any]:
         """Check ``$.data`` of a ``results.json`` of this task (schema ``version``) and return what the artifacts'

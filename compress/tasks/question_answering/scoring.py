@@ -25,7 +25,7 @@ import numpy as np
 
 from benchmarks.answers import answer_each
 from benchmarks.gate_results import NUMBER, require
-from benchmarks.gate_rules import GateInputError
+from benchmarks.gate_rules import GATES, GateInputError
 from benchmarks.report import ci_pct, fmt, table
 from benchmarks.stats import mean_drop_interval, mean_interval, mean_over_seeds_interval, unpaired_mean_drop_interval
 from compress.quality import Scorer
@@ -190,8 +190,8 @@ def gate_rules() -> dict[str, str]:
 
 def gate_refusal(rule: str) -> str:
     """Why a quality rule of another task does not gate a reader's results, and which to use."""
-    return (f"rule {rule} gates a sentence classifier's accuracy, but these results are a reader's (SQuAD F1): use "
-            "max_f1_drop / max_f1_regression in the rules file.")
+    return (f"rule {rule} gates {GATES[rule]}, but these results are a reader's (SQuAD F1): use max_f1_drop / max_f1_regression in the "
+            "rules file.")
 
 
 def gate_records() -> QuestionRecords:

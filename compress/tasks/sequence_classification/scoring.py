@@ -24,7 +24,7 @@ import numpy as np
 from benchmarks.accuracy import mcnemar_p, split_texts_and_labels
 from benchmarks.answers import Answers, answer_each
 from benchmarks.gate_results import require
-from benchmarks.gate_rules import GateInputError
+from benchmarks.gate_rules import GATES, GateInputError
 from benchmarks.report import ci_pct, fmt, table
 from benchmarks.stats import accuracy_drop_interval, detectable_drop, proportion_interval
 from compress.data import check_labels_fit
@@ -181,8 +181,8 @@ def gate_rules() -> dict[str, str]:
 
 def gate_refusal(rule: str) -> str:
     """Why a quality rule of another task does not gate a classifier's results, and which to use."""
-    return (f"rule {rule} gates a tagger's or a reader's F1, but these results are a sentence classifier's (accuracy): "
-            "use max_accuracy_drop / max_accuracy_regression in the rules file.")
+    return (f"rule {rule} gates {GATES[rule]}, but these results are a sentence classifier's (accuracy): use max_accuracy_drop / max_accuracy_regression in the "
+            "rules file.")
 
 
 def gate_records() -> None:

@@ -1,15 +1,16 @@
 """The ``scoring`` aspect of token classification (:mod:`compress.tasks.protocol.scoring`): a tagger's quality.
 
-**One split** (quantize, optimize: :class:`TaggerScorer`). The split's words are joined by single spaces and
-tagged by ``Predictor.predict`` (whitespace words, first sub-token;
-:meth:`compress.tasks.token_classification.data.TokenTaskData.texts`), so each gold word is one predicted word. Overall F1 can hold while one entity type collapses (INT8 saturating
-the logits of a rare tag: onnxruntime issues report a tagger at F1 0.8 falling to 0.05), so two per-type
-rules judge each type with at least :data:`compress.config.MIN_TYPE_SUPPORT` gold entities: a candidate fails when the
-type keeps less than :data:`COLLAPSE_FRACTION` of the reference's F1 (it *collapsed*), or loses more than
-the per-type budget (``max_type_f1_drop``, :data:`compress.config.MAX_TYPE_F1_DROP` by default). Both count
-only a loss the split tells from noise: the lower bound of the paired 95% bootstrap interval of the type's
-F1 drop over sentences is above zero. One entity moves a type's F1 by ``2 / (predicted + gold)``, 3 to 6
-points for a type of 30 gold entities, so a one-entity change alone is never read as a loss.
+**One split** (quantize, optimize: :class:`TaggerScorer`). The split's words are joined by single spaces and tagged
+by ``Predictor.predict`` (whitespace words, first sub-token;
+:meth:`compress.tasks.token_classification.data.TokenTaskData.texts`), so each gold word is one predicted word.
+Overall F1 can hold while one entity type collapses (INT8 saturating the logits of a rare tag: onnxruntime issues
+report a tagger at F1 0.8 falling to 0.05), so two per-type rules judge each type with at least
+:data:`compress.config.MIN_TYPE_SUPPORT` gold entities: a candidate fails when the type keeps less than
+:data:`COLLAPSE_FRACTION` of the reference's F1 (it *collapsed*), or loses more than the per-type budget
+(``max_type_f1_drop``, :data:`compress.config.MAX_TYPE_F1_DROP` by default). Both count only a loss the split tells
+from noise: the lower bound of the paired 95% bootstrap interval of the type's F1 drop over sentences is above zero.
+One entity moves a type's F1 by ``2 / (predicted + gold)``, 3 to 6 points for a type of 30 gold entities, so a
+one-entity change alone is never read as a loss.
 
 **Bench** (:func:`evaluate_tagging_quality`, the counterpart of :mod:`benchmarks.accuracy`). Every artifact tags
 the split's sentences through the serving path. Entities are scored with strict span-and-type matching
@@ -30,7 +31,7 @@ from typing import Any, Mapping, Sequence
 
 from benchmarks.answers import answer_each
 from benchmarks.gate_results import require
-from benchmarks.gate_rules import GateInputError
+from benchmarks.gate_rules import GATES, GateInputError
 from benchmarks.report import ci_pct, fmt, table
 from benchmarks.stats import (f1_drop_interval, f1_interval, mean_f1_drop_over_seeds_interval, ratio_interval,
                               type_f1_drop_intervals, unpaired_f1_drop_interval)
@@ -284,8 +285,8 @@ def gate_rules() -> dict[str, str]:
 
 def gate_refusal(rule: str) -> str:
     """Why a quality rule of another task does not gate a tagger's results, and which to use."""
-    return (f"rule {rule} gates a sentence classifier's accuracy, but these results are a tagger's (entity F1): use "
-            "max_f1_drop / max_f1_regression in the rules file.")
+    return (f"rule {rule} gates {GATES[rule]}, but these results are a tagger's (entity F1): use max_f1_drop / max_f1_regression in the "
+            "rules file.")
 
 
 def gate_records() -> EntityRecords:

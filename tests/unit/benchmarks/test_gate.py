@@ -191,15 +191,20 @@ def test_accuracy_regression_of_seed_groups_uses_welch_in_points(tmp_path):
 
 def test_every_rule_is_evaluated_and_documented(tmp_path):
     values = {"number": "1.0", "fraction": "0.5", "count": "1", "bool": "true", "selector": "1", "confidence": "0.95"}
-    from benchmarks.gate import TAGGING_RULES
+    from benchmarks.gate import TAGGING_RULES, VECTOR_RULES
 
-    # A classifier's results: every rule but the tagger's F1 rules (tests/integration/test_ner_chain.py gates a tagger's).
-    toml = "[rules]\n" + "\n".join(f"{k} = {values[spec.kind]}" for k, spec in RULES.items()
-                                    if k not in TAGGING_RULES) + "\n"
+    # A classifier's results: every rule but other tasks' quality rules (tests/integration/test_ner_chain.py gates a
+    # tagger's; tests/unit/benchmarks/test_results_task.py a toy task's).
+    others = set(TAGGING_RULES) | set(VECTOR_RULES)
+    toml = "[rules]\n" + "\n".join(f"{k} = {values[spec.kind]}" for k, spec in RULES.items() if k not in others) + "\n"
     checks = _checks(tmp_path, toml, baseline=make_results())
-    assert {rule for _, rule in checks} == set(RULES) - set(SETTINGS) - set(TAGGING_RULES)
+    assert {rule for _, rule in checks} == set(RULES) - set(SETTINGS) - others
     for rule in TAGGING_RULES:
         with pytest.raises(GateInputError, match=f"rule {rule} gates a tagger's or a reader's F1.*use max_accuracy_drop"):
+            _checks(tmp_path, f"[rules]\n{rule} = 0.01\n", baseline=make_results())
+    for rule in VECTOR_RULES:
+        with pytest.raises(GateInputError, match=f"rule {rule} gates a sentence encoder's or a similarity model's "
+                                                 "quality.*use max_accuracy_drop"):
             _checks(tmp_path, f"[rules]\n{rule} = 0.01\n", baseline=make_results())
     docs = DOCS.read_text()
     for key in RULES:

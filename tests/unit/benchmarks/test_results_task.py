@@ -105,3 +105,27 @@ def test_max_regression_of_a_task_without_a_quality_fall_judges_latency_only(tmp
         for entry in art["latency"]:
             entry["batch_size"] += 100  # no configuration in common with the baseline: nothing to judge
     assert {c.status for c in evaluate(moved, rules, baseline=doc)} == {"skip"}
+
+
+class _Recalls:
+    """A toy task's per-text scores, read by the gate's ``unit_mean`` decider."""
+
+    mean_name, mean_unit = "neighbour recall", "texts"
+
+    def mean_units(self, q: dict) -> list:
+        return q["recalls"]
+
+
+@pytest.mark.parametrize("limit, status", [(0.8, "pass"), (0.9, "inconclusive"), (0.95, "fail")])
+def test_a_floor_on_a_mean_per_unit_score_is_decided_on_its_bootstrap_interval(tmp_path, toy_results, monkeypatch,
+                                                                                limit, status):
+    monkeypatch.setattr(scoring, "gate_rules", lambda: {"min_neighbour_recall": "unit_mean"})
+    monkeypatch.setattr(scoring, "gate_records", _Recalls)
+    doc = json.loads(toy_results.read_text(encoding="utf-8"))
+    for art in doc["artifacts"]:
+        art["quality"]["recalls"] = [1.0] * 900 + [0.0] * 100  # a mean of 0.9 over 1000 texts: about +-0.02
+    path = _write(tmp_path / "recalls.json", json.dumps(doc))
+    checks = evaluate(load_results(path), load_rules(_write(tmp_path / "n.toml",
+                                                            f"[rules]\nmin_neighbour_recall = {limit}\n")))
+    assert checks and {c.status for c in checks} == {status}
+    assert checks[0].measured == "0.9000" and (status == "pass") == (checks[0].message == "")
