@@ -180,3 +180,16 @@ def test_prune_recovers_a_cross_encoder_by_distilling_its_scores(trained, tmp_pa
     meta = json.loads((out / "compress.json").read_text())
     assert meta["task"] == "sentence-similarity"
     assert {"spearman", "reference_spearman", "mse_to_unpruned"} <= set(meta["metrics"]["test"])
+
+
+def test_a_teacher_that_learnt_nothing_is_refused_by_distill(trained, tmp_path, capsys):
+    untrained = tmp_path / "untrained"
+    assert main(["teacher", "--model", str(make_bert(tmp_path / "encoder", layers=1)), "--data", str(trained.data),
+                 "--epochs", "0", "--max-length", "32", "--out", str(untrained)]) == 0
+    assert "distill will refuse it" in capsys.readouterr().err
+    args = ["distill", "--teacher", str(untrained), "--data", str(trained.data), "--student", "1x32", "--init",
+            "random", "--epochs", "1", "--max-length", "32", "--out", str(tmp_path / "student")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "it has not learnt these scores" in err and "--allow-untrained-teacher" in err
+    assert main(args + ["--allow-untrained-teacher"]) == 0

@@ -38,8 +38,8 @@ from compress.training import (checkpoint_dir, checkpoint_fingerprint, epoch_val
                                guarded_trainer, interrupt_callback, is_main_process, refuse_keep_best,
                                resume_point, run_trainer, training_arguments)
 
-#: A head that came with the model is kept (not fine-tuned) when its validation Spearman reaches this (x100):
-#: a random one-output head reads near 0; a trained cross-encoder far above.
+#: A head that came with the model is kept (not fine-tuned) when its validation Spearman reaches this (x100), and a
+#: teacher under it is refused by distill: a random one-output head reads near 0; a trained cross-encoder far above.
 KEEP_HEAD_SPEARMAN = 20.0
 
 
@@ -166,6 +166,10 @@ def train_teacher(cfg: Any, out: str | os.PathLike) -> Path:
     metrics, scores = _evaluate(model, tokenized, data, precision.precision, pad_id, who="teacher")
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     timings["total_s"] = round(time.perf_counter() - started, 1)
+    validation = metrics.get("validation", {}).get("spearman")
+    if validation is not None and validation < KEEP_HEAD_SPEARMAN:
+        print(f"warning: the teacher reads validation Spearman {validation:.1f} (under {KEEP_HEAD_SPEARMAN:g}); "
+              "distill will refuse it. Train longer or with another --lr.", file=sys.stderr)
     meta = {
         "stage": "teacher", "kind": "pytorch", "task": NAME,
         "model_type": model.config.model_type, "parameters": count_parameters(model),
@@ -277,6 +281,11 @@ def distill(cfg: Any, out: str | os.PathLike) -> Path:
         logits, reused[name] = teacher_logits(teacher, rows, prefix="t_", precision=precision.precision, what=name)
         soft[name] = logits[:, 0]
     timings = {"soft_labels_s": round(time.perf_counter() - t0, 1)}
+    taught = TASK.score(soft["validation"], data.scores("validation"))["spearman"] if "validation" in soft else None
+    if taught is not None and taught < KEEP_HEAD_SPEARMAN and not cfg.allow_untrained_teacher:
+        raise CompressError(f"--teacher {cfg.teacher} reads validation Spearman {taught:.1f} on {data.source} (under "
+                            f"{KEEP_HEAD_SPEARMAN:g}): it has not learnt these scores, and a student would learn its "
+                            "noise. Train the teacher longer, or pass --allow-untrained-teacher.")
     train_ds = tokenized["train"].add_column("teacher_score", soft["train"].astype(float).tolist())
     module = _distillation_module(student, cfg.alpha_kd, cfg.alpha_hard)
     scorer = _spearman_callback(tokenized["validation"], data.scores("validation"), s_tok.pad_token_id,
