@@ -20,14 +20,14 @@ from typing import Any
 
 from compress.config import MAX_TYPE_F1_DROP
 from compress.errors import CompressError
-from compress.tasks import get_task
+from compress.tasks import Task, get_task
 
 #: How each task's primary metric is named for people (messages, tables).
 METRIC_NAMES = {"accuracy": "accuracy", "entity_f1": "entity F1", "f1": "F1"}
 
 
-def task_of_data(data: Any) -> Any:
-    """The registered task of loaded data (classification data names none: it is the first task registered)."""
+def task_of_data(data: Any) -> Task:
+    """The registered task of loaded data: its ``task`` (classification's data class names none)."""
     return get_task(getattr(data, "task", "sequence-classification"))
 
 
