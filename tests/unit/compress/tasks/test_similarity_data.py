@@ -4,7 +4,6 @@ from a classifier (the protocol's conformance over every task is tests/unit/comp
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import numpy as np
