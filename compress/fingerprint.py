@@ -35,7 +35,7 @@ def data_fingerprint(data: DataOptions | str) -> str:
     """The task data's content: a built-in set's pinned source and version, a file's or a folder's bytes."""
 
     spec = data.data if isinstance(data, DataOptions) else data
-    shipped = {"wnut17": "wnut17/", "wikigold": "wikigold/", "squad-dev": "squad11/"}
+    shipped = {"wnut17": "wnut17/", "wikigold": "wikigold/", "squad-dev": "squad11/", "stsb-captions": "stsb/"}
     if spec in shipped:  # shipped in the package: its files' recorded sha256
         return f"builtin:{spec}:" + ":".join(v for k, v in sorted(SHA256.items())
                                              if k.startswith(shipped[spec]) and not k.startswith("wnut17/raw/"))
