@@ -12,8 +12,8 @@ the candidate's scores against the reference's (1: the same ranking).
 **Bench** (:class:`BenchQuality`): the same per artifact, with each pair's ``[score, gold]`` (what the gate pairs
 on) and the paired bootstrap interval of the reference's Spearman minus the artifact's, resampling pairs.
 
-**Gate**: ``max_f1_drop`` (and ``max_spearman_drop`` where the rules file knows it) is the Spearman drop, decided on
-that paired interval by :mod:`benchmarks.f1_rules` through :func:`gate_records`.
+**Gate**: ``max_spearman_drop`` (and ``max_f1_drop``, the same rule under the name the F1 tasks use) is the
+Spearman drop, decided on that paired interval by :mod:`benchmarks.f1_rules` through :func:`gate_records`.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def gate_rules() -> dict[str, str]:
 def gate_refusal(rule: str) -> str:
     """Why a quality rule of another task does not gate a cross-encoder's results, and which to use."""
     return (f"rule {rule} gates another task's quality, but these results are a sentence-similarity model's "
-            "(Spearman): use max_f1_drop (the Spearman drop, 0.01 = 1 point) in the rules file.")
+            "(Spearman): use max_spearman_drop (the Spearman drop, 0.01 = 1 point) in the rules file.")
 
 
 class GateRecords:
@@ -201,7 +201,8 @@ class GateRecords:
         return float(q["spearman"])
 
     def agreement_units(self, q: dict[str, Any]) -> Any:
-        raise CompressError("min_agreement does not gate a sentence-similarity model's results; use max_f1_drop.")
+        raise CompressError("min_agreement does not gate a sentence-similarity model's results; use "
+                            "max_spearman_drop.")
 
     def drop(self, ref_units: np.ndarray, units: np.ndarray, confidence: float) -> Any:
         ref_units, units = np.asarray(ref_units), np.asarray(units)
