@@ -12,8 +12,8 @@ the candidate's scores against the reference's (1: the same ranking).
 **Bench** (:class:`BenchQuality`): the same per artifact, with each pair's ``[score, gold]`` (what the gate pairs
 on) and the paired bootstrap interval of the reference's Spearman minus the artifact's, resampling pairs.
 
-**Gate**: ``max_spearman_drop`` (and ``max_f1_drop``, the same rule under the name the F1 tasks use) is the
-Spearman drop, decided on that paired interval by :mod:`benchmarks.f1_rules` through :func:`gate_records`.
+**Gate**: ``max_spearman_drop`` is the Spearman drop, decided on that paired interval as the F1 drops are
+(:mod:`benchmarks.f1_rules`, through :func:`gate_records`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from compress.tasks.sentence_similarity import TASK, spearman
 #: How many bootstrap resamples of the pairs make an interval, and their seed (the gate's: benchmarks.stats).
 RESAMPLES, SEED = 2000, 20240515
 #: The gate's quality rules on a cross-encoder's results, each with its decider (:data:`benchmarks.gate.DECIDERS`).
-GATE_RULES = {"max_f1_drop": "f1_drop", "max_spearman_drop": "f1_drop"}
+GATE_RULES = {"max_spearman_drop": "f1_drop"}
 
 
 class SimilarityScorer(Scorer):
