@@ -85,12 +85,17 @@ def _spearman_callback(rows: Any, gold: np.ndarray, pad_id: int, precision: str,
                                      keep_best, kept_model)
 
 
+#: The columns a training row keeps: the model's inputs (``s_``-prefixed: a student's), the gold score, the teacher's
+#: score (distillation) and the length the batches are grouped by.
+TRAIN_COLUMNS = tuple(f"{prefix}{name}" for prefix in ("", "s_") for name in
+                      ("input_ids", "attention_mask", "token_type_ids")) + ("label", "teacher_score", "length")
+
+
 def _train(model: Any, train_ds: Any, cfg: Any, out: str | os.PathLike, device: Any, precision: str, pad_id: int,
-           scorer: Any = None, columns: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids", "label",
-                                                           "length")) -> dict[str, Any]:
+           scorer: Any = None) -> dict[str, Any]:
     """Train ``model`` (the scorer, or a distillation wrapper around it) on ``train_ds`` with the shared Trainer set-up
     (schedule, checkpoints beside ``out``, resume, interrupt); returns the training log."""
-    train_ds = train_ds.select_columns([c for c in columns if c in train_ds.column_names])
+    train_ds = train_ds.select_columns([c for c in TRAIN_COLUMNS if c in train_ds.column_names])
     args = training_arguments(cfg.train, checkpoint_dir(out), len(train_ds), device=device, precision=precision)
     resume = resume_point(out, cfg.resume, checkpoint_fingerprint(cfg))
     stop = interrupt_callback()
@@ -292,9 +297,7 @@ def distill(cfg: Any, out: str | os.PathLike) -> Path:
                                 precision.precision, prefix="s_", keep_best=True,
                                 kept_model=student) if cfg.train.keep_best else None
     t0 = time.perf_counter()
-    train_log = _train(module, train_ds, cfg, out, device, precision.precision, s_tok.pad_token_id, scorer,
-                       columns=("s_input_ids", "s_attention_mask", "s_token_type_ids", "label", "teacher_score",
-                                "length"))
+    train_log = _train(module, train_ds, cfg, out, device, precision.precision, s_tok.pad_token_id, scorer)
     train_log["rows"] = len(train_ds)
     timings["train_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
