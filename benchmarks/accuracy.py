@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 
 def split_texts(task, split: str) -> list[Any]:

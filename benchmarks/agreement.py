@@ -38,8 +38,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from benchmarks.stats import DEFAULT_CONFIDENCE, Interval
-from benchmarks.stats import proportion_interval
+from compress.core.stats import DEFAULT_CONFIDENCE, Interval
+from compress.core.stats import proportion_interval
 
 #: Disagreements listed per artifact in results.json.
 TOP_DISAGREEMENTS = 20

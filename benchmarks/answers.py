@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Mapping
 
-from compress.errors import CompressError
-from compress.progress import bars_enabled
+from compress.core.errors import CompressError
+from compress.core.progress import bars_enabled
 
 
 class Answers:

@@ -18,7 +18,7 @@ as the unit resampled:
 
 A seed group (``bench --seeds NAME=A,B,C``) is gated on its members' mean: ``max_f1_drop`` and
 ``min_agreement`` add the seed spread to the bootstrap's test-set term (``records.drop_over_seeds``,
-:func:`benchmarks.stats.mean_ratio_over_seeds_interval`), as a classifier's group adds it to its
+:func:`compress.core.stats.mean_ratio_over_seeds_interval`), as a classifier's group adds it to its
 accuracy drop; ``max_f1_regression`` compares the two runs' per-seed F1 with Welch's t (equal
 per-unit records member for member: the same models benchmarked again, no change).
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.verdicts import fall_report
-from benchmarks.stats import Interval, mean_ratio_over_seeds_interval, ratio_interval
+from compress.core.stats import Interval, mean_ratio_over_seeds_interval, ratio_interval
 
 
 def _message(status: str, fail: str, inconclusive: str) -> str:

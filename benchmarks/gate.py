@@ -7,7 +7,7 @@ Every rule on a measured quantity is decided on a confidence interval (95% unles
 ``confidence = ...``), not on the point estimate: it *passes* when the whole interval is on the
 good side of the limit, *fails* when the whole interval is on the bad side, and is *inconclusive*
 when the interval straddles the limit (more rounds or more examples would decide). The intervals
-are described in :mod:`benchmarks.stats`; speedups come from the benchmark's interleaved paired
+are described in :mod:`compress.core.stats`; speedups come from the benchmark's interleaved paired
 rounds, accuracy differences from the same examples.
 
 Exit codes, so CI can tell a model that got worse from a pipeline that is broken:
@@ -57,10 +57,10 @@ from benchmarks.gate_rules import (CLASSIFIER_RULES, DEFAULT_CONFIDENCE, EPS, EX
                                    VECTOR_RULES, Check,
                                    GateInputError, GateRules, RuleSpec, _header_line, load_rules)
 from benchmarks.verdicts import fall_report
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from benchmarks.history import (DEFAULT_TEST, DEFAULT_THRESHOLD, DEFAULT_WINDOW, check_artifact, read_history,
                                 summarize_run)
-from benchmarks.stats import (Interval, accuracy_drop_interval, detectable_drop, mean_interval,
+from compress.core.stats import (Interval, accuracy_drop_interval, detectable_drop, mean_interval,
                               mean_over_seeds_interval, percentile_interval, proportion_interval, ratio_of_independent, series_median_interval,
                               speedup_replicates, throughput_interval, unpaired_accuracy_drop_interval)
 

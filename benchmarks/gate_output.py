@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from benchmarks.gate_rules import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS, Check
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 
 def _limit_text(check: Check) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.gate_rules import GateInputError
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks import get_task, task_names
 
 #: The results format bench writes (``results.json``; docs/bench-schema.md): its name and version. Version 2

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 EXIT_PASS, EXIT_FAIL, EXIT_MALFORMED, EXIT_INCONCLUSIVE = 0, 1, 3, 4
 #: Float tolerance on comparisons: 0.85 - 0.84 is 0.010000000000000009, which must pass a 0.01 limit.

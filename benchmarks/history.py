@@ -24,8 +24,8 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Iterable
 
-from compress.errors import CompressError
-from benchmarks.stats import history_flagged, history_score
+from compress.core.errors import CompressError
+from compress.core.stats import history_flagged, history_score
 
 HISTORY_SCHEMA = "bert-compress-bench-history"
 HISTORY_VERSION = 1

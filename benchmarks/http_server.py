@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Sequence
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 RUNNING = re.compile(r"Uvicorn running on http://([0-9.]+):(\d+)")
 

@@ -23,8 +23,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
-from compress.runtime import normalize_texts, position_limit as limit
+from compress.core.errors import CompressError
+from compress.runtime.predictor import normalize_texts, position_limit as limit
 
 NS_PER_MS = 1_000_000
 
@@ -120,7 +120,7 @@ def run_interleaved(runners: Mapping[str, Callable[[], Any]], warmup: int, runs:
 
 def position_limit(config: Any) -> int | None:
     """The longest sequence the model's position table allows (RoBERTa-style models and MPNet lose two):
-    :func:`compress.runtime.position_limit`, the one place that knows which families those are."""
+    :func:`compress.runtime.predictor.position_limit`, the one place that knows which families those are."""
 
     return limit(config)
 

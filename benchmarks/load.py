@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from benchmarks.latency import NS_PER_MS, percentile
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 #: Logit difference above which an answer counts as different even when its label is the same.
 DEFAULT_ATOL = 1e-3

@@ -48,8 +48,8 @@ import h11
 from benchmarks.http_client import Connection
 from benchmarks.http_server import ServerProcess
 from benchmarks.latency import percentile
-from benchmarks.machine import machine_info
-from compress.errors import CompressError
+from compress.core.machine import machine_info
+from compress.core.errors import CompressError
 from compress.serving.settings import ServeSettings
 
 #: Seconds of load on each server before the measured rounds: connections opened, every batch shape seen.
@@ -63,7 +63,7 @@ def load_texts(path: str | None, limit: int = 2000) -> list[str]:
     if path:
         texts = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
     else:
-        from compress.assets import movie_review_snippets_path
+        from compress.core.assets import movie_review_snippets_path
 
         rows = movie_review_snippets_path().read_text(encoding="utf-8", errors="replace").splitlines()
         texts = [r.split("\t", 2)[2].strip() for r in rows if r.count("\t") >= 2 and r.split("\t", 2)[2].strip()]
@@ -232,7 +232,7 @@ def _batched_flags(max_batch: int, max_wait_ms: float, threads: list[str]) -> li
 def measure(model: str, texts: Sequence[str], clients: int, duration: float, max_batches: Sequence[int],
             max_wait_ms: float, threads: int | None, rounds: int, warmup: float) -> dict[str, Any]:
     """Every arm of the module docstring, in rotating rounds; ``{arm: stats}``."""
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     thread_flags = ["--threads", str(threads)] if threads else []
     predictor = Predictor.load(model, threads=threads)

@@ -28,9 +28,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from benchmarks.latency import fixed_shape_inputs
-from compress.runtime import Predictor, artifact_kind
+from compress.runtime.predictor import Predictor, artifact_kind
 
 MARKER = "BERT_COMPRESS_MEMORY "
 #: Used when no texts are given: any real sentence works, the batch is padded to a fixed length.

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from benchmarks.agreement import traffic_agreement_section
 from benchmarks.gate_results import results_task
 from benchmarks.runtime_sections import sections
-from compress.quality import METRIC_NAMES
+from compress.stages.quality import METRIC_NAMES
 
 PARETO_PNG = "pareto.png"
 SPEEDUP_PNG = "speedup.png"

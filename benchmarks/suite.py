@@ -4,7 +4,7 @@
 ``bert-compress-bench`` version 2, described field by field in ``docs/bench-schema.md``);
 :func:`bench` also writes the output folder (``results.json``, ``report.md`` and the plots)
 atomically. Every artifact, the reference included, is opened through the one
-:class:`compress.runtime.Predictor`, so PyTorch fp32/INT8 and ONNX fp32/INT8 are measured by
+:class:`compress.runtime.predictor.Predictor`, so PyTorch fp32/INT8 and ONNX fp32/INT8 are measured by
 the same code on the same inputs.
 """
 
@@ -24,21 +24,21 @@ from typing import Any, Callable, Sequence
 from benchmarks.answers import Answers
 from benchmarks.gate_results import SCHEMA, SCHEMA_VERSION  # the format bench writes is the one the gate reads
 from benchmarks.latency import fixed_shape_inputs, forward_runner, paired_speedup, run_interleaved, summarize
-from benchmarks.machine import machine_info
-from compress.artifact import git_commit, now_iso, package_versions, read_meta, write_folder_atomically
+from compress.core.machine import machine_info
+from compress.core.artifact import git_commit, now_iso, package_versions, read_meta, write_folder_atomically
 from compress.config import FULL, QUICK, BenchConfig  # noqa: F401 (FULL, QUICK: the old import path)
-from compress.errors import CompressError
-from compress.progress import bars_enabled
-from compress.quality import task_of_data
+from compress.core.errors import CompressError
+from compress.core.progress import bars_enabled
+from compress.stages.quality import task_of_data
 from benchmarks.agreement import traffic_agreement_lines
 from benchmarks.history import append_history, check_history_writable
 from benchmarks.memory import measure_memory
 from benchmarks.report import headline, write_report
-from benchmarks.stats import speedup_interval
+from compress.core.stats import speedup_interval
 from benchmarks.teacher_runtimes import add_teacher_best
 from benchmarks.traffic import measure_traffic_agreement, measure_traffic_and_load, read_traffic_file
-from compress.device import device_name, resolve_device, resolve_precision
-from compress.runtime import ONNX_FILE, Predictor
+from compress.core.device import device_name, resolve_device, resolve_precision
+from compress.runtime.predictor import ONNX_FILE, Predictor
 
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
@@ -137,7 +137,7 @@ def _config_facts(entry: dict[str, Any]) -> dict[str, Any]:
         "size_bytes": predictor.size_bytes,
         "num_hidden_layers": layers if isinstance(layers, int) else None,
         "max_length": predictor.max_length,
-        "stride": predictor.stride,  # a longer text: windows overlapping by this many tokens (compress.windows),
+        "stride": predictor.stride,  # a longer text: windows overlapping by this many tokens (compress.core.windows),
         "pooling": predictor.pooling,  # and how their logits became the text's
         # a SQuAD 2.0 reader: the null threshold its answers were scored at (its own, recorded by its stage)
         "null_threshold": meta.get("null_threshold") if meta.get("allow_null") else None,

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from benchmarks.latency import paired_speedup
-from compress.artifact import read_meta
-from compress.errors import CompressError
+from compress.core.artifact import read_meta
+from compress.core.errors import CompressError
 
 #: Stages that change how a model is stored or run, never its weights' meaning.
 FORMAT_STAGES = ("export", "quantize", "optimize")

@@ -8,13 +8,13 @@ to compute). Here:
 
 - **Batch 1, per request**: every text of the split, in the split's order, tokenized to its own
   length (no padding at all), is one request; a text longer than the artifact's window is read
-  as ``Predictor`` reads it, its overlapping windows in one batch (:mod:`compress.windows`). Each request is run once by every artifact, the
+  as ``Predictor`` reads it, its overlapping windows in one batch (:mod:`compress.core.windows`). Each request is run once by every artifact, the
   order of the artifacts rotating per request (the interleaving of :func:`run_interleaved`), so
   the machine's drift lands on all of them alike; per-request speedups are paired like the
   fixed-shape ones. p50/p90/p99 are over requests. Tokenization is timed separately per request
   and reported beside (a server pays both).
 - **Batched throughput**: the whole split through the Predictor's own batching
-  (:meth:`compress.runtime.Predictor.window_batches`: windows sorted by length, each batch padded to
+  (:meth:`compress.runtime.predictor.Predictor.window_batches`: windows sorted by length, each batch padded to
   its own longest row), every batch interleaved across the artifacts; throughput is texts over the
   summed forward time, and the padding overhead (padded tokens / real tokens) is reported. Artifacts
   whose windows differ (another ``max_length``) run different batches, so only their total speedup
@@ -37,12 +37,12 @@ import numpy as np
 
 from benchmarks.agreement import traffic_agreement
 from benchmarks.latency import NS_PER_MS, paired_speedup, percentile
-from compress.errors import CompressError
-from compress.progress import bars_enabled
+from compress.core.errors import CompressError
+from compress.core.progress import bars_enabled
 from benchmarks.accuracy import split_texts
 from benchmarks.load import run_load
-from compress.data import SUPPORTED_SUFFIXES, read_table, require_column
-from compress.numerics import softmax
+from compress.tasks.tables import SUPPORTED_SUFFIXES, read_table, require_column
+from compress.core.numerics import softmax
 
 DEFAULT_WARMUP = 10
 

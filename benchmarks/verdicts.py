@@ -14,7 +14,7 @@ from typing import Any
 def fall_report(metric: str, interval: Any, limit: float, relative: bool, how: str,
                 more: str) -> tuple[str, str, str, str, float]:
     """``(status, measured, interval text, message, upper bound)`` of the fall of ``metric`` ("accuracy",
-    "entity F1") decided on ``interval`` (a :class:`benchmarks.stats.Interval` of ``baseline - now``);
+    "entity F1") decided on ``interval`` (a :class:`compress.core.stats.Interval` of ``baseline - now``);
     ``how`` says how it was computed ("paired", "mean of 3 seeds against 3"), ``more`` what would decide
     an inconclusive one ("more test examples (or --seeds)")."""
     if relative:

@@ -8,6 +8,6 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 __all__ = ["CompressError", "__version__"]

@@ -12,33 +12,33 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from compress.errors import CompressError
-from compress.losses import names as loss_names
-from compress.data import BUILTIN_UNLABELED
+from compress.core.errors import CompressError
+from compress.stages.losses import names as loss_names
+from compress.tasks.tables import BUILTIN_UNLABELED
 from benchmarks.report import demo_table
-from compress.artifact import check_out_folder, read_meta
-from compress.assets import cache_dir
+from compress.core.artifact import check_out_folder, read_meta
+from compress.core.assets import cache_dir
 from compress.config import (TRAIN_FLAGS, SELECTION_FLAGS, BenchConfig, DATA_KEYS, DataOptions, DistillConfig, ExportConfig,
                              OptimizeConfig, PretrainConfig, PruneConfig, QuantizeConfig, TeacherConfig, flag_options,
                              setting)
-from compress.device import check_device_spec
-from compress.optimize import format_decision
+from compress.core.device import check_device_spec
+from compress.stages.optimize import format_decision
 from compress.budget.duration import parse_budget
 from compress.pipeline import load_recipe, run_recipe
-from compress.progress import configure as configure_progress
-from compress.runtime import Predictor
+from compress.core.progress import configure as configure_progress
+from compress.runtime.predictor import Predictor
 from compress.serving.settings import (DEFAULT_HOST as SERVE_HOST, DEFAULT_PORT as SERVE_PORT,
                                       DEFAULT_WORKERS as SERVE_WORKERS, ServeSettings)
-from compress.stages import all_stages, find, get
+from compress.stages.registry import all_stages, find, get
 from compress.summary import format_table, summary_rows
 from compress.tasks.token_classification.decoding import AGGREGATIONS, DEFAULT_AGGREGATION
 from compress.tasks.question_answering.features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST
 from compress.tasks.registry import get_task, task_names
-from compress.windows import POOLINGS
+from compress.core.windows import POOLINGS
 from students.factory import describe_presets
 
 if TYPE_CHECKING:
-    from compress.stages import Stage
+    from compress.stages.registry import Stage
 
 
 def _scalar_type(hint: Any) -> type | None:
@@ -57,7 +57,7 @@ def _shown(value: Any) -> str:
 
 
 def _builtin_corpora() -> str:
-    """The built-in unlabelled corpora and what each is, for ``--unlabeled``'s help (one list: compress.data)."""
+    """The built-in unlabelled corpora and what each is, for ``--unlabeled``'s help (one list: compress.tasks.tables)."""
     return "; ".join(f"{name} ({what})" for name, what in BUILTIN_UNLABELED.items())
 
 
@@ -146,7 +146,7 @@ def stage_config(stage: str, a: argparse.Namespace, **wired: Any):
 
 
 def cmd_stage(a: argparse.Namespace) -> int:
-    """Any stage's command (``a.command`` is its name in :mod:`compress.stages`): build its config from the
+    """Any stage's command (``a.command`` is its name in :mod:`compress.stages.registry`): build its config from the
     flags, run it, print what it wrote. A check (the gate) exits with its own code."""
 
     stage = get(a.command)
@@ -418,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, DistillConfig, "augment", "N augmented variants per training example, TinyBERT-style, labelled by the "
             "teacher")
     _option(g, DistillConfig, "augment_ops", "comma list of augmentation operations: replace, mask, delete, swap")
-    for name in ("soft_labels", "soft_labels_min_agreement"):  # made from the config fields (compress.distill.teacher_copies)
+    for name in ("soft_labels", "soft_labels_min_agreement"):  # made from the config fields (compress.stages.distill.teacher_copies)
         options = flag_options(DistillConfig, name)
         g.add_argument("--" + name.replace("_", "-"), type=type(options["default"]), **options)
     _add_data_flags(p)
@@ -676,7 +676,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # HF_HUB_OFFLINE is the user's: a hub id (--model org/name, --data hf:NAME) downloads when the hub
-    # is reachable; nothing else contacts it. Tests and `make demo` set it to 1 (compress/hub.py says why).
+    # is reachable; nothing else contacts it. Tests and `make demo` set it to 1 (compress/core/hub.py says why).
 
     stage = find(args.command)
     if stage is not None and stage.timed:

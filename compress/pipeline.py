@@ -18,7 +18,7 @@ is whose teacher or model) and fills in the paths::
     gate:     {rules: {min_speedup: 10, max_accuracy_drop: 0.02}}
 
 The stages run in that order, whatever the order of the keys; the registry
-(:mod:`compress.stages`) holds the order, each stage's output folder (``pretrained/``,
+(:mod:`compress.stages.registry`) holds the order, each stage's output folder (``pretrained/``,
 ``teacher/``, ``student/``, ``pruned/``, ``onnx/``, ``onnx-int8/`` or ``torch-int8/``,
 ``optimized/``, ``bench/``) and its wiring: distill's teacher is the teacher, prune, export and
 optimize start from the latest PyTorch model (pruned, else student, else teacher), ort-dynamic
@@ -31,7 +31,7 @@ runs, the whole recipe is checked (unknown keys, wrong types, impossible values,
 gate's rules through the gate's own loader) and every problem is reported at once with its line.
 
 A finished stage records its identity: its config and the content fingerprints of its inputs
-(data file sha256, parent artifact weights sha256; :mod:`compress.fingerprint`). A re-run skips a
+(data file sha256, parent artifact weights sha256; :mod:`compress.stages.fingerprint`). A re-run skips a
 stage whose output is complete and whose identity is unchanged, so editing a data file in place
 re-runs the stages that read it, and touching it does not. A run killed in the middle resumes at
 the unfinished stage, a training stage from its last checkpoint when that checkpoint was made
@@ -54,15 +54,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from compress.artifact import META_FILE, now_iso
+from compress.core.artifact import META_FILE, now_iso
 from compress.budget.duration import parse_budget
 from compress.budget.knobs import ElasticKnob, parse_elastic
 from compress.config import DATA_KEYS, ConfigBase, ConfigError, DataOptions, GateConfig, Problem, canonical_sha256
-from compress.errors import CompressError
-from compress.stages import Outputs, all_stages, get, names
+from compress.core.errors import CompressError
+from compress.stages.registry import Outputs, all_stages, get, names
 from benchmarks.gate import GateInputError, load_rules, run_gate as gate
-from compress.data import BUILTIN_DATASETS
-from compress.fingerprint import stage_identity
+from compress.tasks.tables import BUILTIN_DATASETS
+from compress.stages.fingerprint import stage_identity
 from compress.run_stage import run_in_fresh_process, run_stage
 
 RECORD_DIR = ".bert-compress-run"

@@ -1,12 +1,12 @@
 """Run one stage from its config: in this process, or in a fresh one from a config JSON file.
 
 ``run_stage(stage, config, out)`` is how a recipe calls the stages (their run functions are in
-:mod:`compress.stages`). The stages that time things (bench, optimize: ``Stage.timed``) run in a
+:mod:`compress.stages.registry`). The stages that time things (bench, optimize: ``Stage.timed``) run in a
 fresh interpreter (``python -m compress.run_stage bench CONFIG.json OUT``) so the training stages'
 memory and thread pools do not colour their timings, and so OpenMP starts with idle threads
 sleeping (``OMP_WAIT_POLICY=PASSIVE``, set before torch is imported). The child reads the same
 config through ``from_dict``; its error message comes back through ``--error-file``. A stage the
-child runs must be registered when :mod:`compress.stages` is imported (a built-in one).
+child runs must be registered when :mod:`compress.stages.registry` is imported (a built-in one).
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from compress.errors import CompressError
-from compress.stages import find, get, names
+from compress.core.errors import CompressError
+from compress.stages.registry import find, get, names
 
 
 def run_stage(stage: str, config: Any, out: str | os.PathLike) -> Any:
     """Run ``stage`` with its config object, writing its artifact (or results folder) at ``out``.
 
-    Returns what the stage's run function returns (:attr:`compress.stages.Stage.run`): the folder it
+    Returns what the stage's run function returns (:attr:`compress.stages.registry.Stage.run`): the folder it
     wrote, or a check's exit code.
     """
 

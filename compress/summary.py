@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compress.artifact import folder_size_bytes, read_meta
-from compress.errors import CompressError
+from compress.core.artifact import folder_size_bytes, read_meta
+from compress.core.errors import CompressError
 
 
 def summary_rows(folders: list[str | os.PathLike]) -> list[dict[str, Any]]:

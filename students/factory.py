@@ -19,11 +19,11 @@ from typing import Any
 
 from students.layer_map import parse_layer_map, uniform_layer_map
 from compress.config import StudentSpec
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from students.presets import PRESETS, StudentShape, parse_shape
-from compress.assets import resolve_model
-from compress.formats.pruned import PRUNING_KEY, patch_config
-from compress.modeling import load_classifier
+from compress.core.assets import resolve_model
+from compress.runtime.formats.pruned import PRUNING_KEY, patch_config
+from compress.runtime.modeling import load_classifier
 from compress.tasks import get_task
 from students.presets import estimate_parameters
 

@@ -9,7 +9,7 @@ Any depth ratio works (12 to 5 included), so no one writes a map by hand unless 
 
 from __future__ import annotations
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 
 def uniform_layer_map(teacher_layers: int, student_layers: int) -> dict[int, int]:

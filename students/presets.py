@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 
 @dataclass(frozen=True)

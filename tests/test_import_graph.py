@@ -15,11 +15,11 @@ from pathlib import Path
 from tests.support.paths import ROOT
 PACKAGES = ("compress", "students", "benchmarks")
 #: The stages (artifact + config -> artifact) and the two ways of driving them.
-STAGES = ("compress.teacher", "compress.distill", "compress.prune", "compress.transfer", "compress.export",
-          "compress.quantize", "compress.pipeline", "compress.cli", "compress.run_stage", "benchmarks.suite",
+STAGES = ("compress.stages.teacher", "compress.stages.distill", "compress.stages.prune", "compress.stages.transfer", "compress.stages.export",
+          "compress.stages.quantize", "compress.pipeline", "compress.cli", "compress.run_stage", "benchmarks.suite",
           "benchmarks.gate")
 #: What serves a model: it may import formats, never a stage.
-RUNTIME = ("compress.runtime", "compress.modeling", "compress.tokenization", "compress.formats", "compress.serving")
+RUNTIME = ("compress.runtime.predictor", "compress.runtime.modeling", "compress.runtime.tokenization", "compress.runtime.formats", "compress.serving")
 FACTORY = ("students.factory",)
 
 
@@ -142,8 +142,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_walker_sees_lazy_and_relative_imports():
     graph = _graph()
     assert "compress.cli" in graph["compress.__main__"]
-    assert "compress.formats.pruned" in graph["compress.modeling"]  # imported inside load_classifier
-    assert "compress.transfer.augment" in graph["compress.transfer"]
+    assert "compress.runtime.formats.pruned" in graph["compress.runtime.modeling"]  # imported inside load_classifier
+    assert "compress.stages.transfer.augment" in graph["compress.stages.transfer"]
 
 
 def test_no_import_cycles():

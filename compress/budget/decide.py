@@ -3,7 +3,7 @@
 The plan is written atomically to ``OUT/.bert-compress-run/plan.json`` with what it was decided for (the
 recipe's stage settings, its elastic knobs and the budget). A re-run or a resume of the same recipe and budget
 reads it back instead of measuring again, so the stage settings, hence the finished stages' identities
-(:mod:`compress.fingerprint`), are the same as when the plan was made and finished stages stay finished.
+(:mod:`compress.stages.fingerprint`), are the same as when the plan was made and finished stages stay finished.
 ``replan=True`` (``--replan``) measures and plans again.
 """
 
@@ -15,12 +15,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from compress.artifact import now_iso
+from compress.core.artifact import now_iso
 from compress.budget.duration import format_minutes
 from compress.budget.plan import Plan, apply_changes, make_plan
 from compress.config import canonical_sha256
-from compress.errors import CompressError
-from compress.fingerprint import NOT_IDENTITY
+from compress.core.errors import CompressError
+from compress.stages.fingerprint import NOT_IDENTITY
 from compress.pipeline import RECORD_DIR, Recipe
 
 PLAN_FILE = "plan.json"

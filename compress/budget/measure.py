@@ -20,14 +20,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 #: Timed steps after one untimed warm-up step. The fastest of them is kept: on a shared machine another
 #: process only ever adds time, so the minimum is the closest to what the step costs with the cores to itself.
 TIMED_STEPS = 3
 #: Rows tokenized to learn the data's lengths (and a reader's windows per question).
 LENGTH_SAMPLE = 1000
-#: The batch size the stages label and evaluate with (compress.modeling.predict_logits).
+#: The batch size the stages label and evaluate with (compress.runtime.modeling.predict_logits).
 LABEL_BATCH = 64
 
 
@@ -194,7 +194,7 @@ def _batch(vocab: int, batch: int, length: int, num_labels: int, seed: int = 0) 
 def _train_step_time(model: Any, batch: dict[str, Any], precision: str, device: Any) -> float:
     import torch
 
-    from compress.modeling import autocast
+    from compress.runtime.modeling import autocast
 
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -217,7 +217,7 @@ def _train_step_time(model: Any, batch: dict[str, Any], precision: str, device: 
 def _forward_time(model: Any, batch: dict[str, Any], precision: str, device: Any, steps: int = TIMED_STEPS) -> float:
     import torch
 
-    from compress.modeling import autocast
+    from compress.runtime.modeling import autocast
 
     model.eval()
     inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
@@ -236,10 +236,10 @@ def _stage(calls: Sequence[Any], name: str) -> Any:
 def measure_recipe(recipe: Any, frozen: Sequence[int] = ()) -> SpeedMeasurement:
     """Measure this machine for ``recipe`` (a :class:`compress.pipeline.Recipe`); ``frozen``: the frozen-layer
     counts of the teacher to time besides the recipe's own (the bound of an elastic ``teacher_frozen_layers``)."""
-    from compress.assets import resolve_model
-    from compress.device import resolve_precision, training_device
-    from compress.modeling import load_classifier
-    from compress.training import freeze_bottom_layers
+    from compress.core.assets import resolve_model
+    from compress.core.device import resolve_precision, training_device
+    from compress.runtime.modeling import load_classifier
+    from compress.stages.training import freeze_bottom_layers
     from students.factory import build_student
 
     started = time.perf_counter()
@@ -369,7 +369,7 @@ def _transfer_rows(distill_cfg: Any, notes: list[str]) -> int:
     limit = distill_cfg.unlabeled_limit
     if limit is not None:
         return int(limit)
-    from compress.transfer.corpus import load_unlabeled
+    from compress.stages.transfer.corpus import load_unlabeled
 
     try:
         return len(load_unlabeled(distill_cfg.unlabeled, distill_cfg.unlabeled_text_column,
@@ -400,7 +400,7 @@ def _export_and_rounds(student: Any, tokenizer: Any, shapes: Sequence[tuple[int,
     """One ONNX export of the student (the export stage's own path) and one ONNX Runtime round per shape."""
     import numpy as np
 
-    from compress.export import export_model
+    from compress.stages.export import export_model
 
     rounds: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="bert-compress-measure-") as tmp:
@@ -415,7 +415,7 @@ def _export_and_rounds(student: Any, tokenizer: Any, shapes: Sequence[tuple[int,
         import onnxruntime as ort
 
         folder = Path(tmp) / "onnx"
-        from compress.runtime import ONNX_FILE
+        from compress.runtime.predictor import ONNX_FILE
 
         graph = folder / ONNX_FILE
         session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])

@@ -24,7 +24,7 @@ from compress.budget.measure import SpeedMeasurement
 
 
 def _steps(train: Any, rows: int) -> int:
-    """Optimiser steps the Trainer takes over ``rows`` (compress.training.training_arguments' count)."""
+    """Optimiser steps the Trainer takes over ``rows`` (compress.stages.training.training_arguments' count)."""
     if train.max_steps > 0:
         return int(train.max_steps)
     per_epoch = -(-rows // max(train.batch_size * train.grad_accum, 1))

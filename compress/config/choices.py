@@ -10,9 +10,9 @@ from __future__ import annotations
 
 
 SAMPLINGS = ("group_by_length", "random", "sequential")
-#: ``distill --soft-labels``: who labels the training rows (compress.distill.teacher_copies).
+#: ``distill --soft-labels``: who labels the training rows (compress.stages.distill.teacher_copies).
 SOFT_LABEL_RUNTIMES = ("auto", "pytorch", "openvino-fp32", "onnx-int8")
-#: How ``--unlabeled-limit`` picks its texts: a seeded sample, or the texts most like the task's (compress.transfer.similarity).
+#: How ``--unlabeled-limit`` picks its texts: a seeded sample, or the texts most like the task's (compress.stages.transfer.similarity).
 UNLABELED_SELECTIONS = ("random", "similar")
 #: ``auto`` builds a copy of the teacher only for at least this many rows still to label: building it
 #: (export and conversion or quantization) and checking it on validation cost about as much as labelling this
@@ -29,14 +29,14 @@ UNLABELED_BALANCE_HELP = ("draw the seeded sample (distill's --unlabeled-limit, 
                           "(its source, channel or domain; a small group gives all its rows and the rest is shared "
                           "among the others); wnut17-unlabeled has 'source' (twitter, reddit, stackexchange, youtube)")
 SCHEDULES = ("joint", "two-stage")
-#: ``optimize --lengths``: what the candidates are timed on (compress.optimize.choose).
+#: ``optimize --lengths``: what the candidates are timed on (compress.stages.optimize.choose).
 TIMING_LENGTHS = ("fixed", "real")
 TIMING_LENGTHS_HELP = ("what the candidates are timed on: fixed (default), every input padded or cut to --seq-len "
                        "tokens, one shape for all; real, the validation texts at their own lengths, as Predictor runs "
                        "them (batch 1: one text a request; larger: length-sorted batches padded to their longest "
                        "row), in a seeded order: the traffic of short, varying sentences, where a runtime tuned for "
                        "one shape can lose its lead")
-#: Where ``--mention-variants`` draws its replacement mentions (compress.transfer.mentions): the training split's
+#: Where ``--mention-variants`` draws its replacement mentions (compress.stages.transfer.mentions): the training split's
 #: gold mentions, or those and the ones the teacher tags with confidence in the ``--unlabeled`` text.
 MENTION_POOLS = ("train", "train+transfer")
 IMPORTANCES = ("magnitude", "taylor")

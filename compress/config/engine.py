@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Collection, Mapping, Sequence, Union, get_args, get_origin, get_type_hints
 
 from compress.config.choices import PRECISION_HELP
-from compress.device import PRECISIONS, device_problem, precision_problem
-from compress.errors import CompressError
+from compress.core.device import PRECISIONS, device_problem, precision_problem
+from compress.core.errors import CompressError
 
 
 # ----------------------------------------------------------------------------- problems
@@ -367,7 +367,7 @@ def _problem(key: str, message: str) -> Problem:
 
 def _device_problems(cfg: Any) -> list[Problem]:
     """``--device`` must be auto, cpu, cuda or cuda:N (whether that GPU exists is checked when the stage runs),
-    and ``--precision`` (where the stage has it) one of :data:`compress.device.PRECISIONS`."""
+    and ``--precision`` (where the stage has it) one of :data:`compress.core.device.PRECISIONS`."""
     problem = device_problem(cfg.device)
     problems = [_problem("device", problem)] if problem else []
     wrong = precision_problem(cfg.precision) if hasattr(cfg, "precision") else None
@@ -376,9 +376,9 @@ def _device_problems(cfg: Any) -> list[Problem]:
 
 def _precision() -> Any:
     """The ``precision`` field: declared here once (default ``auto``, the choices of
-    :data:`compress.device.PRECISIONS`, the help :data:`PRECISION_HELP`) for every stage config that
+    :data:`compress.core.device.PRECISIONS`, the help :data:`PRECISION_HELP`) for every stage config that
     trains or runs a model; ``--precision`` is made from it (:func:`flag_options`). The stage decides
-    what ``auto`` means on its device with :func:`compress.device.resolve_precision`."""
+    what ``auto`` means on its device with :func:`compress.core.device.resolve_precision`."""
     return field(default="auto", metadata={**_choices(*PRECISIONS), "help": PRECISION_HELP})
 
 

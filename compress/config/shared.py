@@ -7,15 +7,15 @@ from typing import Any, Sequence
 
 from compress.config.choices import SAMPLINGS, INIT_CHOICES, AUGMENT_OPS
 from compress.config.engine import Problem, _choices, _device_problems, _helped, _precision, ConfigBase, _problem
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from students.presets import DEFAULT_PRESET, parse_shape
-from compress.data import BUILTIN_DATASETS, load_task_data
+from compress.tasks.tables import BUILTIN_DATASETS, load_task_data
 from compress.tasks.question_answering.data import ANSWERS_COLUMNS, CONTEXT_COLUMNS, QUESTION_COLUMNS, load_qa_data
 from compress.tasks.registry import get_task
 from compress.tasks.sentence_similarity.data import SCORE_COLUMNS, SENTENCE1_COLUMNS, SENTENCE2_COLUMNS
 from compress.tasks.task_choice import column_flags, data_task
 from compress.tasks.token_classification.data import TAG_COLUMNS, TOKEN_COLUMNS, load_token_data
-from compress.windows import DEFAULT_POOLING, POOLINGS, check_stride
+from compress.core.windows import DEFAULT_POOLING, POOLINGS, check_stride
 
 
 # ----------------------------------------------------------------------------- shared parts
@@ -79,7 +79,7 @@ class DataOptions(ConfigBase):
         return data if whole else data.subset(self.checked_limit(), seed=self.split_seed)
 
     def load(self, num_labels: int | None = None, keep_columns: tuple[str, ...] = ()):
-        """The task (a :class:`compress.data.TaskData`), loaded and validated, cut to ``limit`` rows;
+        """The task (a :class:`compress.tasks.tables.TaskData`), loaded and validated, cut to ``limit`` rows;
         ``keep_columns`` are carried along from a file or hub dataset (``distill --gold-labels``)."""
 
         task = load_task_data(self.data, self.text_column, self.text_pair_column, self.label_column,
@@ -124,7 +124,7 @@ class TrainSettings(ConfigBase):
                                 "the training set is too small to reach it (0: off)")
     #: Taggers and QA teachers are scored on validation after every epoch anyway; a classifier and a QA student are
     #: scored so only when it is set (the pass costs time). Data without a validation split refuses it
-    #: (compress.training.refuse_keep_best) rather than ignore it.
+    #: (compress.stages.training.refuse_keep_best) rather than ignore it.
     keep_best: bool = _helped(False, "write the weights of the epoch that scored best on validation (accuracy for a "
                                      "classifier, entity F1 for a tagger, F1 for a QA reader), not the last "
                                      "epoch's")
@@ -184,7 +184,7 @@ class RunSettings:
     allow_pickle: bool = _helped(False, "accept pickle (.bin) weights, loaded with torch.load(weights_only=True)")
     #: Continue an interrupted run from its last checkpoint (beside the output).
     resume: bool = _helped(False, "continue from the last checkpoint of an interrupted run")
-    #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.device).
+    #: ``--device``: auto (a GPU when torch sees one), cpu, cuda or cuda:N (compress.core.device).
     device: str = "auto"
     precision: str = _precision()
 
@@ -206,7 +206,7 @@ class ClassifierSettings(RunSettings):
     """The settings of every stage that trains and scores a classifier (teacher, distill, prune), on top of
     :class:`RunSettings`; declared once here."""
 
-    #: A text past ``--max-length`` is trained on and scored window by window (compress.long_texts); the
+    #: A text past ``--max-length`` is trained on and scored window by window (compress.stages.long_texts); the
     #: windows' logits become the text's as ``Predictor`` pools them, and the artifact records it for serving.
     pooling: str = _helped(DEFAULT_POOLING, "sequence classification: how the windows' logits of a text longer than "
                            "--max-length become its own, in scoring and serving: mean, or max (the largest per "

@@ -12,12 +12,12 @@ from compress.config.choices import (SOFT_LABEL_RUNTIMES, UNLABELED_SELECTIONS, 
 from compress.config.engine import (Problem, _choices, _Bad, _is_int, ConfigBase, _problem, _device_problems,
                                     _helped, _precision)
 from compress.config.shared import DataOptions, ClassifierSettings, KDSettings, RunSettings, TrainSettings, StudentSpec, transfer_problems
-from compress.errors import CompressError
-from compress.windows import POOLINGS
-from compress.losses import check_terms
-from compress.losses import names as loss_names
-from benchmarks.machine import available_cpus
-from compress.losses import LossTerm
+from compress.core.errors import CompressError
+from compress.core.windows import POOLINGS
+from compress.stages.losses import check_terms
+from compress.stages.losses import names as loss_names
+from compress.core.machine import available_cpus
+from compress.stages.losses import LossTerm
 
 
 # ----------------------------------------------------------------------------- the stages
@@ -80,10 +80,10 @@ class TeacherConfig(ConfigBase, ClassifierSettings):
     train: TrainSettings = field(default_factory=lambda: TrainSettings(epochs=2.0, lr=2e-5))
     #: ``None``: fine-tune only when the model has no classifier head for the task yet.
     finetune: bool | None = field(default=None, metadata={"parse": _finetune})
-    #: Branch, tag or commit of ``model`` when it is a Hugging Face Hub id (compress.hub).
+    #: Branch, tag or commit of ``model`` when it is a Hugging Face Hub id (compress.core.hub).
     revision: str | None = None
     #: Keep the embeddings and the bottom N encoder layers fixed while fine-tuning: the backward pass stops
-    #: above them, so each step costs less (compress.training.freeze_bottom_layers; docs/lab/ner.md measures it).
+    #: above them, so each step costs less (compress.stages.training.freeze_bottom_layers; docs/lab/ner.md measures it).
     freeze_layers: int = field(default=0, metadata={"help": (
         "keep the embeddings and the bottom N encoder layers fixed while fine-tuning (0: train all); the backward "
         "pass skips them, so a step is cheaper")})
@@ -128,7 +128,7 @@ class DistillConfig(ConfigBase, KDSettings):
     schedule: str = field(default="joint", metadata=_choices(*SCHEDULES))
     stage1_epochs: float = 1.0
     keep_checkpoints: bool = False
-    #: Transfer data (compress.transfer): an unlabelled corpus the teacher labels, and augmented variants.
+    #: Transfer data (compress.stages.transfer): an unlabelled corpus the teacher labels, and augmented variants.
     unlabeled: str | None = None
     unlabeled_text_column: str = "text"
     unlabeled_text_pair_column: str | None = None
@@ -140,7 +140,7 @@ class DistillConfig(ConfigBase, KDSettings):
         "cosine similarity to their nearest labelled training text)")})
     augment: int = 0
     augment_ops: str = ",".join(AUGMENT_OPS)
-    #: Soft gold labels (compress.gold_labels): a data column of label probabilities, or of a score that a
+    #: Soft gold labels (compress.stages.gold_labels): a data column of label probabilities, or of a score that a
     #: two-label task turns into them, trained toward by soft CE at T=1 with weight ``alpha_gold``.
     gold_labels: str | None = field(default=None, metadata={
         "help": "data column of label probabilities (a list per row) or of a score (two labels: sigmoid(score / "
@@ -152,7 +152,7 @@ class DistillConfig(ConfigBase, KDSettings):
     #: spread by ~1.7 around the mean (the logistic curve at scale 1 is close to the normal's at 1.7).
     gold_scale: float = field(default=1.0, metadata={"help": "scale of a score column: its probability is "
                                                              "sigmoid(score / scale)"})
-    #: Sentence-vector distillation (compress.distill.pooled): the student's mean-pooled last hidden states, through
+    #: Sentence-vector distillation (compress.stages.distill.pooled): the student's mean-pooled last hidden states, through
     #: a learned projection, pulled toward the teacher's (cached with its soft labels) with weight ``alpha_pooled``.
     alpha_pooled: float = field(default=0.0, metadata={
         "help": "weight of a loss between the student's and the teacher's mean-pooled sentence vectors, the student's "
@@ -160,12 +160,12 @@ class DistillConfig(ConfigBase, KDSettings):
     pooled_loss: str = field(default="pooled_cosine", metadata={**_registered("vectors"), "help": (
         "loss of --alpha-pooled: pooled_cosine (1 - cosine), pooled_nmse (squared error of standardised vectors) or "
         "pooled_relation (the in-batch matrices of cosine similarities between sentences)")})
-    #: Tail averaging (compress.distill.averaging): the student written is the mean of its weights over this last
+    #: Tail averaging (compress.stages.distill.averaging): the student written is the mean of its weights over this last
     #: share of the optimiser steps (0: the last step's weights).
     average_tail: float = field(default=0.0, metadata={
         "help": "write the mean of the student's weights at 10 evenly spaced steps over this last share of training "
                 "(for example 0.5) instead of the last step's weights; 0: off"})
-    #: Teacher ensembles (compress.distill.ensemble): more teachers whose logits are averaged with ``teacher``'s.
+    #: Teacher ensembles (compress.stages.distill.ensemble): more teachers whose logits are averaged with ``teacher``'s.
     ensemble: str | None = field(default=None, metadata={
         "help": "comma list of more teacher folders (other seeds, pooling or schedules): the soft labels are the mean "
                 "of their and --teacher's logits; the student is scored against both the ensemble and --teacher"})
@@ -173,7 +173,7 @@ class DistillConfig(ConfigBase, KDSettings):
     entity_weight: float = field(default=1.0, metadata={
         "help": "tagging data: how much harder a word inside an entity (by its gold tag or the teacher's top tag) pulls "
                 "in the soft and hard losses than an O word (1: every word alike)"})
-    #: Mention-replaced variants (compress.transfer.mentions): tagging transfer rows that keep their gold tags.
+    #: Mention-replaced variants (compress.stages.transfer.mentions): tagging transfer rows that keep their gold tags.
     mention_variants: int = field(default=0, metadata={
         "help": "tagging data: N variants of each training sentence with an entity, its mentions swapped for other "
                 "training mentions of the same type; the gold tags follow and the teacher labels them (0: off)"})
@@ -181,11 +181,11 @@ class DistillConfig(ConfigBase, KDSettings):
         "where --mention-variants takes the replacement mentions: train (the training split's) or train+transfer "
         "(also the mentions the teacher tags with confidence in the --unlabeled text: names the gold data does not "
         "have)")})
-    #: Branch, tag or commit of ``teacher`` when it is a Hugging Face Hub id (compress.hub).
+    #: Branch, tag or commit of ``teacher`` when it is a Hugging Face Hub id (compress.core.hub).
     revision: str | None = None
-    #: Distil even from a teacher no better than chance on validation (compress.head_check).
+    #: Distil even from a teacher no better than chance on validation (compress.core.head_check).
     allow_untrained_teacher: bool = False
-    #: ``--soft-labels``: who labels the training rows and the transfer set (compress.distill.teacher_copies).
+    #: ``--soft-labels``: who labels the training rows and the transfer set (compress.stages.distill.teacher_copies).
     soft_labels: str = field(default="auto", metadata={**_choices(*SOFT_LABEL_RUNTIMES), "help": SOFT_LABELS_HELP})
     #: ``--soft-labels-min-agreement``: the INT8 teacher's labels are used only at or above this agreement
     #: with the PyTorch teacher on the validation split.
@@ -310,7 +310,7 @@ class DistillConfig(ConfigBase, KDSettings):
         return problems
 
     def loss_terms(self) -> list[Any]:
-        """The objective as a list of :class:`compress.losses.LossTerm`: ``losses`` when given,
+        """The objective as a list of :class:`compress.stages.losses.LossTerm`: ``losses`` when given,
         else the terms the flags describe (soft labels, hard labels, with ``gold_labels`` the data's own label
         probabilities, and with ``intermediate`` the
         embedding, hidden-state and attention terms). Terms of weight 0 are kept, so ``compress.json``
@@ -331,7 +331,7 @@ class DistillConfig(ConfigBase, KDSettings):
 
     @property
     def wants_pooled(self) -> bool:
-        """Whether any term of positive weight compares sentence vectors (compress.distill.pooled)."""
+        """Whether any term of positive weight compares sentence vectors (compress.stages.distill.pooled)."""
         return any(t.pooled and t.weight > 0 for t in self.loss_terms())
 
     @property

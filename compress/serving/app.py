@@ -23,7 +23,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from compress.errors import CompressError, describe
+from compress.core.errors import CompressError, describe
 from compress.serving.batcher import Batcher, Job, QueueFull
 from compress.serving.metrics import Metrics
 from compress.serving.schemas import BadInput, format_results, openapi, parse_request, predict_batch, warm_up_request

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 #: Top-level keys a request may hold; ``options`` is what hosted endpoints' clients send (``wait_for_model``),
 #: accepted and ignored so that those clients work.
@@ -78,7 +78,7 @@ class BadInput(Exception):
 
 @dataclass
 class Parsed:
-    """A checked request: what :meth:`compress.runtime.Predictor.predict` takes, and how to answer."""
+    """A checked request: what :meth:`compress.runtime.predictor.Predictor.predict` takes, and how to answer."""
 
     inputs: list[Any]
     #: The request gave one input, not a list: the answer is one result, not a list of them.

@@ -19,8 +19,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from compress.errors import CompressError
-from compress.runtime import Predictor
+from compress.core.errors import CompressError
+from compress.runtime.predictor import Predictor
 from compress.serving.app import create_app
 from compress.serving.schemas import check_task
 from compress.serving.settings import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_WORKERS, ServeSettings

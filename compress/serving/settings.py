@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.token_classification.decoding import DEFAULT_AGGREGATION
 
 #: This machine only: serving beyond it is a choice made with ``--host``.

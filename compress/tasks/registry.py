@@ -2,7 +2,7 @@
 
 A *task* (sequence classification, token classification, ...) decides which transformers head a
 model has, which tensors it takes and returns, what a soft label is, how predictions are scored
-and what :class:`compress.runtime.Predictor` hands back. Those facts used to be spelled out in each
+and what :class:`compress.runtime.predictor.Predictor` hands back. Those facts used to be spelled out in each
 stage (``AutoModelForSequenceClassification`` in five modules, ``logits`` of shape
 ``(batch, labels)`` in the export's dynamic axes, accuracy in the teacher's evaluation). Here each
 task is one :class:`Task` object, registered by name, in the spirit of Optimum's ``TasksManager``;
@@ -20,7 +20,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 #: Shape names used in ``Task.outputs`` and ``Task.soft_labels``.
 BATCH, SEQUENCE, LABELS, WORDS = "batch", "sequence", "num_labels", "words"
@@ -38,7 +38,7 @@ class Task:
     so the runtime and the benchmark can call it without torch); ``primary_metric`` is the one that
     accuracy budgets and gates are decided on. ``predictor_returns`` names the fields
     ``Predictor.predict`` gives per input. ``int8_per_channel`` makes ONNX Runtime's dynamic INT8 start its
-    fallback ladder at per-channel weight scales instead of per-tensor ones (:func:`compress.quantize.candidate_plan`),
+    fallback ladder at per-channel weight scales instead of per-tensor ones (:func:`compress.stages.quantize.candidate_plan`),
     for a task whose logits were measured to lose more to one scale per weight matrix.
     """
 

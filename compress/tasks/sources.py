@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from compress.errors import CompressError
-from compress.assets import SHA256, sha256_file
-from compress.data import SPLIT_ALIASES
+from compress.core.errors import CompressError
+from compress.core.assets import SHA256, sha256_file
+from compress.tasks.tables import SPLIT_ALIASES
 
 
 def hub_splits(loaded: Any, origin: str,
@@ -19,11 +19,11 @@ def hub_splits(loaded: Any, origin: str,
     """``{split: (label, dataset)}`` for each of train/validation/test found in ``loaded``, and the notes.
 
     ``loaded`` is a ``DatasetDict`` (or one Dataset, taken as train); split names are matched case-blind
-    against ``aliases`` (``compress.data.SPLIT_ALIASES`` by default); the label, ``origin[name]``, is what
+    against ``aliases`` (``compress.tasks.tables.SPLIT_ALIASES`` by default); the label, ``origin[name]``, is what
     messages and ``compress.json`` call that split. No train split is an error; splits not taken are a note.
     """
     if aliases is None:
-        from compress.data import SPLIT_ALIASES as aliases
+        from compress.tasks.tables import SPLIT_ALIASES as aliases
     if not hasattr(loaded, "keys"):
         loaded = {"train": loaded}
     available = {s.lower(): s for s in loaded.keys()}
@@ -55,7 +55,7 @@ def check_builtin_file(path: Path, key: str, what: str) -> None:
 
 def folder_splits(path: Path, suffixes: tuple[str, ...], no_train: str,
                   stem_prefix: bool = False) -> dict[str, Path]:
-    """``{split: file}`` for a data folder: one file per split, named by ``compress.data.SPLIT_ALIASES``.
+    """``{split: file}`` for a data folder: one file per split, named by ``compress.tasks.tables.SPLIT_ALIASES``.
 
     Only files ending in one of ``suffixes`` count; with ``stem_prefix`` a name's part before its first
     ``-`` also matches (``dev-v1.1.json`` is the dev split). Two files for one split are an error, and

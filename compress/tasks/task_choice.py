@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.protocol.data import DataSource
 from compress.tasks.registry import Task, get_task, task_for_architectures, task_names
 

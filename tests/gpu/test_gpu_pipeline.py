@@ -2,7 +2,7 @@
 -> Predictor -> bench on a tiny BERT, and a 2-rank NCCL distillation when two GPUs are present.
 
 Skipped without CUDA. The CPU equivalents run everywhere: ``tests/integration/test_end_to_end.py`` (teacher,
-distill), ``tests/unit/compress/prune/test_prune.py``, ``tests/unit/compress/test_export_quantize.py``, ``tests/unit/benchmarks/test_bench.py``,
+distill), ``tests/unit/compress/stages/prune/test_prune.py``, ``tests/unit/compress/test_export_quantize.py``, ``tests/unit/benchmarks/test_bench.py``,
 ``tests/integration/test_distributed.py`` (2 ranks, gloo), and ``tests/integration/test_device_guard.py`` (every stage
 with its model on a second, checked device, which catches the device mix-ups this suite would hit).
 
@@ -83,7 +83,7 @@ def test_chain_on_cuda(chain):
     assert main(["export", "--model", str(root / "pruned"), "--out", str(root / "onnx")]) == 0
     assert main(["quantize", "--model", str(root / "onnx"), "--data", str(data), "--out", str(root / "onnx-int8")]) == 0
 
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     labels, _ = Predictor.load(root / "onnx-int8").predict(["a wonderful and charming film", "a dull, tedious film"])
     assert labels == ["1", "0"]
@@ -131,7 +131,7 @@ def test_device_flag_on_cuda(chain, tmp_path):
     Predictor and bench run where ``--device`` says (ONNX on CUDAExecutionProvider when onnxruntime-gpu is there)."""
     import onnxruntime as ort
 
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     root, data, encoder = chain
     common = ["--data", str(data), "--batch-size", "16", "--epochs", "1", "--max-steps", "4"]

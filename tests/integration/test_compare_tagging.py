@@ -21,7 +21,7 @@ def test_compare_reports_entity_f1_and_decides_a_tagger_lever(taggers, tmp_path,
     from tools.studies.compare import main
     from compress.tasks.token_classification.metrics import entity_scores
     from compress.tasks.token_classification.data import load_token_data
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     data, good, weak = taggers
     out = tmp_path / "compare.json"
@@ -51,7 +51,7 @@ def test_compare_reports_entity_f1_and_decides_a_tagger_lever(taggers, tmp_path,
 
 def test_a_second_table_reads_the_cached_tags_without_loading_a_model(taggers, monkeypatch, capsys):
     from tools.studies.compare import main
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     data, good, weak = taggers
     args = ["--data", str(data), "--teacher", str(good), f"base={weak}", f"lever={good}"]
@@ -79,7 +79,7 @@ def test_compare_refuses_a_model_it_cannot_score_in_one_line(taggers, tmp_path, 
 
 def test_compare_fits_entity_f1_against_a_recorded_number(taggers, tmp_path, capsys):
     from tools.studies.compare import main
-    from compress.artifact import read_meta
+    from compress.core.artifact import read_meta
 
     data, good, weak = taggers
     out = tmp_path / "compare.json"

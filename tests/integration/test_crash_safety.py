@@ -221,7 +221,7 @@ def test_sigkill_during_prune_recovery_then_resume_matches_an_uninterrupted_run(
 
 
 def test_resume_refuses_checkpoints_made_under_other_settings(tmp_path, capsys):
-    from compress.training import FINGERPRINT_FILE, checkpoint_dir, resume_point
+    from compress.stages.training import FINGERPRINT_FILE, checkpoint_dir, resume_point
 
     out = tmp_path / "student"
     folder = checkpoint_dir(out)

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from compress.config import DataOptions
-from compress.data import load_task_data, tokenize_split
-from compress.modeling import load_classifier, predict_logits
+from compress.tasks.tables import load_task_data, tokenize_split
+from compress.runtime.modeling import load_classifier, predict_logits
 from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
 from tests.support.device_guard import DEVICE, DeviceMismatch, OtherDevice
 
@@ -66,7 +66,7 @@ def test_predict_logits_runs_on_the_models_device(world):
 
 
 def test_teacher_soft_labels_run_on_the_teachers_device(world, tmp_path, monkeypatch):
-    from compress.teacher import load_teacher, teacher_logits
+    from compress.stages.teacher import load_teacher, teacher_logits
 
     monkeypatch.setenv("BERT_COMPRESS_CACHE", str(tmp_path / "cache"))
     _, data, teacher_dir = world
@@ -85,8 +85,8 @@ def test_teacher_soft_labels_run_on_the_teachers_device(world, tmp_path, monkeyp
 def test_distillation_teacher_forward_follows_the_training_device(world, tmp_path, monkeypatch):
     """The Trainer puts the student on its device; a teacher loaded elsewhere must not be fed across."""
     import compress.tasks.sequence_classification.distill as classifier_distill
-    from compress.distill.trainer import DistillConfig, distill
-    from compress.training import TrainSettings
+    from compress.stages.distill.trainer import DistillConfig, distill
+    from compress.stages.training import TrainSettings
     from students.factory import StudentSpec
 
     monkeypatch.setenv("BERT_COMPRESS_CACHE", str(tmp_path / "cache"))
@@ -111,8 +111,8 @@ def test_distillation_teacher_forward_follows_the_training_device(world, tmp_pat
 
 
 def test_quantize_accuracy_check_and_predictor_on_the_models_device(world):
-    from compress.quantize import _Evaluation
-    from compress.runtime import Predictor
+    from compress.stages.quantize import _Evaluation
+    from compress.runtime.predictor import Predictor
 
     _, data, teacher = world
     predictor = Predictor.load(teacher)

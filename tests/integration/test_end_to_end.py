@@ -7,10 +7,10 @@ import torch
 
 from compress.cli import main
 from compress.config import DataOptions
-from compress.distill.intermediate import tokenizations_align
-from compress.distill.trainer import DistillConfig, distill
-from compress.teacher import TeacherConfig, train_teacher
-from compress.training import TrainSettings
+from compress.stages.distill.intermediate import tokenizations_align
+from compress.stages.distill.trainer import DistillConfig, distill
+from compress.stages.teacher import TeacherConfig, train_teacher
+from compress.stages.training import TrainSettings
 from students.factory import StudentSpec
 from tests.conftest import make_bert
 
@@ -146,7 +146,7 @@ def _interrupt_after_first_checkpoint(monkeypatch) -> list[int]:
     """
     import signal
 
-    import compress.distill.trainer as trainer_module
+    import compress.stages.distill.trainer as trainer_module
 
     real = trainer_module.interrupt_callback
     sent: list[int] = []
@@ -185,8 +185,8 @@ def test_resume_continues_from_a_checkpoint(trained_teacher, tmp_path, capsys, m
 
     from safetensors.torch import load_file
 
-    from compress.errors import CompressError
-    from compress.training import checkpoint_dir
+    from compress.core.errors import CompressError
+    from compress.stages.training import checkpoint_dir
 
     teacher, data = trained_teacher
     total, batch = 12, 16  # one epoch of the 192 training rows
@@ -253,7 +253,7 @@ def test_cli_end_to_end_and_errors(trained_teacher, tmp_path, capsys):
 
 
 def test_encoder_without_head_cannot_teach(tiny_encoder, sentiment_csv, tmp_path):
-    from compress.errors import CompressError
+    from compress.core.errors import CompressError
 
     with pytest.raises(CompressError, match="no trained classification head"):
         _distill(tiny_encoder, sentiment_csv, tmp_path / "s")

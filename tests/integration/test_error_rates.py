@@ -12,7 +12,7 @@ from tests.conftest import make_bert, sentiment_rows, write_csv
 
 
 def test_build_deeper_duplicates_one_layer(tmp_path):
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     student = make_bert(tmp_path / "student", layers=2, head=True, seed=1)
     deeper = build_deeper(student, tmp_path / "deeper")
@@ -24,8 +24,8 @@ def test_build_deeper_duplicates_one_layer(tmp_path):
 
 
 def test_error_rates_end_to_end_on_tiny_models(tmp_path, capsys):
-    from compress.export import export_onnx
-    from compress.quantize import quantize
+    from compress.stages.export import export_onnx
+    from compress.stages.quantize import quantize
 
     data = write_csv(tmp_path / "data.csv", sentiment_rows(200, seed=3))
     teacher = make_bert(tmp_path / "teacher", layers=4, head=True, seed=2)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from tests.conftest import sentiment_rows
 
 CASES = 150
@@ -168,7 +168,7 @@ def _data_case(seed: int, folder: Path) -> tuple[Path, str]:
 
 
 def test_data_tables_fuzz(tmp_path):
-    from compress.data import load_task_data
+    from compress.tasks.tables import load_task_data
 
     tally = Tally(DATA_FAMILIES)
     for seed in range(CASES):
@@ -571,7 +571,7 @@ def test_recipe_yaml_fuzz(tmp_path):
 def test_valid_seed_files_load(tmp_path):
     """The fuzzers' starting points are valid: an unmutated file of each kind loads (and gates)."""
     from benchmarks.gate import evaluate, load_results, load_rules
-    from compress.data import load_task_data
+    from compress.tasks.tables import load_task_data
 
     rows = sentiment_rows(30)
     for suffix in (".csv", ".tsv", ".jsonl", ".json"):

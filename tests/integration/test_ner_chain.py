@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 from conftest import gate_verdict, make_bert, sentiment_rows, write_csv
 from tests.support.toy_ner import teacher_config, toy_sentences, toy_tagger, write_conll
@@ -28,7 +28,7 @@ def trained(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exported(trained):
-    from compress.export import export_onnx
+    from compress.stages.export import export_onnx
 
     return export_onnx(trained.path, trained.tmp / "onnx")
 
@@ -72,7 +72,7 @@ def _one_line(exc: pytest.ExceptionInfo) -> str:
 
 
 def test_a_tagger_given_classification_data_is_one_line(trained, tmp_path):
-    from compress.teacher import train_teacher
+    from compress.stages.teacher import train_teacher
 
     csv = write_csv(tmp_path / "sentiment.csv", sentiment_rows(40))
     with pytest.raises(CompressError) as exc:
@@ -82,7 +82,7 @@ def test_a_tagger_given_classification_data_is_one_line(trained, tmp_path):
 
 
 def test_a_classifier_given_tagging_data_is_one_line(trained, tmp_path):
-    from compress.teacher import train_teacher
+    from compress.stages.teacher import train_teacher
 
     classifier = make_bert(tmp_path / "classifier", layers=1, hidden=32, head=True, num_labels=2)
     config = json.loads((classifier / "config.json").read_text())
@@ -94,7 +94,7 @@ def test_a_classifier_given_tagging_data_is_one_line(trained, tmp_path):
 
 
 def test_a_tagger_with_another_label_count_is_one_line(trained, tmp_path):
-    from compress.teacher import train_teacher
+    from compress.stages.teacher import train_teacher
 
     only_places = write_conll(tmp_path / "places.conll", toy_sentences(30, seed=3, types=("LOC",)))
     with pytest.raises(CompressError) as exc:
@@ -182,7 +182,7 @@ TEXT = "yesterday we visited  New York with Alice"
 
 @pytest.mark.parametrize("which", ["torch", "onnx"])
 def test_predictor_entities_have_char_offsets(trained, exported, which):
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     predictor = Predictor.load(trained.path if which == "torch" else exported)
     assert predictor.task == "token-classification"
@@ -195,7 +195,7 @@ def test_predictor_entities_have_char_offsets(trained, exported, which):
 
 
 def test_torch_and_onnx_predictors_agree(trained, exported):
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     texts = [TEXT, "Paris and Rome then Berlin", "Peter saw John in Madrid"]
     torch_out = Predictor.load(trained.path).predict(texts, aggregation="average")
@@ -268,7 +268,7 @@ def test_predict_cli_prints_entities_without_the_training_stack(exported):
 
 
 def test_bad_aggregation_is_one_line(exported):
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     with pytest.raises(CompressError, match="--aggregation 'mean' is not one of first, average, max"):
         Predictor.load(exported).predict(TEXT, aggregation="mean")
@@ -278,7 +278,7 @@ def test_word_soft_labels_line_up_across_tokenizers(trained, tmp_path):
     import torch
     from transformers import AutoTokenizer
 
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
     from compress.tasks.token_classification.distill import word_soft_labels
 
     from conftest import make_mpnet
@@ -305,7 +305,7 @@ def test_word_soft_labels_line_up_across_tokenizers(trained, tmp_path):
 
 def test_distilling_a_tagger_into_a_student_with_another_tokenizer(trained, tmp_path):
     from compress.config import TrainSettings
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
     from compress.tasks.token_classification.distill import distill_tagger
 
     from conftest import make_mpnet
@@ -327,7 +327,7 @@ def _hidden_gap(student: Path, teacher: Path, data: Path) -> float:
     widths) over the validation sentences: what the hidden-state term minimises."""
     import torch
 
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
     from compress.tasks.token_classification.data import load_token_data
     from students.layer_map import parse_layer_map
 
@@ -423,8 +423,8 @@ def test_stride_sets_the_windows_of_a_tagger_student_its_soft_labels_and_its_ser
     the student records the stride and is served with it."""
     from compress.cli import main
     from compress.config import DataOptions
-    from compress.modeling import load_classifier
-    from compress.runtime import Predictor
+    from compress.runtime.modeling import load_classifier
+    from compress.runtime.predictor import Predictor
     from compress.tasks.token_classification.words import tokenize_tagged_split
     from compress.tasks.token_classification.distill import word_soft_labels
 
@@ -495,7 +495,7 @@ def test_a_word_without_tokens_is_outside_every_entity():
 
 
 def test_teacher_takes_jsonl_tagging_data(tmp_path, capsys):
-    from compress.teacher import train_teacher
+    from compress.stages.teacher import train_teacher
 
     data = tmp_path / "toy.jsonl"
     data.write_text("".join(json.dumps({"tokens": w, "tags": t}) + "\n" for w, t in toy_sentences(40, seed=7)),
@@ -526,7 +526,7 @@ def test_a_collapsed_type_fails_the_check_even_when_overall_f1_holds(tmp_path):
     0.1 budget (0.958) but PER's F1 falls from 1.0 to 0.4, under half: it is out, and says why. The
     same loss on a type with fewer than MIN_TYPE_SUPPORT gold entities is reported, not judged."""
     from compress.config import MIN_TYPE_SUPPORT
-    from compress.quality import SplitScorer
+    from compress.stages.quality import SplitScorer
     from compress.tasks.token_classification.data import load_token_data
 
     scorer = SplitScorer(load_token_data(str(_scored_folder(tmp_path, per=12, loc=100))), "validation")
@@ -576,7 +576,7 @@ def test_collapse_is_judged_against_the_reference_f1_of_the_type():
 
 def test_a_classifier_split_is_scored_on_accuracy_and_agreement(tmp_path):
     from compress.config import DataOptions
-    from compress.quality import SplitScorer
+    from compress.stages.quality import SplitScorer
 
     from conftest import sentiment_rows, write_csv
 
@@ -599,7 +599,7 @@ def test_a_type_only_the_reference_predicts_gets_its_drop_and_is_not_judged(tmp_
     """MISC is a tag of the training split with no gold entity in validation: a reference that predicts one
     has a MISC F1 of 0 (nothing to find), a candidate that does not predict it has no MISC entry; its drop
     is 0 and it is never judged."""
-    from compress.quality import SplitScorer
+    from compress.stages.quality import SplitScorer
     from compress.tasks.token_classification.data import load_token_data
 
     folder = _scored_folder(tmp_path, per=12, loc=100)
@@ -629,9 +629,9 @@ def test_quantize_a_tagger_is_decided_on_entity_f1(trained, exported, tmp_path, 
     the recorded fp32 F1 is the one Predictor's entities give, every candidate carries its per-type F1
     and their change, and the kept INT8 artifact still finds the entities."""
     from compress.config import DataOptions
-    from compress.quality import SplitScorer
-    from compress.quantize import quantize
-    from compress.runtime import Predictor
+    from compress.stages.quality import SplitScorer
+    from compress.stages.quantize import quantize
+    from compress.runtime.predictor import Predictor
     from compress.tasks.token_classification.metrics import entity_scores
     from compress.tasks.token_classification.data import load_token_data
 
@@ -661,7 +661,7 @@ def test_quantize_a_tagger_is_decided_on_entity_f1(trained, exported, tmp_path, 
 
 def test_quantize_refuses_a_tagger_with_other_tags(trained, exported, tmp_path):
     from compress.config import DataOptions
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     # tags are matched by name: data with a subset of the tagger's tags is fine, a tag it never predicts is not
     sentences = [(words, [t.replace("PER", "ORG") for t in tags]) for words, tags in toy_sentences(60)]
@@ -679,9 +679,9 @@ def test_optimize_a_tagger_scores_candidates_on_entity_f1_and_serves_the_choice(
     training sentences) is scored on validation entity F1 with its per-type change; the choice artifact
     is a tagger that finds the entities."""
     from compress.config import DataOptions, OptimizeConfig
-    from compress.optimize import format_decision, optimize
+    from compress.stages.optimize import format_decision, optimize
     from compress.tasks.token_classification.scoring import types_over_budget
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     cfg = OptimizeConfig(model=str(trained.path), data=DataOptions(str(trained.data)),
                          candidates="onnx-fp32,onnx-int8-fused,onnx-static-unfused", batch_sizes=[1, 8], seq_len=16,
@@ -717,7 +717,7 @@ def test_optimize_a_tagger_scores_candidates_on_entity_f1_and_serves_the_choice(
 def tagger_results(trained, exported):
     """``bench --quick`` of the toy tagger: PyTorch (reference), its ONNX export and an ORT INT8 copy."""
     from compress.cli import main
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     int8 = quantize(exported, trained.tmp / "int8", method="ort-dynamic")
     out = trained.tmp / "bench"
@@ -727,8 +727,8 @@ def tagger_results(trained, exported):
 
 
 def test_bench_scores_a_tagger_on_entity_f1_per_sentence(trained, tagger_results):
-    from benchmarks.stats import f1_interval
-    from compress.runtime import Predictor
+    from compress.core.stats import f1_interval
+    from compress.runtime.predictor import Predictor
     from compress.tasks.token_classification.metrics import entity_scores, sentence_counts
     from compress.config import DataOptions
 
@@ -816,7 +816,7 @@ def _tagger_seed_group(results: dict, keep: list[int]) -> dict:
 def test_gate_decides_a_seed_group_of_taggers_on_its_mean(tagger_results, tmp_path):
     """A seed group of taggers is gated on its members' mean F1 drop and word agreement (seed spread added
     to the bootstrap's test-set term) and, against a baseline group, on Welch's t over per-seed F1."""
-    from benchmarks.stats import f1_drop_interval, mean_f1_drop_over_seeds_interval
+    from compress.core.stats import f1_drop_interval, mean_f1_drop_over_seeds_interval
 
     results = json.loads((tagger_results / "results.json").read_text())
     same = _tagger_seed_group(results, [0, 0, 0])  # three identical seeds: the ONNX export's counts
@@ -865,9 +865,9 @@ def test_pruning_a_tagger_removes_heads_and_neurons_and_recovers_entity_f1(train
     one epoch of word-level distillation from the unpruned tagger: the artifact is a smaller tagger,
     scored on entity F1 before, after pruning and after recovery, and still exports with parity."""
     from compress.config import DataOptions, PruneConfig, TrainSettings
-    from compress.export import export_onnx
-    from compress.prune.stage import prune
-    from compress.runtime import Predictor
+    from compress.stages.export import export_onnx
+    from compress.stages.prune.stage import prune
+    from compress.runtime.predictor import Predictor
 
     cfg = PruneConfig(model=str(trained.path), data=DataOptions(str(trained.data)), heads=0.5, ffn=0.5,
                       importance="taylor", recover_epochs=2, max_length=48,
@@ -904,7 +904,7 @@ def test_a_roberta_tagger_reads_words_with_their_leading_space(tmp_path):
 
     from datasets import Dataset
 
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
     from compress.tasks.token_classification.words import tokenize_tagged_split
 
     bpe = ByteLevelBPETokenizer()

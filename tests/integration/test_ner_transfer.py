@@ -72,7 +72,7 @@ def test_the_transfer_sample_can_be_drawn_evenly_across_a_source_column(trained,
 def test_origins_rebuilds_a_taggers_rows_and_counts_entities_either_model_finds(trained, tmp_path, capsys):
     from tools.studies.origins import entity_agreement_rows, main
     from compress.cli import main as cli
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
     from compress.tasks.token_classification.data import load_token_data
 
     corpus, unseen = _corpus(trained, tmp_path)
@@ -100,7 +100,7 @@ def test_origins_rebuilds_a_taggers_rows_and_counts_entities_either_model_finds(
 
 
 def test_transfer_rows_carry_the_teachers_word_labels_and_no_gold(trained):
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
     from compress.tasks.token_classification.alignment import IGNORE_INDEX
     from compress.tasks.token_classification.distill import _transfer_rows, word_soft_labels
 
@@ -116,7 +116,7 @@ def test_transfer_rows_carry_the_teachers_word_labels_and_no_gold(trained):
 
 
 def test_the_unlabelled_weight_scales_those_rows_in_the_soft_term():
-    from compress.losses import soft_cross_entropy
+    from compress.stages.losses import soft_cross_entropy
     from compress.tasks.token_classification.distill import word_distillation_loss
 
     torch.manual_seed(0)

@@ -97,7 +97,7 @@ def test_a_tagger_with_its_own_label_order_goes_through_every_stage(tmp_path, co
     every stage matches tags by name, and the order the tagger was built with is the one every artifact keeps."""
     from transformers import BertForTokenClassification
 
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     tagger = save_untrained(BertForTokenClassification, tmp_path / "outside", LABELS)
     common = ["--max-length", "48", "--batch-size", "8"]
@@ -139,7 +139,7 @@ def _labelled(path: Path, names: dict[int, object], n: int = 120, seed: int = 0)
 
 
 def test_integer_labels_with_gaps_are_classes_not_indices(tmp_path, capsys):
-    from compress.data import load_task_data
+    from compress.tasks.tables import load_task_data
     from tests.conftest import make_bert
 
     data = _labelled(tmp_path / "stars.csv", {0: 1, 1: 2}, n=240)
@@ -191,7 +191,7 @@ def test_a_teachers_own_class_names_are_matched_by_name(tmp_path, capsys):
     assert "matched to --teacher" in capsys.readouterr().out
     meta = _meta(tmp_path / "s")
     assert meta["metrics"]["test"]["accuracy"] > 0.8 and meta["metrics"]["test"]["teacher_accuracy"] > 0.8
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
     assert Predictor.load(tmp_path / "s").predict(["a wonderful brilliant film"])[0] == ["pos"]
 
     # names the teacher does not have are one line, not a silent index match

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.pipeline import load_recipe, plan, run_recipe
 from tests.conftest import make_bert, run_cli, sentiment_rows, train_briefly, write_csv
 
@@ -185,7 +185,7 @@ def test_editing_a_data_file_reruns_the_stages_that_read_it(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "[teacher] running" in out and "input data changed" in out
     record = json.loads((tmp_path / "run" / ".bert-compress-run" / "quantize.json").read_text())
-    assert record["identity"]["inputs"]["data"] == __import__("compress.fingerprint").fingerprint.file_sha256(data)
+    assert record["identity"]["inputs"]["data"] == __import__("compress.stages.fingerprint").fingerprint.file_sha256(data)
 
 
 def test_a_stage_error_keeps_its_message_and_debug_shows_the_traceback(tmp_path, sentiment_csv, capsys):

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from compress.config import DataOptions
-from compress.data import load_task_data
-from compress.distill.trainer import DistillConfig, distill
-from compress.teacher import TeacherConfig, train_teacher
-from compress.training import TrainSettings
+from compress.tasks.tables import load_task_data
+from compress.stages.distill.trainer import DistillConfig, distill
+from compress.stages.teacher import TeacherConfig, train_teacher
+from compress.stages.training import TrainSettings
 from students.factory import StudentSpec
 
 pytestmark = pytest.mark.slow

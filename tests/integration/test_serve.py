@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from benchmarks.http_server import ServerProcess
-from compress.runtime import Predictor
+from compress.runtime.predictor import Predictor
 from tests.conftest import make_bert
 from tests.support.paths import ROOT
 from tests.support.serving_env import BLOCKER, TRAINING_STACK, blocked_env
@@ -42,14 +42,14 @@ def root(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def artifacts(root):
     """ONNX artifacts exported from tiny BERTs, each built when a test first asks for it."""
-    from compress.export import export_onnx
+    from compress.stages.export import export_onnx
 
     def build(name: str) -> Path:
         from tests.support.squad import squad_splits, train_tiny_reader
         from tests.support.toy_ner import toy_tagger
 
         if name == "openvino":  # an OpenVINO IR of the classifier's model (the same seed)
-            from compress.quantize import quantize
+            from compress.stages.quantize import quantize
 
             return quantize(make_bert(root / "ov-bert", layers=2, head=True, seed=3), root / "ov", method="openvino-fp32")
         if name == "classifier":

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from compress.cli import main
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from conftest import make_bert
 from tests.support.similarity import scored_pairs, write_pairs
 
@@ -78,8 +78,8 @@ def test_a_classifier_and_a_scorer_are_refused_for_each_others_data(trained, tmp
 
 
 def test_the_predictor_scores_pairs_in_pytorch_and_onnx_alike(trained, tmp_path):
-    from compress.export import export_onnx
-    from compress.runtime import Predictor
+    from compress.stages.export import export_onnx
+    from compress.runtime.predictor import Predictor
 
     pairs = [(r["sentence1"], r["sentence2"]) for r in scored_pairs(12, seed=5)]
     torch_scores = Predictor.load(trained.path).predict(pairs)
@@ -94,7 +94,7 @@ def test_the_predictor_scores_pairs_in_pytorch_and_onnx_alike(trained, tmp_path)
 
 def test_quantize_is_decided_on_spearman_against_the_fp32_model(trained, tmp_path):
     from compress.config import DataOptions
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     out = quantize(trained.path, tmp_path / "int8", data=DataOptions(str(trained.data)), max_accuracy_drop=0.05)
     meta = json.loads((out / "compress.json").read_text())
@@ -104,8 +104,8 @@ def test_quantize_is_decided_on_spearman_against_the_fp32_model(trained, tmp_pat
 
 def test_the_scorer_bench_records_and_gate_records_read_spearman(trained):
     from compress.config import DataOptions
-    from compress.quality import split_scorer
-    from compress.runtime import Predictor
+    from compress.stages.quality import split_scorer
+    from compress.runtime.predictor import Predictor
     from compress.tasks.sentence_similarity import scoring
 
     data = DataOptions(str(trained.data)).load_any()
@@ -152,7 +152,7 @@ def test_the_server_reads_pairs_and_answers_scores():
 
 def test_bench_and_the_gate_decide_the_spearman_drop_on_a_paired_interval(trained, tmp_path, capsys):
     from compress.config import DataOptions
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     int8 = quantize(trained.path, tmp_path / "int8", data=DataOptions(str(trained.data)), max_accuracy_drop=0.05)
     bench = tmp_path / "bench"

@@ -33,7 +33,7 @@ def test_layer_fit_prints_one_row_per_mapped_pair(tmp_path, capsys):
 
 
 def test_spin_check_times_both_runtimes_alone_and_interleaved(tmp_path, capsys):
-    from compress.export import export_onnx
+    from compress.stages.export import export_onnx
     from tools.studies.spin_check import main
 
     model = make_bert(tmp_path / "model", layers=1, head=True)

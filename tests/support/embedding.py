@@ -45,7 +45,7 @@ def onnx_encoder_artifact(st_folder: Path, out: Path, max_length: int = 32) -> P
     (what the export stage writes for this task, done here by ``torch.onnx.export`` directly)."""
     import torch
 
-    from compress.artifact import write_artifact
+    from compress.core.artifact import write_artifact
     from compress.tasks.sentence_embedding.pooling import load_pooled_encoder
 
     model, tok, _ = load_pooled_encoder(st_folder, eager=True)

@@ -51,7 +51,7 @@ def train_tiny_reader(root: Path, data: Path, encoder: Path, max_length: int = 4
     """The teacher stage on ``data`` from the tiny ``encoder``: 2 epochs at a learning rate that fits the synthetic
     files in seconds."""
     from compress.config import DataOptions, TeacherConfig, TrainSettings
-    from compress.teacher import train_teacher
+    from compress.stages.teacher import train_teacher
 
     cfg = TeacherConfig(model=str(encoder), data=DataOptions(str(data)), max_length=max_length,
                         train=TrainSettings(epochs=2, lr=3e-3, batch_size=16, logging_steps=1000))

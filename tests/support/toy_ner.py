@@ -50,7 +50,7 @@ def toy_tagger(folder: Path, sentences: int = 160, epochs: float = 2.0, data: Pa
                name: str = "teacher") -> tuple[Path, Path]:
     """A tiny 2-layer BERT fine-tuned as a tagger in ``folder / name`` on ``data`` (default: ``sentences`` toy
     sentences written to ``folder / "toy.conll"``); ``(data file, tagger folder)``."""
-    from compress.teacher import train_teacher
+    from compress.stages.teacher import train_teacher
     from tests.conftest import make_bert
 
     data = data or write_conll(folder / "toy.conll", toy_sentences(sentences))

@@ -1,5 +1,5 @@
 """One tiny trained classifier and what the runtime tests compare against, shared by the modules that
-quantize or convert it (tests/unit/compress/test_runtimes.py, tests/unit/compress/formats/test_openvino.py).
+quantize or convert it (tests/unit/compress/test_runtimes.py, tests/unit/compress/runtime/formats/test_openvino.py).
 
 A test module imports the fixtures by name; they are module-scoped, so each module trains its own copy (a
 few seconds) in its own temporary folder and the modules stay independent under ``pytest -n``.
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from compress.config import DataOptions
-from compress.runtime import Predictor
+from compress.runtime.predictor import Predictor
 from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
 
 #: The texts every kind is compared on (not in the calibration rows of ``data``: another seed).

@@ -15,9 +15,9 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.registry import BATCH, SEQUENCE, Task, register_task, unregister_task
-from compress.windows import pool_windows
+from compress.core.windows import pool_windows
 
 NAME = "toy-mean-vectors"
 

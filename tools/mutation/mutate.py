@@ -97,11 +97,11 @@ GATE_DISPLAY = [r"^\s*(message|measured|shown|shown_ci|where|what|bound|other|un
 #: The pruning tests that decide on planted units and exact removals, on untrained tiny BERTs (seconds
 #: per mutant): not test_prune.py's stage tests, which train a teacher and run the stage (with recovery,
 #: export, a CLI run) for every mutant, nor test_prune_recipe.py (a whole recipe run).
-PRUNE_TESTS = ["tests/unit/compress/prune/test_prune_importance.py", "tests/unit/compress/prune/test_prune.py::test_select_units_uniform_global_and_floors",
-               "tests/unit/compress/prune/test_prune.py::test_ratio_zero_changes_nothing",
-               "tests/unit/compress/prune/test_prune.py::test_removal_is_physical_and_equals_masking_the_original"]
+PRUNE_TESTS = ["tests/unit/compress/stages/prune/test_prune_importance.py", "tests/unit/compress/stages/prune/test_prune.py::test_select_units_uniform_global_and_floors",
+               "tests/unit/compress/stages/prune/test_prune.py::test_ratio_zero_changes_nothing",
+               "tests/unit/compress/stages/prune/test_prune.py::test_removal_is_physical_and_equals_masking_the_original"]
 
-#: The tests of a candidate's record against the fp32 model and its budget verdict (compress.quality's Scorer and a
+#: The tests of a candidate's record against the fp32 model and its budget verdict (compress.stages.quality's Scorer and a
 #: tagger's per-type rules).
 QUALITY_TESTS = [f"tests/integration/test_ner_chain.py::{t}" for t in (
     "test_a_collapsed_type_fails_the_check_even_when_overall_f1_holds",
@@ -114,7 +114,7 @@ QUALITY_TESTS = [f"tests/integration/test_ner_chain.py::{t}" for t in (
 #: it (a pipeline or distillation run per mutant would make a module take hours on two cores).
 MODULES: dict[str, list[Target]] = {
     # The gate's interval arithmetic and every verdict it takes.
-    "stats": [Target("benchmarks/stats.py", [
+    "stats": [Target("compress/core/stats.py", [
         "Interval.verdict", "_check_confidence", "percentile_interval", "block_length", "block_bootstrap_indices",
         "_paired_ratios", "speedup_replicates", "speedup_interval", "ratio_of_independent", "series_median_interval",
         "throughput_interval", "paired_table", "relative_to?", "accuracy_drop_interval", "unpaired_accuracy_drop_interval",
@@ -132,7 +132,7 @@ MODULES: dict[str, list[Target]] = {
              Target("benchmarks/gate_rules.py", ["GateRules.for_artifact"], ["tests/unit/benchmarks/test_gate.py"], display=GATE_DISPLAY),
              Target("benchmarks/gate_output.py", ["outcome"], ["tests/unit/benchmarks/test_gate.py"], display=GATE_DISPLAY)],
     # What makes a finished stage current or a checkpoint resumable.
-    "fingerprint": [Target("compress/fingerprint.py", [
+    "fingerprint": [Target("compress/stages/fingerprint.py", [
         "data_fingerprint", "corpus_fingerprint", "model_fingerprint", "_path_fingerprint", "stage_inputs",
         "stage_identity", "identity_sha256"],
         ["tests/unit/compress/test_fingerprint_keys.py"])],
@@ -142,32 +142,32 @@ MODULES: dict[str, list[Target]] = {
         # teacher_logits' torchrun branch (each rank labels every size-th row, then gathers) runs only with
         # WORLD_SIZE > 1: tests/integration/test_distributed.py (slow: two processes, over a minute a run here) checks its
         # cache against one process's, too slow to run per mutant.
-        Target("compress/teacher.py", ["_ids_digest", "soft_label_cache_path", "teacher_logits"],
+        Target("compress/stages/teacher.py", ["_ids_digest", "soft_label_cache_path", "teacher_logits"],
                ["tests/unit/compress/test_fingerprint_keys.py"],
                skip={"teacher_logits": ("mine = np.arange(rank, len(tokenized), size)",
                                         "logits = gather_rows(local, mine, len(tokenized))")}),
-        Target("compress/distill/soft_labels.py", [
+        Target("compress/stages/distill/soft_labels.py", [
             "SoftLabelStore.__init__", "SoftLabelStore.missing", "SoftLabelStore.put", "SoftLabelStore.save"],
             ["tests/unit/compress/test_fingerprint_keys.py"])],
     # Predictor's batching: sorting by length, padding, and putting outputs back in the caller's order.
     "runtime": [
-        Target("compress/runtime.py", [
+        Target("compress/runtime/predictor.py", [
             "normalize_texts", "encode_batches", "softmax", "Predictor.logits", "Predictor.predict",
             "Predictor.windows?", "Predictor.run_windows?", "Predictor.window_batches?", "ChoicePredictor.for_batch_size",
             "ChoicePredictor._run"],
             ["tests/unit/compress/test_batching_order.py"]),
         # Where the batching moved with long-text windows: sorting by length and padding.
-        Target("compress/windows.py", ["Windows.batches", "length_sorted_batches", "pad_rows"],
+        Target("compress/core/windows.py", ["Windows.batches", "length_sorted_batches", "pad_rows"],
                ["tests/unit/compress/test_batching_order.py"], optional=True)],
     # Which heads and neurons pruning removes, and the removal itself.
     "prune": [
-        Target("compress/prune/importance.py", [
+        Target("compress/stages/prune/importance.py", [
             "importance_criterion", "score_units", "_finite", "select_units", "_nearest", "accumulate_task_gradients"],
             PRUNE_TESTS, timeout_constant=30.0),
-        Target("compress/prune/removal.py", ["remove_units", "prune_model", "_synthetic_inputs"], PRUNE_TESTS,
+        Target("compress/stages/prune/removal.py", ["remove_units", "prune_model", "_synthetic_inputs"], PRUNE_TESTS,
                timeout_constant=30.0)],
     # The INT8 fallback plan, the loop that tries it, and the choice of the kept candidate.
-    "quantize": [Target("compress/quantize.py", ["candidate_plan", "quantize", "_choose"],
+    "quantize": [Target("compress/stages/quantize.py", ["candidate_plan", "quantize", "_choose"],
                         # The fallback tests on one planted model (trained once per run: FIXTURE_CACHE) that
                         # need no ORT run of every candidate: the PyTorch INT8 loop, the plans, the choice, ORT's
                         # failure on every candidate, the requested setting and the fp32 model's reading passed
@@ -190,12 +190,12 @@ MODULES: dict[str, list[Target]] = {
                                  "onnxruntime.quantization", "pandas", "datasets"]),
                  # A candidate's record against the fp32 model and its budget verdict, for every task (entity F1, and
                  # a tagger's per-type rules: collapse and the per-type budget).
-                 Target("compress/quality.py", ["Scorer.compare", "Scorer.failures"], QUALITY_TESTS, optional=True),
+                 Target("compress/stages/quality.py", ["Scorer.compare", "Scorer.failures"], QUALITY_TESTS, optional=True),
                  Target("compress/tasks/token_classification/scoring.py",
                         ["TaggerScorer.compare_more", "TaggerScorer.type_failures", "collapsed_types",
                          "TaggerScorer.type_drop_intervals", "types_over_budget"], QUALITY_TESTS, optional=True),
                  # How a candidate's failure is quoted in the report (also optimize's, export's and OpenVINO's).
-                 Target("compress/errors.py", ["first_line", "describe"], ["tests/unit/compress/test_errors.py"])],
+                 Target("compress/core/errors.py", ["first_line", "describe"], ["tests/unit/compress/test_errors.py"])],
 }
 
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}

@@ -56,10 +56,10 @@ from typing import Sequence
 import numpy as np
 
 from benchmarks.accuracy import mcnemar_p, split_texts_and_labels
-from compress.errors import CompressError
-from compress.artifact import read_meta
+from compress.core.errors import CompressError
+from compress.core.artifact import read_meta
 from compress.config import DataOptions
-from compress.transfer.texts import atomic_write_text
+from compress.stages.transfer.texts import atomic_write_text
 from tools.studies.protocol import MIN_SEEDS, Decision, decide, require_seeds
 from tools.studies import trend as trends
 from tools.studies.prediction_cache import LazyPredictor, cache_key, cached

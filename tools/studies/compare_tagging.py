@@ -8,10 +8,10 @@ validation, test and pooled entity F1 (mean ± SD over a group's seeds) and the 
 teacher on test. A second table splits test recall by whether an entity's surface form occurs in the training
 split (:func:`compress.tasks.token_classification.metrics.recall_by_novelty`), beside the count of entities each run predicts.
 With ``--teacher``, a third table gives each group's share of the teacher's entity F1 on validation and on test
-(mean over seeds, with the 95% interval of :func:`benchmarks.stats.mean_f1_share_over_seeds_interval`: test
+(mean over seeds, with the 95% interval of :func:`compress.core.stats.mean_f1_share_over_seeds_interval`: test
 sentences and seeds both move it), the form a distillation target is stated in. ``--teacher T1,T2,...`` gives
 each group its own teacher (in the groups' order: one recipe run on several teachers) and adds a row pooling the
-shares over the teachers (:func:`benchmarks.stats.mean_f1_share_over_teachers_interval`), because one teacher's
+shares over the teachers (:func:`compress.core.stats.mean_f1_share_over_teachers_interval`), because one teacher's
 test F1 is partly luck and a share divides by it.
 ``--protocol`` decides each group against the baseline group with :func:`tools.studies.protocol.decide_f1` on
 validation + test pooled.
@@ -29,9 +29,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from benchmarks.stats import _micro_f1, mean_f1_share_over_seeds_interval, mean_f1_share_over_teachers_interval
-from compress.artifact import read_meta
-from compress.quality import SplitScorer
+from compress.core.stats import _micro_f1, mean_f1_share_over_seeds_interval, mean_f1_share_over_teachers_interval
+from compress.core.artifact import read_meta
+from compress.stages.quality import SplitScorer
 from compress.tasks.token_classification.metrics import recall_by_novelty, sentence_counts, surface_forms, token_agreement
 from tools.studies.prediction_cache import LazyPredictor, cache_key, cached
 from tools.studies.protocol import Decision, decide_f1, require_seeds
@@ -148,7 +148,7 @@ def teacher_shares(rows: list[TaggerRow], teachers: dict[str, TaggerRun]) -> dic
     and for two or more seeds the 95% interval's ``low``/``high`` (paired over the sentences, the seeds' spread
     added); none where the teacher finds no entity on the split (a share of 0 means nothing). With more than one
     teacher, a last entry :data:`POOLED` means the groups' shares over the teachers
-    (:func:`benchmarks.stats.mean_f1_share_over_teachers_interval`)."""
+    (:func:`compress.core.stats.mean_f1_share_over_teachers_interval`)."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for row in rows:
         teacher = teachers[row.name]

@@ -58,7 +58,7 @@ import numpy as np
 from benchmarks.gate import GateRules, evaluate, history_checks, load_results, load_rules
 from benchmarks.history import summarize_run
 from benchmarks.latency import paired_speedup, summarize
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 #: The rules the docs recommend for the demo's artifacts (student, onnx, onnx-int8 against the teacher):
 #: the gate of recipes/default.yaml on intervals, plus the regression check against the last main run.
@@ -92,7 +92,7 @@ def build_deeper(student: str | os.PathLike, out: str | os.PathLike, layer: int 
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from compress.artifact import write_artifact
+    from compress.core.artifact import write_artifact
 
     student = Path(student)
     model = AutoModelForSequenceClassification.from_pretrained(student, use_safetensors=True)
@@ -120,15 +120,15 @@ def build_deeper(student: str | os.PathLike, out: str | os.PathLike, layer: int 
 
 
 def artifact_kind(path: str | os.PathLike) -> str:
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     return Predictor.load(path, threads=1).kind
 
 
 def build_twins(artifacts: Sequence[str], slow_from: str, folder: Path) -> dict[str, str]:
     """``{artifact path: slowed twin path}``: the deeper student, exported/quantized to match each artifact's kind."""
-    from compress.export import export_onnx
-    from compress.quantize import quantize
+    from compress.stages.export import export_onnx
+    from compress.stages.quantize import quantize
 
     folder.mkdir(parents=True, exist_ok=True)
     deeper = folder / "slow-pytorch"
@@ -274,7 +274,7 @@ class Tally:
 
 
 def _history_lines(docs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    from benchmarks.stats import speedup_interval
+    from compress.core.stats import speedup_interval
 
     lines = []
     for doc in docs:

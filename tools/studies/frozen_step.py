@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from benchmarks.latency import run_interleaved
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 NS_PER_S = 1_000_000_000
 
@@ -49,11 +49,11 @@ def measure_frozen_steps(model_dir: str, texts: Sequence[str], frozen: Sequence[
                          warmup: int = 2, batch_size: int = 32, max_length: int = 128, threads: int = 2,
                          seed: int = 0) -> list[FrozenStep]:
     """Time ``steps`` fp32 training steps of the classifier at ``model_dir`` with each count of bottom layers
-    frozen (:func:`compress.training.freeze_bottom_layers`), interleaved, after ``warmup`` untimed steps of each."""
+    frozen (:func:`compress.stages.training.freeze_bottom_layers`), interleaved, after ``warmup`` untimed steps of each."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from compress.training import freeze_bottom_layers
+    from compress.stages.training import freeze_bottom_layers
 
     if not frozen:
         raise CompressError("--frozen needs at least one count of layers, for example 0,6.")
@@ -121,8 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
 
-    from benchmarks.machine import machine_info
-    from compress.assets import resolve_model
+    from compress.core.machine import machine_info
+    from compress.core.assets import resolve_model
     from compress.config import DataOptions
 
     try:

@@ -25,7 +25,7 @@ def _states(path, texts: list[str], batch: int = 50):
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from compress.modeling import quiet_transformers
+    from compress.runtime.modeling import quiet_transformers
 
     tok = AutoTokenizer.from_pretrained(str(path))
     with quiet_transformers():
@@ -64,7 +64,7 @@ def fit_table(teacher, student, texts: list[str], ridge: float = 1e-2) -> list[d
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from compress.assets import resolve_model
+    from compress.core.assets import resolve_model
     from compress.config import DataOptions
 
     parser = argparse.ArgumentParser(prog="python -m tools.studies.layer_fit", description=__doc__.split("\n\n")[0])

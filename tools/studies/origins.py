@@ -41,16 +41,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from benchmarks.agreement import agreement_by_band, agreement_by_origin, gap_diagnosis
-from compress.errors import CompressError
-from compress.artifact import read_meta
+from compress.core.errors import CompressError
+from compress.core.artifact import read_meta
 from compress.config import DataOptions
 from compress.tasks.task_choice import SEQUENCE, TOKEN
 from compress.tasks.token_classification.metrics import extract_entities
 from compress.tasks.token_classification.data import word_texts
-from compress.numerics import softmax
-from compress.transfer.augment import MASK
-from compress.transfer.corpus import filter_unlabeled, load_unlabeled
-from compress.transfer.texts import atomic_write_text, joined_texts, split_keys
+from compress.core.numerics import softmax
+from compress.stages.transfer.augment import MASK
+from compress.stages.transfer.corpus import filter_unlabeled, load_unlabeled
+from compress.stages.transfer.texts import atomic_write_text, joined_texts, split_keys
 from tools.studies.prediction_cache import LazyPredictor, cache_key, cached
 
 #: Origins in report order; the first three are rows the student trained on.
@@ -159,7 +159,7 @@ def tagger_origin_texts(meta: dict[str, Any], task, where: str = "STUDENT") -> t
     transfer sentences drawn again from the recorded settings, and the held-out splits, each sentence as the one
     text ``Predictor`` splits back into the same words (:func:`compress.tasks.token_classification.data.word_texts`)."""
     from compress.tasks.token_classification.distill import transfer_sentences
-    from compress.transfer.assemble import TransferOptions
+    from compress.stages.transfer.assemble import TransferOptions
 
     cfg, transfer = meta.get("config") or {}, meta.get("transfer") or {}
     out: dict[str, list[str]] = {"train": task.texts("train")}

@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from compress.artifact import META_FILE, read_meta, weights_sha256
-from compress.assets import cache_dir
+from compress.core.artifact import META_FILE, read_meta, weights_sha256
+from compress.core.assets import cache_dir
 
 #: Part of every key: raising it retires every cached prediction at once.
 VERSION = 2
@@ -38,7 +38,7 @@ class LazyPredictor:
 
     def __call__(self) -> Any:
         if self._predictor is None:
-            from compress.runtime import Predictor
+            from compress.runtime.predictor import Predictor
 
             self._predictor = Predictor.load(self.path)
         return self._predictor

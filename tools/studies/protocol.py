@@ -22,7 +22,7 @@ because they answer different questions:
   the normal one from the per-sentence variance of ``D_j / k`` (n in the thousands), and the
   smallest effect detectable with 80% power at the 5% level is
   ``(z_0.975 + z_0.8) * sqrt(sum_j D_j^2) / (k n)``: the null standard error of the test, which
-  is set by the observed discordance (with one seed, ``benchmarks.stats.detectable_drop``).
+  is set by the observed discordance (with one seed, ``compress.core.stats.detectable_drop``).
   This test conditions on the trained models: it says whether *these* k lever models beat
   *these* k baseline models on sentences like these, not whether a new seed would.
 - **The seed-level paired t-test (seeds as the random units).** One accuracy difference per seed
@@ -51,8 +51,8 @@ from typing import Sequence
 
 import numpy as np
 
-from benchmarks.stats import _micro_f1
-from compress.errors import CompressError
+from compress.core.stats import _micro_f1
+from compress.core.errors import CompressError
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_POWER = 0.8

@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"   torchao {torchao.__version__}")
 
-    from compress.modeling import load_classifier
-    from compress.runtime import encode_batches
+    from compress.runtime.modeling import load_classifier
+    from compress.runtime.predictor import encode_batches
 
     model, tokenizer, _ = load_classifier(a.model, eager_attention=True)
     model.eval()

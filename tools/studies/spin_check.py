@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
     pt_dir, onnx_dir = argv[0], argv[1]
     spin = (argv[2] if len(argv) > 2 else "spin") == "spin"
     from benchmarks.latency import fixed_shape_inputs
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     texts = ["a gorgeous, moving and funny film that never once feels long or tired"] * 4
     pt = Predictor.load(pt_dir, threads=2)

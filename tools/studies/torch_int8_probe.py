@@ -13,7 +13,7 @@ Int8DynamicActivationInt8WeightConfig())``, a tensor subclass that runs INT8 mat
 prints its failed CUDA-extension loads, in every process.)
 
 Variants, on one random-initialised BERT classifier (the latency does not depend on the weights'
-values): fp32 eager; ``torch.ao`` dynamic INT8 exactly as :mod:`compress.formats.torch_int8` builds
+values): fp32 eager; ``torch.ao`` dynamic INT8 exactly as :mod:`compress.runtime.formats.torch_int8` builds
 it; torchao INT8 eager; torchao INT8 compiled. They are timed interleaved in one process
 (:func:`benchmarks.latency.run_interleaved`) at each batch size, and each speedup is the median of
 per-round ratios against the ``torch.ao`` path, so a shared machine's drift cancels.
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import BertConfig, BertForSequenceClassification
 
     from benchmarks.latency import paired_speedup, run_interleaved, summarize
-    from benchmarks.machine import machine_info
+    from compress.core.machine import machine_info
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)

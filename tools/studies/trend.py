@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 #: The x a trend is usually drawn against: the rows a student was distilled on (labelled + augmented + transfer),
 #: read by :func:`training_rows` from whichever record its distiller wrote.

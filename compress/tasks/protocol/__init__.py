@@ -23,7 +23,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 #: The aspects of a task, in the order the pipeline meets them.
 ASPECTS = ("data", "training", "scoring", "decoding")

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 #: How many non-blank lines of a file a recogniser looks at.
 SNIFF_LINES = 50
@@ -129,7 +129,7 @@ class DataSource:
         that is no file), or ``None`` (a file, no hub name, a dataset that cannot be read: the loader says why)."""
         if self.exists:
             return None
-        from compress import hub
+        from compress.core import hub
 
         try:
             named = hub.dataset_spec(self.spec)
@@ -147,7 +147,7 @@ class DataSource:
 def _hub_features(name: str, config: str | None, cache: str) -> tuple[tuple[str, str], ...]:
     """The columns and dtypes of a hub dataset's first split, read once per process and datasets ``cache`` (the loader
     reads it again from that cache: memory-mapped Arrow files, not a second download)."""
-    from compress import hub
+    from compress.core import hub
 
     loaded = hub.load_hub_dataset(name, config)
     first = next(iter(loaded.values())) if hasattr(loaded, "values") else loaded

@@ -1,7 +1,7 @@
-"""The ``decoding``-aspect protocol: what :class:`compress.runtime.Predictor`, ``bert-compress predict`` and
+"""The ``decoding``-aspect protocol: what :class:`compress.runtime.predictor.Predictor`, ``bert-compress predict`` and
 ``bert-compress serve`` ask of a task (see :mod:`compress.tasks.protocol`).
 
-The runtime holds what every task shares: tokenization, the windows of a long input (:mod:`compress.windows`),
+The runtime holds what every task shares: tokenization, the windows of a long input (:mod:`compress.core.windows`),
 length-sorted batches and the backends (PyTorch, ONNX Runtime, OpenVINO), each of which reads the outputs the task
 names in :attr:`compress.tasks.registry.Task.outputs` and hands them to :meth:`PROTOCOL.batch_output`. What a row
 means is the task's: how the rows of one input's windows combine (pooled, or merged token by token), what
@@ -15,7 +15,7 @@ and :mod:`compress.serving.schemas` at most, no torch or transformers at its mod
 A new task plugs in with a ``decoding`` module defining every member below. A task whose model gives one vector per
 input (a sentence encoder) names that output (or the ``last_hidden_state`` it pools) in ``Task.outputs``, pools it in
 :meth:`~PROTOCOL.batch_output` (it is handed the batch's ``attention_mask``), combines windows by
-:func:`compress.windows.pool_windows` in :meth:`~PROTOCOL.combine_windows` and returns the ``(n, dim)`` float32
+:func:`compress.core.windows.pool_windows` in :meth:`~PROTOCOL.combine_windows` and returns the ``(n, dim)`` float32
 vectors from :meth:`~PROTOCOL.encode`; the three tasks here give labels, tags and spans, and their ``encode``
 refuses in one line.
 """
@@ -31,7 +31,7 @@ import numpy as np
 class PROTOCOL(Protocol):
     """The members every task's ``decoding`` aspect provides."""
 
-    # -- the runtime (compress.runtime.Predictor)
+    # -- the runtime (compress.runtime.predictor.Predictor)
 
     def batch_output(self, named: Mapping[str, np.ndarray], arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         """One model batch's outputs as the one float32 array whose rows the runtime hands out per window.
@@ -42,7 +42,7 @@ class PROTOCOL(Protocol):
         sequence, 2)``. An array of more than two axes is per token: each window's row is cut to its own tokens."""
 
     def combine_windows(self, windows: Any, rows: list[np.ndarray], pooling: str) -> list[np.ndarray]:
-        """Each input's output from the rows of its windows (:class:`compress.windows.Windows`, rows in window
+        """Each input's output from the rows of its windows (:class:`compress.core.windows.Windows`, rows in window
         order): a per-input row pooled over its windows by ``pooling`` (``mean``/``max``), or per-token rows merged
         (each token from the window where it has most context). ``Predictor.outputs`` returns this; comparing two
         artifacts of one model uses it."""

@@ -3,7 +3,7 @@
 Three stages score a task's models, each through these members only:
 
 - quantize and optimize judge a candidate against the model it replaces on one split:
-  :func:`compress.quality.split_scorer` (``SplitScorer``) hands them the task's :class:`compress.quality.Scorer` (``split_scorer``);
+  :func:`compress.stages.quality.split_scorer` (``SplitScorer``) hands them the task's :class:`compress.stages.quality.Scorer` (``split_scorer``);
 - bench (:mod:`benchmarks.suite`) scores every artifact on ``--split`` and writes what the gate pairs on
   (``bench_quality``, ``labels_per_text``), and its report shows the task's quality table (``report_quality``);
 - the gate (:mod:`benchmarks.gate`, :mod:`benchmarks.gate_results`, :mod:`benchmarks.f1_rules`) checks a
@@ -24,9 +24,9 @@ class PROTOCOL(Protocol):
     """The members every task's ``scoring`` aspect provides."""
 
     def split_scorer(self, data: Any, split: str = "validation") -> Any:
-        """A :class:`compress.quality.Scorer` subclass instance for ``split`` of ``data`` (loaded data of this task):
+        """A :class:`compress.stages.quality.Scorer` subclass instance for ``split`` of ``data`` (loaded data of this task):
         its ``inputs`` and ``gold``, ``check_model``, ``predict``, ``metrics``, ``agreement``, ``compare`` and
-        ``failures``. Raises :class:`compress.errors.CompressError` for a missing or empty split."""
+        ``failures``. Raises :class:`compress.core.errors.CompressError` for a missing or empty split."""
 
     def who(self) -> str:
         """Who this task's results belong to, in messages (``"a tagger"``)."""

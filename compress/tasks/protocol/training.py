@@ -1,7 +1,7 @@
 """The ``training``-aspect protocol: the teacher and distillation stages, pruning's scoring and recovery, and the
 task data that pre-training reads.
 
-The stage modules (``compress/teacher.py``, ``compress/distill/``, ``compress/prune/``, ``compress/pretrain.py``)
+The stage modules (``compress/stages/teacher.py``, ``compress/stages/distill/``, ``compress/stages/prune/``, ``compress/stages/pretrain.py``)
 hold what every task shares (the config, the device and precision, the artifact folder); the task's ``training``
 module does the rest.
 """
@@ -54,5 +54,5 @@ class PROTOCOL(Protocol):
 
     def pretrain_data(self, data: Any) -> Any:
         """The task's data (from ``data``, :class:`compress.config.DataOptions`) whose texts continued masked-LM
-        pre-training reads (:func:`compress.transfer.split_texts`); data it cannot read as running text is refused
+        pre-training reads (:func:`compress.stages.transfer.split_texts`); data it cannot read as running text is refused
         in one line."""

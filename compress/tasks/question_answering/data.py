@@ -12,7 +12,7 @@ hub's dataset reads ours. A question with no answer (SQuAD 2.0's ``is_impossible
   ignored: they are not answers); a question with empty answers must say ``is_impossible: true``.
   ``title`` may be missing (the article is then named ``article N``).
 - **A ``datasets`` Dataset** in the hub's ``squad``/``squad_v2`` shape (``hf:NAME`` through
-  :func:`compress.hub.load_hub_dataset`); columns are picked by :func:`pick_qa_columns`, and an
+  :func:`compress.core.hub.load_hub_dataset`); columns are picked by :func:`pick_qa_columns`, and an
   empty ``answers`` list means no answer, as in ``squad_v2``.
 - A folder holding ``train``/``validation`` (or ``dev``)/``test`` ``.json`` files, or one file.
 - ``squad-dev``: SQuAD v1.1's dev set, shipped inside the package and checked against its
@@ -41,9 +41,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.sources import check_builtin_file, folder_splits, hub_splits
-from compress.data import _fingerprint
+from compress.tasks.tables import _fingerprint
 
 SPLIT_NAMES = ("train", "validation", "test")
 JSON_SUFFIXES = (".json",)
@@ -453,7 +453,7 @@ def load_qa_data(spec: str, seed: int = 0, question_column: str | None = None, c
                                 "SQuAD-format .json file.")
         version, examples = read_squad_json(path)
         return build_qa_task({"train": examples}, {"train": str(path)}, str(path), seed, version)
-    from compress import hub
+    from compress.core import hub
 
     named = None if path.suffix.lower() in JSON_SUFFIXES else hub.dataset_spec(spec)
     if named is None:

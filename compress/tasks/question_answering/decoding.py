@@ -23,9 +23,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.serving.schemas import BadInput, Parsed, input_list, json_type, text_field
-from compress.windows import merge_token_outputs
+from compress.core.windows import merge_token_outputs
 from compress.tasks.question_answering.features import DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_N_BEST, DEFAULT_NULL_THRESHOLD, decode_spans
 
 

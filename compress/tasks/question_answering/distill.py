@@ -28,12 +28,12 @@ Padding positions are masked out of both. Training is the stages' Trainer machin
 order, NaN guard, fingerprinted checkpoints and ``--resume``, Ctrl-C, an atomic artifact);
 every loss term of a config applies (``--kd-loss``, ``--losses``, ``--schedule``), TinyBERT's intermediate terms
 included: the teacher runs on its spelling of each window and its states and attention maps are read back at
-the student's positions (:func:`compress.distill.intermediate.at_student_positions`).
+the student's positions (:func:`compress.stages.distill.intermediate.at_student_positions`).
 
 Transfer questions (``--unlabeled``: questions about passages, without answers;
-:mod:`compress.transfer.questions`) are windowed like the labelled ones and soft-labelled by the teacher
+:mod:`compress.stages.transfer.questions`) are windowed like the labelled ones and soft-labelled by the teacher
 the same way; their windows carry no gold position (-100), so only the soft terms see them, weighted by
-``--unlabeled-weight`` against a labelled window (:func:`compress.losses.row_weighted`), and the hard term
+``--unlabeled-weight`` against a labelled window (:func:`compress.stages.losses.row_weighted`), and the hard term
 is the labelled windows' mean scaled by their share of the batch, so a labelled window pulls as hard as
 without transfer windows. Augmentation (word edits) is not applied to readers: an edit can move or break
 the answer span.
@@ -53,26 +53,26 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.artifact import read_meta, weights_sha256
-from compress.assets import cache_dir
-from compress.errors import CompressError
-from compress.modeling import count_parameters, fit_max_length, load_classifier
-from compress.quiet import quiet_transformers
-from compress.head_check import HeadCheck, refuse_untrained_teacher
+from compress.core.artifact import read_meta, weights_sha256
+from compress.core.assets import cache_dir
+from compress.core.errors import CompressError
+from compress.runtime.modeling import count_parameters, fit_max_length, load_classifier
+from compress.core.quiet import quiet_transformers
+from compress.core.head_check import HeadCheck, refuse_untrained_teacher
 from compress.tasks.question_answering.teacher import (MODEL_COLUMNS, announce_null_threshold, answer_start_check, f1_callback, qa_stride,
                                  score_reader, span_logits)
 from compress.tasks import get_task
 from compress.tasks.question_answering.data import QATaskData
 from compress.tasks.question_answering.features import DEFAULT_NULL_THRESHOLD, qa_features
 from compress.tasks.task_choice import QA, model_head
-from compress.training import (checkpoint_dir, checkpoint_fingerprint, interrupt_callback, is_main_process,
+from compress.stages.training import (checkpoint_dir, checkpoint_fingerprint, interrupt_callback, is_main_process,
                                resume_point, run_trainer, training_arguments, write_trained_artifact, refuse_keep_best)
-from compress.device import resolve_precision, training_device
-from compress.distill.pair import ModelPair
-from compress.distill.intermediate import (active_terms, at_student_positions, head_distillation_trainer,
+from compress.core.device import resolve_precision, training_device
+from compress.stages.distill.pair import ModelPair
+from compress.stages.distill.intermediate import (active_terms, at_student_positions, head_distillation_trainer,
                                            make_projections, teacher_states, terms_record, with_projections)
-from compress.losses import LOSSES, LossTerm, row_weighted
-from compress.transfer.questions import transfer_questions
+from compress.stages.losses import LOSSES, LossTerm, row_weighted
+from compress.stages.transfer.questions import transfer_questions
 from students.factory import build_student, teacher_shape
 from students.layer_map import format_layer_map, parse_layer_map
 
@@ -84,7 +84,7 @@ NO_GOLD = -100
 
 @dataclass(frozen=True)
 class ReaderTransfer:
-    """Transfer questions for a reader (:func:`compress.transfer.questions.transfer_questions`) and the weight of
+    """Transfer questions for a reader (:func:`compress.stages.transfer.questions.transfer_questions`) and the weight of
     their windows' soft terms against a labelled window's."""
 
     questions: list[str]
@@ -289,7 +289,7 @@ def span_distillation_loss(start_logits, end_logits, attention_mask, soft_start,
 
 def _span_head_values(terms, output, attention_mask, temperature, start_positions, end_positions, soft_start,
                       soft_end, weight=None):
-    """:func:`span_term_values` as :func:`compress.distill.intermediate.with_projections` asks for it."""
+    """:func:`span_term_values` as :func:`compress.stages.distill.intermediate.with_projections` asks for it."""
     return span_term_values(terms, output.start_logits, output.end_logits, attention_mask, soft_start, soft_end,
                             start_positions, end_positions, temperature, weight)
 

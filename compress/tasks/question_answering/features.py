@@ -4,7 +4,7 @@ The conventions are those users know from transformers' ``run_qa.py`` / ``utils_
 
 - **Windows.** The question is the first text, the passage the second; only the passage is cut,
   into windows of ``max_length`` tokens that overlap by ``doc_stride`` tokens (every window
-  repeats the whole question). :func:`compress.windows.encode_windows` does the cutting (the fast
+  repeats the whole question). :func:`compress.core.windows.encode_windows` does the cutting (the fast
   tokenizer's own overflow, ``truncation="only_second"``); the question's leading whitespace is
   stripped first, as ``run_qa.py`` does (it only costs tokens).
 - **Gold positions** (:func:`answer_positions`). The answer's characters ``[start, end)`` are
@@ -34,9 +34,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
-from compress.numerics import softmax
-from compress.windows import Windows, encode_windows
+from compress.core.errors import CompressError
+from compress.core.numerics import softmax
+from compress.core.windows import Windows, encode_windows
 
 #: The position a window points at when it does not hold the answer (``[CLS]``, the first token).
 NULL_INDEX = 0

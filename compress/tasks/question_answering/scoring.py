@@ -9,11 +9,11 @@ answers the split's questions through ``Predictor.predict`` (the passage in the 
 with, n-best decoding, the best span over all windows: the serving path) and is scored with the official SQuAD
 v1.1 normalisation (:mod:`compress.tasks.question_answering.metrics`). What the gate's statistics need is kept
 per question: F1 and exact match (a paired bootstrap over questions resamples both models' scores of the same
-questions, :func:`benchmarks.stats.mean_drop_interval`) and whether the answer is the reference's very text
+questions, :func:`compress.core.stats.mean_drop_interval`) and whether the answer is the reference's very text
 (``same_answer``, what ``min_agreement`` reads).
 
 **Gate** (:class:`QuestionRecords`): the F1 rules of :mod:`benchmarks.f1_rules`, with the question as the unit
-resampled, F1 being a mean over questions (a seed group's mean by :func:`benchmarks.stats.mean_over_seeds_interval`).
+resampled, F1 being a mean over questions (a seed group's mean by :func:`compress.core.stats.mean_over_seeds_interval`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from benchmarks.answers import answer_each
 from benchmarks.gate_results import NUMBER, require
 from benchmarks.gate_rules import GATES, GateInputError
 from benchmarks.report import ci_pct, fmt, table
-from benchmarks.stats import mean_drop_interval, mean_interval, mean_over_seeds_interval, unpaired_mean_drop_interval
-from compress.quality import Scorer
+from compress.core.stats import mean_drop_interval, mean_interval, mean_over_seeds_interval, unpaired_mean_drop_interval
+from compress.stages.quality import Scorer
 from compress.tasks.question_answering.metrics import question_scores
 
 #: The gate's quality rules on a reader's results, each with how it is decided (:data:`benchmarks.gate.DECIDERS`).

@@ -1,6 +1,6 @@
 """The teacher stage for question answering: fine-tune a span reader and score it on SQuAD's EM and F1.
 
-:func:`compress.teacher.train_teacher` hands over here when the data is question answering
+:func:`compress.stages.teacher.train_teacher` hands over here when the data is question answering
 (:func:`compress.tasks.task_choice.data_task`: the built-in ``squad-dev``, a SQuAD-format ``.json``
 file or a folder of them). The model is ``AutoModelForQuestionAnswering`` through the registry's
 task object (two scores per token: answer starts here, ends here). What users of transformers'
@@ -36,27 +36,27 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.artifact import read_meta
-from compress.assets import resolve_model
+from compress.core.artifact import read_meta
+from compress.core.assets import resolve_model
 from compress.config import TeacherConfig
-from compress.head_check import judge_existing_head
-from compress.hub import snapshot_origin
-from compress.modeling import count_parameters, fit_max_length, load_classifier
+from compress.core.head_check import judge_existing_head
+from compress.core.hub import snapshot_origin
+from compress.runtime.modeling import count_parameters, fit_max_length, load_classifier
 from compress.tasks import get_task
 from compress.tasks.question_answering.data import QATaskData
 from compress.tasks.question_answering.features import (DEFAULT_NULL_THRESHOLD, NEVER_NULL, apply_null_threshold, decode_spans,
                                         encode_qa, null_margins, qa_features)
 from compress.tasks.question_answering.metrics import best_null_threshold, question_scores
 from compress.tasks.task_choice import QA, check_model_task
-from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
+from compress.stages.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
                                interrupt_callback, is_main_process, resume_point, run_trainer, training_arguments,
                                write_trained_artifact, refuse_keep_best, start_stage)
-from compress.assets import cache_dir
-from compress.device import device_name
-from compress.modeling import accepts_token_types, autocast, model_device
-from compress.progress import progress as show_progress
-from compress.training import epoch_validation_callback
-from compress.windows import length_sorted_batches, pad_rows
+from compress.core.assets import cache_dir
+from compress.core.device import device_name
+from compress.runtime.modeling import accepts_token_types, autocast, model_device
+from compress.core.progress import progress as show_progress
+from compress.stages.training import epoch_validation_callback
+from compress.core.windows import length_sorted_batches, pad_rows
 
 #: Columns a span reader takes (``token_type_ids`` only when the tokenizer makes them).
 MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
@@ -204,7 +204,7 @@ def choose_null_threshold(answers: Sequence[dict[str, Any]], gold: Sequence[Sequ
     questions of its F1 minus 0.0's lies above zero. Otherwise one or two questions of validation would move it,
     and the next split pays. The record: ``null_threshold`` (the one used) and its ``f1``, ``f1_at_default``,
     the sweep's ``best_threshold`` / ``best_f1``, ``gain_interval`` and ``chosen_on``."""
-    from benchmarks.stats import mean_drop_interval
+    from compress.core.stats import mean_drop_interval
 
     def per_question(threshold: float) -> np.ndarray:
         return question_scores([a["answer"] for a in apply_null_threshold(answers, threshold)], gold)["f1"]
@@ -311,9 +311,9 @@ def answer_start_check(model, tokenizer, split, max_length: int, stride: int, pr
                        pad_id: int = 0):
     """Is a reader's head better than one that ignores its input? Its answer-start position, per window, against
     always pointing at the commonest gold start (``[CLS]`` for the windows without the answer,
-    :func:`compress.head_check.check_predictions`). A random head points anywhere, so it scores about
+    :func:`compress.core.head_check.check_predictions`). A random head points anywhere, so it scores about
     ``1/length``; any trained reader, however weak, points at the answer's first token far more often."""
-    from compress.head_check import check_predictions
+    from compress.core.head_check import check_predictions
 
     feats = qa_features(tokenizer, split["question"], split["context"], split["answers"], max_length=max_length,
                         doc_stride=stride)
@@ -338,7 +338,7 @@ def train_qa_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     stride = qa_stride(cfg.max_length, cfg.stride)
     allow_null = data.with_impossible
-    # an existing head is tested on validation before it is trusted, as the other teachers do (compress.head_check)
+    # an existing head is tested on validation before it is trusted, as the other teachers do (compress.core.head_check)
     head_check, untrained_head = None, False
     if has_head and cfg.finetune is not True and "validation" in data.splits:
         head_check = answer_start_check(model, tokenizer, data.splits["validation"], cfg.max_length, stride,

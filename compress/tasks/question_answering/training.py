@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compress.modeling import load_classifier
+from compress.runtime.modeling import load_classifier
 from compress.tasks.protocol.training import PruningScorer
 from compress.tasks.question_answering.distill import distill_stage
 from compress.tasks.question_answering.teacher import (qa_collator, qa_stride, qa_training_rows, score_reader,

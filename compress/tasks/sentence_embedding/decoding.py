@@ -20,10 +20,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.serving.schemas import Parsed, input_list, text_field
 from compress.tasks.sentence_embedding.vectors import pool_window_vectors
-from compress.windows import pool_windows
+from compress.core.windows import pool_windows
 
 OUTPUT = "sentence_embedding"
 #: How far from 1 a vector's norm may be for the model to count as normalising (float32 rounding, INT8 graphs).

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import torch
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.sentence_embedding.folder import SentenceConfig, write_sentence_config
 from compress.tasks.sentence_embedding.losses import ProjectedMSE, cosine_matrix_loss
 from compress.tasks.sentence_embedding.pooling import PooledEncoder, encode, load_pooled_encoder, tokenizer_limit
@@ -138,7 +138,7 @@ def write_student(out: str | Path, student: Encoder, record: dict[str, Any], mse
                   meta: dict[str, Any] | None = None) -> Path:
     """The student artifact: encoder, tokenizer, its pipeline as a sentence-transformers folder, the projection when
     the record says it is stored, and ``compress.json`` (``meta`` added to it)."""
-    from compress.artifact import write_artifact
+    from compress.core.artifact import write_artifact
 
     def fill(tmp: Path) -> None:
         student.model.encoder.save_pretrained(tmp, safe_serialization=True)

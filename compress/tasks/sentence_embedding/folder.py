@@ -11,7 +11,7 @@ A folder without ``modules.json`` is a plain encoder: mean pooling over the atte
 normalisation (what sentence-transformers itself does when handed a bare transformers model). The
 built-in ``minilm`` (all-MiniLM-L6-v2) and ``mpnet-base`` (all-mpnet-base-v2) are published as
 sentence-transformers folders, mean pooling then ``Normalize`` (their PyPI packages' ``modules.json`` and
-``1_Pooling/config.json``, read by hand), but the cached copies :mod:`compress.assets` makes keep the encoder
+``1_Pooling/config.json``, read by hand), but the cached copies :mod:`compress.core.assets` makes keep the encoder
 files only, so :data:`BUILTIN` restores their pipeline when the folder is that cache folder.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 #: Pooling modes a :class:`compress.tasks.sentence_embedding.pooling.PooledEncoder` computes, by the name used here.
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len")
@@ -76,7 +76,7 @@ def is_sentence_transformers(folder: str | Path) -> bool:
 
 def builtin_name(folder: str | Path) -> str | None:
     """The built-in model name whose cache folder ``folder`` is, or ``None``."""
-    from compress.assets import cache_dir
+    from compress.core.assets import cache_dir
 
     try:
         resolved = Path(folder).expanduser().resolve()

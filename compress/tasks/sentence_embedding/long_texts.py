@@ -1,6 +1,6 @@
 """A text longer than the encoder's window: read in overlapping windows, one vector from all of them.
 
-Each window (:func:`compress.windows.encode_windows`, ``stride`` tokens shared between neighbours) goes through the
+Each window (:func:`compress.core.windows.encode_windows`, ``stride`` tokens shared between neighbours) goes through the
 encoder as any input does, pooling and normalisation included; the text's vector is the mean of its windows'
 vectors weighted by their tokens, normalised again when the model normalises
 (:func:`compress.tasks.sentence_embedding.vectors.pool_window_vectors`). That uses only what the model outputs,
@@ -17,7 +17,7 @@ import torch
 
 from compress.tasks.sentence_embedding.pooling import PooledEncoder
 from compress.tasks.sentence_embedding.vectors import pool_window_vectors
-from compress.windows import encode_windows, window_stride
+from compress.core.windows import encode_windows, window_stride
 
 
 @torch.no_grad()

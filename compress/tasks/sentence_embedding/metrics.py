@@ -10,7 +10,7 @@
 - **Cosine agreement**: the mean cosine between the student's and the teacher's vector of the same text, only
   where the two have one width (an INT8 copy against its fp32 parent; a student distilled without a projection).
 
-numpy only (the benchmark and the gate import it; ``benchmarks.stats`` is imported where an interval is drawn).
+numpy only (the benchmark and the gate import it; ``compress.core.stats`` is imported where an interval is drawn).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.sentence_embedding.vectors import cosine_matrix, row_cosines
 
 #: Neighbours compared per text: the issue's recall@10.
@@ -99,8 +99,8 @@ def cosine_agreement(student: np.ndarray, teacher: np.ndarray) -> float | None:
 def recall_difference_interval(recalls_a: Sequence[float], recalls_b: Sequence[float], confidence: float = 0.95,
                                resamples: int | None = None, seed: int | None = None) -> Any:
     """Interval of ``mean(a) - mean(b)`` of two students' per-text recalls on the same texts: a paired bootstrap
-    over texts, each resampled text carrying both students' recall (:class:`benchmarks.stats.Interval`)."""
-    from benchmarks.stats import RESAMPLES, SEED, percentile_interval
+    over texts, each resampled text carrying both students' recall (:class:`compress.core.stats.Interval`)."""
+    from compress.core.stats import RESAMPLES, SEED, percentile_interval
 
     a, b = np.asarray(recalls_a, dtype=np.float64), np.asarray(recalls_b, dtype=np.float64)
     if len(a) != len(b) or not len(a):
@@ -116,7 +116,7 @@ def spearman_drop_interval(reference_cosines: Sequence[float], cosines: Sequence
                            confidence: float = 0.95, resamples: int | None = None, seed: int | None = None) -> Any:
     """Interval of the STS Spearman drop (x100), reference minus candidate, on the same pairs: a paired bootstrap
     over pairs, each resampled pair carrying both models' cosines and its gold score."""
-    from benchmarks.stats import RESAMPLES, SEED, percentile_interval
+    from compress.core.stats import RESAMPLES, SEED, percentile_interval
 
     ref, got, gold = (np.asarray(x, dtype=np.float64) for x in (reference_cosines, cosines, gold))
     if not len(ref) == len(got) == len(gold) or len(gold) < 3:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.sentence_embedding.folder import POOLINGS, SentenceConfig, sentence_config
 
 

@@ -25,8 +25,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
-from compress.quality import Scorer
+from compress.core.errors import CompressError
+from compress.stages.quality import Scorer
 from compress.tasks.sentence_embedding.metrics import (DEFAULT_K, neighbour_recall, neighbour_recalls,
                                                        spearman_drop_interval, sts_scores)
 from compress.tasks.sentence_embedding.vectors import row_cosines
@@ -122,7 +122,7 @@ class BenchQuality:
         return row_cosines(v[self.sides[0]], v[self.sides[1]])
 
     def _record(self, v: np.ndarray, ref: np.ndarray | None, is_reference: bool) -> dict[str, Any]:
-        from benchmarks.stats import mean_interval
+        from compress.core.stats import mean_interval
 
         out: dict[str, Any] = {"n_texts": len(self.texts)}
         if self.gold is not None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.sentence_embedding import NAME
 from compress.tasks.sentence_embedding.data import EmbeddingData, EmbeddingPairs, load as load_data
 from compress.tasks.sentence_embedding.distill import (EmbeddingDistillConfig, Encoder, distill_encoder,
@@ -87,7 +87,7 @@ def _fine_tune(encoder: Encoder, data: EmbeddingPairs, train: Any) -> dict[str, 
 
 def train_teacher(cfg: Any, out: str | os.PathLike) -> Path:
     """The teacher as it is (default), or fine-tuned on scored pairs with ``--finetune yes``; scored and written."""
-    from compress.assets import resolve_model
+    from compress.core.assets import resolve_model
 
     cfg.validate()
     started = time.perf_counter()
@@ -115,7 +115,7 @@ def train_teacher(cfg: Any, out: str | os.PathLike) -> Path:
 def _student(cfg: Any, teacher: Encoder) -> Encoder:
     """The student ``cfg.student`` builds (the shared factory), with its own pipeline when it is a published sentence
     encoder (``--init minilm`` or ``pretrained:`` a sentence-transformers folder), else the teacher's."""
-    from compress.assets import resolve_model
+    from compress.core.assets import resolve_model
     from students.factory import build_student
 
     model, tokenizer, _ = build_student(cfg.student, teacher.model.encoder, teacher.tokenizer, [], cfg.layer_map,
@@ -138,7 +138,7 @@ def distill(cfg: Any, out: str | os.PathLike) -> Path:
     data = load_data(cfg.data)
     texts = _texts(data, "train")
     if cfg.unlabeled:
-        from compress.transfer.corpus import load_unlabeled
+        from compress.stages.transfer.corpus import load_unlabeled
 
         texts = load_unlabeled(cfg.unlabeled, cfg.unlabeled_text_column).texts[:cfg.unlabeled_limit]
     seen = set(texts)

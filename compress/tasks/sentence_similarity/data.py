@@ -9,7 +9,7 @@ read) and a float ``label`` (the score). The sources, all ending in the same che
   ``sentence2``, ``score``), else the ones ``--sentence1-column`` / ``--sentence2-column`` / ``--score-column`` name;
   one file is split 80/10/10 with ``--split-seed``, as a classification file is;
 - a folder of ``train``/``validation`` (or ``dev``)/``test`` tables;
-- a Hugging Face dataset (``hf:NAME[:CONFIG]``, :mod:`compress.hub`), its splits picked by name;
+- a Hugging Face dataset (``hf:NAME[:CONFIG]``, :mod:`compress.core.hub`), its splits picked by name;
 - ``stsb-captions``, shipped in the package and checked against its recorded sha256 at every load
   (:func:`stsb_captions`; builtin_data/stsb/README.md says why only the caption pairs).
 
@@ -32,8 +32,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
-from compress.data import (SUPPORTED_SUFFIXES, _fingerprint, _split_rows, file_line, is_missing, read_table,
+from compress.core.errors import CompressError
+from compress.tasks.tables import (SUPPORTED_SUFFIXES, _fingerprint, _split_rows, file_line, is_missing, read_table,
                            require_column)
 from compress.tasks.sources import check_builtin_file, folder_splits, hub_splits
 
@@ -288,7 +288,7 @@ def load_similarity_data(spec: str, sentence1_column: str | None = None, sentenc
     if path.exists():
         rows = {"train": _table_rows(path, columns)}
         return build_similarity_task(rows, {"train": str(path)}, str(path), seed, limits)
-    from compress import hub
+    from compress.core import hub
 
     named = None if path.suffix.lower() in SUPPORTED_SUFFIXES else hub.dataset_spec(spec)
     if named is None:

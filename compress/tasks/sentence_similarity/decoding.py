@@ -3,7 +3,7 @@
 
 ``Predictor.predict([(a, b), ...])`` gives each pair's score, a float32 array ``(n,)`` on the scale the model was
 trained on (0..5 for STS): the one-output head's logit, pooled over the windows of a pair longer than the window
-(:meth:`compress.runtime.Predictor.logits`). ``bert-compress predict`` reads each positional text as
+(:meth:`compress.runtime.predictor.Predictor.logits`). ``bert-compress predict`` reads each positional text as
 ``sentence1<TAB>sentence2`` and prints ``score<TAB>sentence1<TAB>sentence2``. The server takes ``inputs`` a
 ``{"text", "text_pair"}`` pair or a list of them and answers ``{"score": ...}`` per pair (one object for a single
 pair). Numpy only: the torch-free runtime imports this module.
@@ -16,9 +16,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.serving.schemas import BadInput, Parsed, input_list, text_field
-from compress.windows import pool_windows
+from compress.core.windows import pool_windows
 
 
 def _pairs(predictor: Any, inputs: Any) -> list[tuple[str, str]]:
@@ -37,7 +37,7 @@ def batch_output(named: Mapping[str, np.ndarray], arrays: Mapping[str, np.ndarra
 
 
 def combine_windows(windows: Any, rows: list[np.ndarray], pooling: str) -> list[np.ndarray]:
-    """Each pair's score row, its windows' rows pooled by ``pooling`` (:func:`compress.windows.pool_windows`)."""
+    """Each pair's score row, its windows' rows pooled by ``pooling`` (:func:`compress.core.windows.pool_windows`)."""
     if not len(windows):
         return []
     return list(pool_windows(np.stack(rows), windows.sample, windows.n_samples, pooling))

@@ -23,11 +23,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
-from compress.quality import Scorer
+from compress.core.errors import CompressError
+from compress.stages.quality import Scorer
 from compress.tasks.sentence_similarity import TASK, spearman
 
-#: How many bootstrap resamples of the pairs make an interval, and their seed (the gate's: benchmarks.stats).
+#: How many bootstrap resamples of the pairs make an interval, and their seed (the gate's: compress.core.stats).
 RESAMPLES, SEED = 2000, 20240515
 #: The gate's quality rules on a cross-encoder's results, each with its decider (:data:`benchmarks.gate.DECIDERS`).
 GATE_RULES = {"max_spearman_drop": "f1_drop"}
@@ -92,7 +92,7 @@ def spearman_drop_interval(gold: Sequence[float], reference: Sequence[float], sc
                            confidence: float = 0.95) -> Any:
     """Reference Spearman minus artifact Spearman (fractions), with its paired percentile bootstrap interval over the
     pairs (the same resampled pairs for both models)."""
-    from benchmarks.stats import Interval
+    from compress.core.stats import Interval
 
     gold, reference, scores = (np.asarray(x, dtype=np.float64) for x in (gold, reference, scores))
     estimate = spearman(reference, gold) - spearman(scores, gold)
@@ -103,7 +103,7 @@ def spearman_drop_interval(gold: Sequence[float], reference: Sequence[float], sc
 
 
 def _unpaired_interval(old: np.ndarray, new: np.ndarray, confidence: float) -> Any:
-    from benchmarks.stats import Interval
+    from compress.core.stats import Interval
 
     def replicates(units: np.ndarray, seed: int) -> np.ndarray:
         return np.array([spearman(units[i, 0], units[i, 1]) for i in _bootstrap(len(units), seed=seed)])
@@ -213,7 +213,7 @@ class GateRecords:
 
     def drop_over_seeds(self, ref_q: dict[str, Any], member_qs: Sequence[dict[str, Any]], confidence: float) -> Any:
         """The reference's Spearman minus the members' mean, resampling pairs (the seeds' spread adds to it)."""
-        from benchmarks.stats import Interval
+        from compress.core.stats import Interval
 
         ref = self.units(ref_q)
         members = [self.units(q) for q in member_qs]

@@ -5,9 +5,9 @@ gold one.
 Both sentences of a pair go through the model together (``[CLS] a [SEP] b [SEP]``) and the one-output head's logit
 is the score, on the data's own scale (0..5 for STS). The teacher, the student and the pruned model are scored the
 same way, Spearman and Pearson x100 on validation and test (:func:`compress.tasks.sentence_similarity.score`). The
-shared machinery is the classifier's: :func:`compress.data.tokenize_split` (pairs, dynamic padding),
-:func:`compress.training.guarded_trainer` and its schedule, checkpoints and resume, the soft-label cache of
-:func:`compress.teacher.teacher_logits`, :func:`students.factory.build_student`.
+shared machinery is the classifier's: :func:`compress.tasks.tables.tokenize_split` (pairs, dynamic padding),
+:func:`compress.stages.training.guarded_trainer` and its schedule, checkpoints and resume, the soft-label cache of
+:func:`compress.stages.teacher.teacher_logits`, :func:`students.factory.build_student`.
 """
 
 from __future__ import annotations
@@ -22,19 +22,19 @@ from typing import Any
 
 import numpy as np
 
-from compress.artifact import read_meta, weights_sha256, write_model_artifact
-from compress.assets import resolve_model
-from compress.data import DynamicPaddingCollator, tokenize_split
-from compress.device import device_name, resolve_precision, training_device
-from compress.distill.soft_labels import save_logits
-from compress.errors import CompressError
-from compress.modeling import count_parameters, fit_max_length, load_classifier, predict_logits
+from compress.core.artifact import read_meta, weights_sha256, write_model_artifact
+from compress.core.assets import resolve_model
+from compress.tasks.tables import DynamicPaddingCollator, tokenize_split
+from compress.core.device import device_name, resolve_precision, training_device
+from compress.stages.distill.soft_labels import save_logits
+from compress.core.errors import CompressError
+from compress.runtime.modeling import count_parameters, fit_max_length, load_classifier, predict_logits
 from compress.tasks.protocol.training import PruningScorer
 from compress.tasks.sentence_similarity import NAME, TASK
 from compress.tasks.sentence_similarity.data import SimilarityTaskData, load as load_data
 from compress.tasks.task_choice import check_model_task
-from compress.teacher import LoadedTeacher, soft_label_cache_path, teacher_logits
-from compress.training import (checkpoint_dir, checkpoint_fingerprint, epoch_validation_callback, freeze_bottom_layers,
+from compress.stages.teacher import LoadedTeacher, soft_label_cache_path, teacher_logits
+from compress.stages.training import (checkpoint_dir, checkpoint_fingerprint, epoch_validation_callback, freeze_bottom_layers,
                                guarded_trainer, interrupt_callback, is_main_process, refuse_keep_best,
                                resume_point, run_trainer, training_arguments)
 
@@ -72,7 +72,7 @@ def _tokenize(data: SimilarityTaskData, tokenizer: Any, max_length: int, prefix:
 def _spearman_callback(rows: Any, gold: np.ndarray, pad_id: int, precision: str, prefix: str = "",
                        keep_best: bool = False, kept_model: Any = None):
     """Validation Spearman (then Pearson) after every epoch, for ``--keep-best``
-    (:func:`compress.training.epoch_validation_callback`)."""
+    (:func:`compress.stages.training.epoch_validation_callback`)."""
 
     def evaluate(model, batch_size: int) -> dict[str, float]:
         scores = predict_logits(kept_model if kept_model is not None else model, rows, batch_size, precision, prefix,
@@ -219,7 +219,7 @@ def _distillation_module(student: Any, alpha_kd: float, alpha_hard: float) -> An
     (the Trainer reads ``loss``); the student's own inputs carry the ``s_`` prefix."""
     from torch import nn
 
-    from compress.modeling import accepts_token_types
+    from compress.runtime.modeling import accepts_token_types
 
     class ScoreDistillation(nn.Module):
         def __init__(self) -> None:

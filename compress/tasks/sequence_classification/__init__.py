@@ -19,7 +19,7 @@ NAME = "sequence-classification"
 
 def score(logits: np.ndarray, labels: np.ndarray, reference_logits: np.ndarray | None = None) -> dict[str, Any]:
     """Accuracy, macro-F1 (over the classes in labels or predictions) and, with a reference model's
-    logits, agreement of the argmax predictions; the numbers of ``compress.modeling.classification_metrics``."""
+    logits, agreement of the argmax predictions; the numbers of ``compress.runtime.modeling.classification_metrics``."""
     pred = np.asarray(logits).argmax(-1)
     labels = np.asarray(labels)
     f1s = []

@@ -1,5 +1,5 @@
 """The data aspect of sequence classification (:mod:`compress.tasks.protocol.data`): its tables are read by
-:mod:`compress.data` (:func:`compress.data.load_task_data`), which every other task's reader shares its table
+:mod:`compress.tasks.tables` (:func:`compress.tasks.tables.load_task_data`), which every other task's reader shares its table
 helpers with; this module says which data is classification data.
 """
 

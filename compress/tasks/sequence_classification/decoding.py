@@ -2,7 +2,7 @@
 ``Predictor.predict``, ``bert-compress predict`` and ``bert-compress serve`` return.
 
 ``Predictor.predict`` gives ``(labels, probabilities)``: each input's label name and the softmax over its logits,
-pooled over the windows of a long text (:meth:`compress.runtime.Predictor.logits`). The server answers as the
+pooled over the windows of a long text (:meth:`compress.runtime.predictor.Predictor.logits`). The server answers as the
 text-classification pipeline does: ``inputs`` a text, a ``{"text", "text_pair"}`` pair, or a list of either; each
 answer ``{"label", "score"}``, or every label's (sorted, highest first) with ``parameters.top_k`` (``null``: all)
 or the older ``return_all_scores: true``. As the pipeline does, one text without ``top_k`` answers a list of one.
@@ -15,10 +15,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
-from compress.numerics import softmax
+from compress.core.errors import CompressError
+from compress.core.numerics import softmax
 from compress.serving.schemas import BadInput, Parsed, input_list, json_type, text_field
-from compress.windows import pool_windows
+from compress.core.windows import pool_windows
 
 
 def batch_output(named: Mapping[str, np.ndarray], arrays: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -27,7 +27,7 @@ def batch_output(named: Mapping[str, np.ndarray], arrays: Mapping[str, np.ndarra
 
 
 def combine_windows(windows: Any, rows: list[np.ndarray], pooling: str) -> list[np.ndarray]:
-    """Each input's logit row, its windows' rows pooled by ``pooling`` (:func:`compress.windows.pool_windows`)."""
+    """Each input's logit row, its windows' rows pooled by ``pooling`` (:func:`compress.core.windows.pool_windows`)."""
     if not len(windows):
         return []
     return list(pool_windows(np.stack(rows), windows.sample, windows.n_samples, pooling))

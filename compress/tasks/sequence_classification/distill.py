@@ -1,7 +1,7 @@
 """The distill stage for sentence classification: a student trained on the teacher's logits per example.
 
-:func:`compress.distill.trainer.distill` hands over here (through the task's ``training`` aspect) when the data is
-classification data; the training itself is :func:`compress.distill.trainer.train_distillation`.
+:func:`compress.stages.distill.trainer.distill` hands over here (through the task's ``training`` aspect) when the data is
+classification data; the training itself is :func:`compress.stages.distill.trainer.train_distillation`.
 
 Teacher and student tokenize the text separately. Intermediate losses need the two tokenizations to
 line up position by position; this is checked on the training data and, when they do not, the
@@ -21,25 +21,25 @@ from typing import Any
 
 import numpy as np
 
-from compress.artifact import write_model_artifact
+from compress.core.artifact import write_model_artifact
 from compress.config import DistillConfig
-from compress.data import tokenize_split
-from compress.device import device_name
-from compress.distill.ensemble import averaged, describe as describe_ensemble, load_members
-from compress.distill.intermediate import active_terms, tokenizations_align
-from compress.distill.teacher_copies import LabelRuntime, choose_label_runtime, fill_copy_cache
-from compress.distill.trainer import (DistillationModule, label_parts, label_up_front, soft_label_store,
+from compress.tasks.tables import tokenize_split
+from compress.core.device import device_name
+from compress.stages.distill.ensemble import averaged, describe as describe_ensemble, load_members
+from compress.stages.distill.intermediate import active_terms, tokenizations_align
+from compress.stages.distill.teacher_copies import LabelRuntime, choose_label_runtime, fill_copy_cache
+from compress.stages.distill.trainer import (DistillationModule, label_parts, label_up_front, soft_label_store,
                                       train_distillation)
-from compress.errors import CompressError
-from compress.gold_labels import ABSENT, COLUMN as GOLD_COLUMN, with_gold
-from compress.head_check import HeadCheck, check_head, refuse_untrained_teacher
-from compress.long_texts import window_texts, windows_record
-from compress.losses import LossTerm
-from compress.modeling import classification_metrics, count_parameters, fit_max_length, predict_logits
+from compress.core.errors import CompressError
+from compress.stages.gold_labels import ABSENT, COLUMN as GOLD_COLUMN, with_gold
+from compress.core.head_check import HeadCheck, check_head, refuse_untrained_teacher
+from compress.stages.long_texts import window_texts, windows_record
+from compress.stages.losses import LossTerm
+from compress.runtime.modeling import classification_metrics, count_parameters, fit_max_length, predict_logits
 from compress.tasks.sequence_classification.teacher import accuracy_callback
-from compress.teacher import load_teacher, teacher_logits
-from compress.training import checkpoint_dir, is_main_process, print_metrics, refuse_keep_best, start_stage, world
-from compress.transfer import TransferOptions, build_transfer
+from compress.stages.teacher import load_teacher, teacher_logits
+from compress.stages.training import checkpoint_dir, is_main_process, print_metrics, refuse_keep_best, start_stage, world
+from compress.stages.transfer import TransferOptions, build_transfer
 from students.factory import build_student, teacher_shape
 from students.layer_map import format_layer_map, parse_layer_map
 
@@ -78,10 +78,10 @@ def distill_classifier(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     # The soft labels (and, in training, the intermediate states) come from the teacher on the
     # training device; the Trainer puts the student there too (``train_distillation`` checks the teacher follows).
     teacher.model.to(device)
-    # Teachers averaged with --teacher for the soft labels (compress.distill.ensemble); labelled up front.
+    # Teachers averaged with --teacher for the soft labels (compress.stages.distill.ensemble); labelled up front.
     members = load_members(cfg.ensemble, teacher, task, cfg.allow_pickle, cfg.revision) if cfg.ensemble else []
     # Each model tokenizes the text its own way; the teacher's ids feed its cached logits. A text past
-    # --max-length is one row per student window, the teacher reading the same words (compress.long_texts).
+    # --max-length is one row per student window, the teacher reading the same words (compress.stages.long_texts).
     windows = {name: window_texts(split, s_tok, cfg.max_length, task.is_pair, cfg.stride, what=f"student ({name})")
                for name, split in task.splits.items()}
     run = _Run(cfg, task, teacher, student, s_tok, precision.precision, members, windows,
@@ -147,11 +147,11 @@ def distill_classifier(cfg: DistillConfig, out: str | os.PathLike) -> Path:
             "intermediate": want_inter, "layer_map": format_layer_map(pairs) if want_inter else None,
             "projection_lr": cfg.projection_lr if want_inter and len(module.projections) else None,
             "schedule": cfg.schedule, "soft_labels_reused": reused,
-            # the data's own label probabilities, when a term trains toward them (compress.gold_labels)
+            # the data's own label probabilities, when a term trains toward them (compress.stages.gold_labels)
             "gold_labels": _gold_record(cfg, run.tokenized["train"]) if cfg.gold_labels else None,
-            # the teachers whose mean logits were the soft labels (compress.distill.ensemble)
+            # the teachers whose mean logits were the soft labels (compress.stages.distill.ensemble)
             "ensemble": describe_ensemble(teacher, members) if members else None,
-            # the sentence-vector term's vectors (compress.distill.pooled), when one is on
+            # the sentence-vector term's vectors (compress.stages.distill.pooled), when one is on
             "pooled": {"vectors": "mean of the last hidden states over real tokens", "teacher_width": t_shape.hidden,
                        "projection": f"linear {s_shape.hidden} -> {t_shape.hidden}, trained beside the student, "
                                      "not saved"} if want_pooled else None,

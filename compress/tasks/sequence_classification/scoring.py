@@ -26,11 +26,11 @@ from benchmarks.answers import Answers, answer_each
 from benchmarks.gate_results import require
 from benchmarks.gate_rules import GATES, GateInputError
 from benchmarks.report import ci_pct, fmt, table
-from benchmarks.stats import accuracy_drop_interval, detectable_drop, proportion_interval
-from compress.data import check_labels_fit
-from compress.errors import CompressError
-from compress.modeling import classification_metrics
-from compress.quality import Scorer
+from compress.core.stats import accuracy_drop_interval, detectable_drop, proportion_interval
+from compress.tasks.tables import check_labels_fit
+from compress.core.errors import CompressError
+from compress.runtime.modeling import classification_metrics
+from compress.stages.quality import Scorer
 
 #: The gate's quality rules on a classifier's results, each with how it is decided (:data:`benchmarks.gate.DECIDERS`).
 GATE_RULES = {"max_accuracy_drop": "accuracy_drop", "max_relative_accuracy_drop": "accuracy_drop",
@@ -107,7 +107,7 @@ def quality_intervals(predictions: np.ndarray, reference_predictions: np.ndarray
 
     ``accuracy_ci`` and ``agreement_ci`` are Clopper-Pearson; ``accuracy_drop`` is the paired-bootstrap
     interval of ``reference accuracy - this accuracy`` on the same examples, and ``detectable_drop``
-    the smallest true drop this test set finds with 80% power (see :mod:`benchmarks.stats`).
+    the smallest true drop this test set finds with 80% power (see :mod:`compress.core.stats`).
     """
 
     pred = np.asarray(predictions)

@@ -1,11 +1,11 @@
 """The teacher stage for sentence classification: fine-tune a classifier and score it on accuracy.
 
-:func:`compress.teacher.train_teacher` hands over here (through the task's ``training`` aspect) when the data is
+:func:`compress.stages.teacher.train_teacher` hands over here (through the task's ``training`` aspect) when the data is
 classification data. Any local encoder folder (or the built-in ``minilm``/``mpnet-base``) becomes a sequence
 classifier artifact. A folder that already holds a classifier for the task is first tested on validation
-(:mod:`compress.head_check`): a head that does better than chance is packaged without training; one that does not
+(:mod:`compress.core.head_check`): a head that does better than chance is packaged without training; one that does not
 is fine-tuned, with a note (or refused under ``--finetune no``). The validation and test logits measured at the end
-go into the soft-label cache (:func:`compress.teacher.soft_label_cache_path`), where distill looks for them.
+go into the soft-label cache (:func:`compress.stages.teacher.soft_label_cache_path`), where distill looks for them.
 """
 
 from __future__ import annotations
@@ -19,19 +19,19 @@ from typing import Any
 
 import numpy as np
 
-from compress.artifact import read_meta, weights_sha256
-from compress.assets import resolve_model
+from compress.core.artifact import read_meta, weights_sha256
+from compress.core.assets import resolve_model
 from compress.config import TeacherConfig
-from compress.data import DynamicPaddingCollator, align_labels, tokenize_split
-from compress.device import device_name
-from compress.distill.soft_labels import save_logits
-from compress.head_check import check_head, judge_existing_head
-from compress.hub import snapshot_origin
-from compress.long_texts import window_texts, windows_record
-from compress.modeling import classification_metrics, count_parameters, fit_max_length, load_classifier, predict_logits
+from compress.tasks.tables import DynamicPaddingCollator, align_labels, tokenize_split
+from compress.core.device import device_name
+from compress.stages.distill.soft_labels import save_logits
+from compress.core.head_check import check_head, judge_existing_head
+from compress.core.hub import snapshot_origin
+from compress.stages.long_texts import window_texts, windows_record
+from compress.runtime.modeling import classification_metrics, count_parameters, fit_max_length, load_classifier, predict_logits
 from compress.tasks.task_choice import SEQUENCE, check_model_task
-from compress.teacher import LoadedTeacher, soft_label_cache_path
-from compress.training import (checkpoint_dir, checkpoint_fingerprint, epoch_validation_callback, freeze_bottom_layers,
+from compress.stages.teacher import LoadedTeacher, soft_label_cache_path
+from compress.stages.training import (checkpoint_dir, checkpoint_fingerprint, epoch_validation_callback, freeze_bottom_layers,
                                guarded_trainer, interrupt_callback, is_main_process, print_metrics, refuse_keep_best,
                                resume_point, run_trainer, start_stage, training_arguments, write_trained_artifact)
 
@@ -52,14 +52,14 @@ def train_classifier_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path
                                                              who=f"--model {cfg.model}"))
     model.to(device)  # the head check and evaluation run where training does
 
-    # a text past --max-length is one row per window; scores pool the windows' logits (compress.long_texts)
+    # a text past --max-length is one row per window; scores pool the windows' logits (compress.stages.long_texts)
     windows = {name: window_texts(split, tokenizer, cfg.max_length, task.is_pair, cfg.stride, what=f"teacher ({name})")
                for name, split in task.splits.items()}
     tokenized = {name: tokenize_split(windows[name].rows, tokenizer, cfg.max_length, task.is_pair,
                                       with_length=(name == "train"), what="teacher")
                  for name in task.splits}
     # A head that came with the model may never have been trained (a base model loaded into a
-    # classification class): test it on validation before trusting it (compress.head_check).
+    # classification class): test it on validation before trusting it (compress.core.head_check).
     head_check, head_logits = None, None
     if has_head and cfg.finetune is not True and "validation" in tokenized:
         head_logits = predict_logits(model, tokenized["validation"], precision=precision.precision,
@@ -154,7 +154,7 @@ def accuracy_callback(rows, windows, labels, pooling: str, pad_id: int, precisio
                       keep_best: bool = False, kept_model: Any = None):
     """A Trainer callback scoring a sentence classifier on validation (accuracy, then macro-F1; a long text's
     windows pooled as it is served) after every epoch, for ``--keep-best``
-    (:func:`compress.training.epoch_validation_callback`). Only then: the pass costs time, and a classifier's
+    (:func:`compress.stages.training.epoch_validation_callback`). Only then: the pass costs time, and a classifier's
     run without it keeps its timings. ``rows``: the validation rows tokenized with ``prefix``; ``kept_model``:
     the classifier when the Trainer trains a wrapper around it (a student)."""
     labels = np.asarray(labels)

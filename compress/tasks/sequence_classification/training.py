@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from compress.data import DynamicPaddingCollator, tokenize_split
-from compress.errors import CompressError
-from compress.long_texts import window_texts, windows_record
-from compress.modeling import classification_metrics, load_classifier, predict_logits
-from compress.prune.stage import kl_divergence
+from compress.tasks.tables import DynamicPaddingCollator, tokenize_split
+from compress.core.errors import CompressError
+from compress.stages.long_texts import window_texts, windows_record
+from compress.runtime.modeling import classification_metrics, load_classifier, predict_logits
+from compress.stages.prune.stage import kl_divergence
 from compress.tasks.protocol.training import PruningScorer
 from compress.tasks.sequence_classification import NAME
 from compress.tasks.sequence_classification.distill import distill_classifier
@@ -36,7 +36,7 @@ def load_for_pruning(cfg: Any, source: Path, data: Any) -> tuple[Any, Any, bool]
 
 def pruning_scorer(cfg: Any, data: Any, tokenizer: Any, pad_id: int) -> PruningScorer:
     """Accuracy and macro-F1 per split, a text past ``--max-length`` read in windows and its windows' logits pooled
-    (:mod:`compress.long_texts`), as it is served; against the unpruned model's pooled logits, the agreement and
+    (:mod:`compress.stages.long_texts`), as it is served; against the unpruned model's pooled logits, the agreement and
     ``kl_to_unpruned``."""
     windows = {name: window_texts(split, tokenizer, cfg.max_length, data.is_pair, cfg.stride, what=name)
                for name, split in data.splits.items()}

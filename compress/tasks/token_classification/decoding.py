@@ -6,7 +6,7 @@ want entities: ``{"type": "LOC", "start": 12, "end": 20, "text": "New York", "sc
 The steps, the same for every artifact kind (numpy only, so the torch-free ONNX path runs it):
 
 1. **Tokens**: the text is tokenized as the Predictor tokenizes any text, windowed when longer
-   than the model's window (:mod:`compress.windows`: each token's row comes from the window where
+   than the model's window (:mod:`compress.core.windows`: each token's row comes from the window where
    it has most context), with each token's character span (the tokenizer's offset mapping).
 2. **Words**: the text is split into words **by whitespace** (``\\S+``), and each token belongs to
    the whitespace word its span starts in. So ``"Paris,"`` is one word, tokens ``paris`` and
@@ -36,11 +36,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from compress.errors import CompressError
-from compress.numerics import softmax
+from compress.core.errors import CompressError
+from compress.core.numerics import softmax
 from compress.serving.schemas import BadInput, Parsed, input_list, text_field
 from compress.tasks.token_classification.metrics import extract_entities, split_tag
-from compress.windows import merge_token_outputs
+from compress.core.windows import merge_token_outputs
 
 AGGREGATIONS = ("first", "average", "max")
 DEFAULT_AGGREGATION = "first"
@@ -135,7 +135,7 @@ def check_tag_names(label_names: Sequence[str]) -> None:
 
 def tag_texts(predictor: Any, texts: str | Sequence[str], batch_size: int = 32,
               aggregation: str = DEFAULT_AGGREGATION, word_tags: bool = False) -> list[dict[str, Any]]:
-    """:meth:`compress.runtime.Predictor.predict` for a tagger: one result per text (see :func:`tag_text`)."""
+    """:meth:`compress.runtime.predictor.Predictor.predict` for a tagger: one result per text (see :func:`tag_text`)."""
 
     check_aggregation(aggregation)
     check_tag_names(predictor.label_names)

@@ -6,13 +6,13 @@ trained on). Because the unit is the word, a BERT teacher (``gu ##re ##z``, ``[C
 and an MPNet student (``<s> ... </s>``, other ids) give arrays of the same shape, row for row,
 and the student is trained on its own tokenization: at each word's first sub-token of *its*
 tokenization, soft cross-entropy at temperature T against the teacher's word row, plus hard
-cross-entropy on the gold tags (:func:`compress.losses.soft_cross_entropy`,
-:func:`compress.losses.hard_cross_entropy`):
+cross-entropy on the gold tags (:func:`compress.stages.losses.soft_cross_entropy`,
+:func:`compress.stages.losses.hard_cross_entropy`):
 
     loss = alpha_kd * T^2 * CE(softmax(z_T / T), softmax(z_S / T))  over words
          + alpha_hard * CE(gold, z_S)                                over words
 
-A sentence longer than the window is read in overlapping windows (:mod:`compress.windows`), each word's
+A sentence longer than the window is read in overlapping windows (:mod:`compress.core.windows`), each word's
 soft label from the teacher window where it has the most context; a word the tokenizer gives no token
 has no soft label (its row is NaN) and only the hard term.
 The soft labels are cached on disk keyed by the teacher's weights and the exact words, so a second
@@ -20,18 +20,18 @@ student reuses them. Training is the stages' Trainer machinery (seeded batch ord
 checkpoints and resume, atomic artifact).
 
 Every loss term of a config applies (:class:`WordObjective`): the head terms above with any registered soft
-or hard loss, and TinyBERT's intermediate terms (:mod:`compress.distill.intermediate`) where the two
+or hard loss, and TinyBERT's intermediate terms (:mod:`compress.stages.distill.intermediate`) where the two
 tokenizers read every training sentence into the same word pieces at the same positions (MPNet and
 BERT-uncased do): the student's rows then carry the teacher's ids (``t_input_ids``) and the frozen teacher
 runs on each batch for its states. Where the pieces differ the word logits alone are distilled, with a note.
 
 Transfer data (``--unlabeled``, e.g. the built-in ``wnut17-unlabeled``): unlabelled texts, filtered
-against the tagging splits like any transfer corpus (:func:`compress.transfer.filter_unlabeled`) and
-split into words **by whitespace**, the rule :class:`compress.runtime.Predictor` reads running text
+against the tagging splits like any transfer corpus (:func:`compress.stages.transfer.filter_unlabeled`) and
+split into words **by whitespace**, the rule :class:`compress.runtime.predictor.Predictor` reads running text
 with, so the student learns the words it will be served. The teacher labels each word as above; those
 rows carry the soft term only (no gold tags), weighted by ``--unlabeled-weight`` against the labelled
 words. Mention-replaced variants of the training sentences (``--mention-variants``,
-:mod:`compress.transfer.mentions`) keep their gold tags: they carry both terms, like a labelled row.
+:mod:`compress.stages.transfer.mentions`) keep their gold tags: they carry both terms, like a labelled row.
 """
 
 from __future__ import annotations
@@ -49,31 +49,31 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from compress.artifact import read_meta, weights_sha256
-from compress.assets import cache_dir
+from compress.core.artifact import read_meta, weights_sha256
+from compress.core.assets import cache_dir
 from compress.config import DataOptions, TrainSettings
-from compress.errors import CompressError
-from compress.head_check import refuse_untrained_teacher
-from compress.modeling import count_parameters, fit_max_length, load_classifier
+from compress.core.errors import CompressError
+from compress.core.head_check import refuse_untrained_teacher
+from compress.runtime.modeling import count_parameters, fit_max_length, load_classifier
 from compress.tasks import get_task
 from compress.tasks.token_classification.alignment import IGNORE_INDEX
 from compress.tasks.task_choice import TOKEN, check_model_task, model_head
 from compress.tasks.token_classification.data import TokenTaskData
 from compress.tasks.token_classification.words import (entity_f1_callback, sentence_word_logits, tagger_chance_check,
                                            token_collator, token_logits, tokenize_tagged_split, word_tags)
-from compress.training import (checkpoint_dir, interrupt_callback, is_main_process, resume_point, run_trainer,
+from compress.stages.training import (checkpoint_dir, interrupt_callback, is_main_process, resume_point, run_trainer,
                                training_arguments, write_trained_artifact, refuse_keep_best)
-from compress.windows import window_stride
+from compress.core.windows import window_stride
 from compress.config import canonical_sha256
-from compress.device import resolve_precision, training_device
-from compress.distill.pair import ModelPair
-from compress.distill.intermediate import (active_terms, head_distillation_trainer, make_projections, teacher_states,
+from compress.core.device import resolve_precision, training_device
+from compress.stages.distill.pair import ModelPair
+from compress.stages.distill.intermediate import (active_terms, head_distillation_trainer, make_projections, teacher_states,
                                            terms_record, tokenizations_align, with_projections)
-from compress.losses import LOSSES, LossTerm, row_weighted
-from compress.transfer import (BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, held_out_overlap,
+from compress.stages.losses import LOSSES, LossTerm, row_weighted
+from compress.stages.transfer import (BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, held_out_overlap,
                                load_unlabeled, text_key)
-from compress.transfer.mentions import Mention, mention_variants, teacher_mentions
-from compress.transfer.texts import split_texts
+from compress.stages.transfer.mentions import Mention, mention_variants, teacher_mentions
+from compress.stages.transfer.texts import split_texts
 from students.factory import build_student, teacher_shape
 from students.layer_map import format_layer_map, parse_layer_map
 
@@ -173,7 +173,7 @@ def _variant_rows(t_model, t_tok, s_tok, weights: str, task: TokenTaskData, n: i
                   precision: str, extra: dict[str, list[Mention]] | None = None, stride: int | None = None,
                   ) -> tuple[Any, list[list[str]], dict[str, Any]]:
     """The student's rows for ``n`` mention-replaced variants of each training sentence with an entity
-    (:func:`compress.transfer.mentions.mention_variants`, ``extra`` mentions beside the training ones): the
+    (:func:`compress.stages.transfer.mentions.mention_variants`, ``extra`` mentions beside the training ones): the
     teacher's word soft labels and the variants' gold tags, weight 1 like a labelled row; ``(rows, variant
     sentences, stats)``, the stats with ``training_rows``; ``rows`` is ``None`` when no variant could be made
     (no two mentions of one type)."""
@@ -247,7 +247,7 @@ def word_term_values(terms: Sequence[LossTerm], logits, labels, first, soft, tem
     ``temperature``, a term on ``labels`` the student's rows with the gold tags (first sub-tokens).
 
     ``weight`` (one per row, ``None``: all 1) weighs each row's words in the soft terms: their mean over the
-    batch's ``N`` words becomes ``sum(w * loss) / N`` (:func:`compress.losses.row_weighted`), so a word of a
+    batch's ``N`` words becomes ``sum(w * loss) / N`` (:func:`compress.stages.losses.row_weighted`), so a word of a
     transfer row at ``--unlabeled-weight`` w pulls w times as hard as a labelled one, and a labelled word as hard
     as without transfer rows (the meaning the flag has for sentence classifiers). ``entity_weight`` (with
     ``outside``, the index of the ``O`` tag) multiplies the weight of the entity words (:func:`entity_weights`)
@@ -292,7 +292,7 @@ def word_distillation_loss(logits, labels, first, soft, temperature: float, alph
 @dataclass
 class WordObjective:
     """What a tagger is distilled on: the loss terms at each epoch (``terms(epoch, intermediate)``, as
-    :func:`compress.distill.intermediate.active_terms` gives them for a config), the temperature, and for the
+    :func:`compress.stages.distill.intermediate.active_terms` gives them for a config), the temperature, and for the
     intermediate terms the layer map and the projections' learning rate; ``entity_weight``, how much harder an
     entity word pulls than an ``O`` word in the head terms (:func:`entity_weights`)."""
 
@@ -317,12 +317,12 @@ class WordObjective:
         return any(t.intermediate and t.weight > 0 for e in (0.0, float(epochs)) for t in self.terms(e, True))
 
     def describe(self, epochs: float, intermediate: bool) -> dict[str, Any]:
-        """The terms as ``compress.json`` records them (:func:`compress.distill.intermediate.terms_record`)."""
+        """The terms as ``compress.json`` records them (:func:`compress.stages.distill.intermediate.terms_record`)."""
         return {"loss_terms": terms_record(lambda epoch: self.terms(epoch, intermediate), epochs),
                 "entity_weight": self.entity_weight}
 
     def head_values(self, outside: int | None) -> Callable[..., dict[str, Any]]:
-        """:func:`word_term_values` as :func:`compress.distill.intermediate.with_projections` asks for it, with
+        """:func:`word_term_values` as :func:`compress.stages.distill.intermediate.with_projections` asks for it, with
         this objective's entity weight and ``outside``, the index of the data's ``O`` tag."""
 
         def values(terms, output, attention_mask, temperature, labels, first, soft, weight=None):
@@ -425,7 +425,7 @@ def distill_stage(cfg: Any, out: str | os.PathLike) -> Path:
 def _teacher_ids(t_tok, s_tok, sentences: Sequence[Sequence[str]], s_ids: list[list[int]], max_length: int,
                  stride: int | None = None) -> tuple[list[list[int]] | None, str]:
     """The teacher's ids of the student's rows, position for position, when both tokenizers read the sentences
-    into the same word pieces (:func:`compress.distill.intermediate.tokenizations_align`); ``(None, why)``
+    into the same word pieces (:func:`compress.stages.distill.intermediate.tokenizations_align`); ``(None, why)``
     otherwise."""
     from datasets import Dataset
 

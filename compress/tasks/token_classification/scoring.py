@@ -16,8 +16,8 @@ one-entity change alone is never read as a loss.
 the split's sentences through the serving path. Entities are scored with strict span-and-type matching
 (:mod:`compress.tasks.token_classification.metrics`, equal to seqeval's default). What the gate's statistics need
 is kept per sentence: the ``(correct, predicted, gold)`` entity counts per type (a paired bootstrap over
-sentences resamples both models' counts of the same sentences, :func:`benchmarks.stats.f1_drop_interval`; per
-type, :func:`benchmarks.stats.type_f1_drop_intervals`) and, against the reference, how many of each sentence's
+sentences resamples both models' counts of the same sentences, :func:`compress.core.stats.f1_drop_interval`; per
+type, :func:`compress.core.stats.type_f1_drop_intervals`) and, against the reference, how many of each sentence's
 words got the reference's tag.
 
 **Gate** (:class:`EntityRecords`): the F1 rules of :mod:`benchmarks.f1_rules`, with the sentence as the unit
@@ -33,11 +33,11 @@ from benchmarks.answers import answer_each
 from benchmarks.gate_results import require
 from benchmarks.gate_rules import GATES, GateInputError
 from benchmarks.report import ci_pct, fmt, table
-from benchmarks.stats import (f1_drop_interval, f1_interval, mean_f1_drop_over_seeds_interval, ratio_interval,
+from compress.core.stats import (f1_drop_interval, f1_interval, mean_f1_drop_over_seeds_interval, ratio_interval,
                               type_f1_drop_intervals, unpaired_f1_drop_interval)
 from compress.config import MIN_TYPE_SUPPORT
-from compress.errors import CompressError
-from compress.quality import Scorer
+from compress.core.errors import CompressError
+from compress.stages.quality import Scorer
 from compress.tasks.token_classification.metrics import (scores_from_counts, sentence_counts, split_tag,
                                                          token_agreement)
 

@@ -1,6 +1,6 @@
 """The teacher stage for tagging data: fine-tune a token classifier and score it on entities.
 
-:func:`compress.teacher.train_teacher` hands over here when the data is tagging data
+:func:`compress.stages.teacher.train_teacher` hands over here when the data is tagging data
 (:func:`compress.tasks.task_choice.data_task`: the built-in ``wnut17`` or ``wikigold``, a CoNLL file, a JSONL file
 of ``tokens``/``tags``). The model is built through the registry's task object
 (``AutoModelForTokenClassification``: BERT, MPNet, RoBERTa, DistilBERT), with the label list of
@@ -11,7 +11,7 @@ Ctrl-C and full-disk handling, and an atomic artifact write. Validation entity F
 every epoch; the final validation and test scores (entity P/R/F1, per type, token accuracy) go to
 ``compress.json`` beside ``"task": "token-classification"`` and the label list, with ``chance_check``:
 a teacher that finds no validation entity (its training collapsed into the ``O`` tag) is written with a
-warning, and distill refuses it (:class:`compress.head_check.TaggerCheck`).
+warning, and distill refuses it (:class:`compress.core.head_check.TaggerCheck`).
 
 A model folder whose head is for another task, or for another number of tags, is refused in one
 line before transformers loads it (:func:`compress.tasks.task_choice.check_model_task`). An
@@ -28,21 +28,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compress.assets import resolve_model
+from compress.core.assets import resolve_model
 from compress.config import TeacherConfig
-from compress.errors import CompressError
-from compress.head_check import judge_existing_head
-from compress.hub import snapshot_origin
-from compress.modeling import count_parameters, fit_max_length, load_classifier
+from compress.core.errors import CompressError
+from compress.core.head_check import judge_existing_head
+from compress.core.hub import snapshot_origin
+from compress.runtime.modeling import count_parameters, fit_max_length, load_classifier
 from compress.tasks.task_choice import TOKEN, check_model_task
 from compress.tasks.token_classification.data import TokenTaskData
 from compress.tasks.token_classification.words import (entity_f1_callback, score_token_logits, tagger_chance_check, token_collator,
                                           token_logits, tokenize_tagged_split, word_tag_check)
-from compress.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
+from compress.stages.training import (checkpoint_dir, checkpoint_fingerprint, freeze_bottom_layers, guarded_trainer,
                                interrupt_callback, is_main_process, refuse_keep_best, resume_point, run_trainer,
                                start_stage, training_arguments, write_trained_artifact)
-from compress.windows import window_stride
-from compress.device import device_name
+from compress.core.windows import window_stride
+from compress.core.device import device_name
 
 
 def _generic(names: list[str] | None) -> bool:
@@ -74,7 +74,7 @@ def train_token_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
                                              stride=cfg.stride)
                  for name, split in data.splits.items()}
     # A head that came with the model may never have been trained (a tagger saved straight after it was built):
-    # test it on validation before trusting it, as the sentence teacher does (compress.head_check).
+    # test it on validation before trusting it, as the sentence teacher does (compress.core.head_check).
     head_check, head_logits, untrained_head = None, None, False
     if has_head and cfg.finetune is not True and "validation" in tokenized:
         head_logits = token_logits(model, tokenized["validation"], precision=precision.precision, pad_id=pad_id)

@@ -8,15 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from compress.modeling import load_classifier
-from compress.prune.stage import kl_divergence
+from compress.runtime.modeling import load_classifier
+from compress.stages.prune.stage import kl_divergence
 from compress.tasks.protocol.training import PruningScorer
 from compress.tasks.task_choice import TOKEN, check_model_task
 from compress.tasks.token_classification.distill import distill_stage
 from compress.tasks.token_classification.teacher import train_token_teacher
 from compress.tasks.token_classification.words import (score_token_logits, token_collator, token_logits,
                                                         tokenize_tagged_split)
-from compress.windows import window_stride
+from compress.core.windows import window_stride
 
 
 def train_teacher(cfg: Any, out: str | os.PathLike) -> Path:
@@ -59,5 +59,5 @@ def pruning_scorer(cfg: Any, data: Any, tokenizer: Any, pad_id: int) -> PruningS
 
 
 def pretrain_data(data: Any) -> Any:
-    """The tagging data; its sentences are read as running text (:func:`compress.transfer.split_texts`)."""
+    """The tagging data; its sentences are read as running text (:func:`compress.stages.transfer.split_texts`)."""
     return data.load_tagging()

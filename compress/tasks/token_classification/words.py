@@ -3,7 +3,7 @@
 What a tagger stage (the teacher today) needs beyond what a sentence classifier needs:
 
 - :func:`tokenize_tagged_split`: each sentence's words tokenized as pre-split words
-  (``is_split_into_words``) into windows of ``max_length`` tokens (:mod:`compress.windows`: a
+  (``is_split_into_words``) into windows of ``max_length`` tokens (:mod:`compress.core.windows`: a
   sentence that fits is one row, a longer one several that overlap by ``stride`` tokens), each
   word's tag on its **first** sub-token and ``-100`` on the rest and on special tokens
   (:mod:`compress.tasks.token_classification.alignment`), as a ``datasets.Dataset`` with the ``word_ids``, the sentence
@@ -12,7 +12,7 @@ What a tagger stage (the teacher today) needs beyond what a sentence classifier 
   fed only the model's columns;
 - :func:`sentence_word_logits` / :func:`word_tags` / :func:`evaluate_tagger`: the model's per-token
   logits read per word (first sub-token, the same rule as the labels; a long sentence's word from
-  the window where it has the most context, as :class:`compress.runtime.Predictor` reads it) and
+  the window where it has the most context, as :class:`compress.runtime.predictor.Predictor` reads it) and
   scored with entity-level F1 (:mod:`compress.tasks.token_classification.metrics`, seqeval's default rules) through
   the registry's task;
 - :func:`entity_f1_callback`: a Trainer callback that scores validation after every epoch, so the
@@ -32,11 +32,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from compress.tasks.token_classification.alignment import IGNORE_INDEX
-from compress.windows import Windows, encode_windows, max_context_windows, window_stride
-from compress.data import DynamicPaddingCollator
-from compress.modeling import accepts_token_types, autocast, model_device
-from compress.training import epoch_validation_callback
-from compress.progress import progress as show_progress
+from compress.core.windows import Windows, encode_windows, max_context_windows, window_stride
+from compress.tasks.tables import DynamicPaddingCollator
+from compress.runtime.modeling import accepts_token_types, autocast, model_device
+from compress.stages.training import epoch_validation_callback
+from compress.core.progress import progress as show_progress
 
 #: Columns a token-classification model takes (``token_type_ids`` only when the tokenizer makes them).
 MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
@@ -48,7 +48,7 @@ def window_rows(windows: Windows, tags: Sequence[Sequence[int]], n_words: Sequen
     ``labels`` (each word's tag at its first sub-token of the *sentence*, so a window that begins
     inside a word does not label that word's continuation), ``sample`` (its sentence) and
     ``read_at``: for each word of the sentence, the position in this window it is read from, or -1
-    when another window gives it more context (:func:`compress.windows.max_context_windows`) or it
+    when another window gives it more context (:func:`compress.core.windows.max_context_windows`) or it
     has no token at all. Every word with a token is read from exactly one window of its sentence."""
     out: dict[str, list] = {"input_ids": [], "attention_mask": [], "token_type_ids": [], "labels": [], "word_ids": [],
                             "sample": [], "n_words": [], "read_at": []}
@@ -88,7 +88,7 @@ def tokenize_tagged_split(ds, tokenizer, max_length: int, with_length: bool = Fa
     """A split of a :class:`compress.tasks.token_classification.data.TokenTaskData` (``tokens``, ``tags``) tokenized into
     windows and aligned (:func:`window_rows`): ``input_ids``, ``attention_mask`` (``token_type_ids``),
     ``labels``, ``word_ids``, ``sample``, ``n_words``, ``read_at`` (and ``length`` for length-grouped
-    batches). ``stride`` defaults to :func:`compress.windows.default_stride` of ``max_length``."""
+    batches). ``stride`` defaults to :func:`compress.core.windows.default_stride` of ``max_length``."""
     from datasets import Dataset
 
     limit = getattr(tokenizer, "model_max_length", None)
@@ -129,7 +129,7 @@ def token_logits(model, tokenized, batch_size: int = 64, precision: str = "fp32"
     """Per-token logits ``(tokens, labels)`` of every row, padding trimmed, in the dataset's order.
 
     Rows run longest first in batches padded to their own length, as
-    :func:`compress.modeling.predict_logits` runs a classifier."""
+    :func:`compress.runtime.modeling.predict_logits` runs a classifier."""
     import torch
 
     ids = tokenized["input_ids"]
@@ -200,10 +200,10 @@ def score_token_logits(logits: Sequence[np.ndarray], tokenized, gold: Sequence[S
 def word_tag_check(logits: Sequence[np.ndarray], tokenized, gold: Sequence[Sequence[str]],
                    label_names: Sequence[str]):
     """Is a tagger's head better than one that ignores its input? Its word tags' accuracy against always
-    answering the commonest tag (:func:`compress.head_check.check_predictions`). A random head scores well
+    answering the commonest tag (:func:`compress.core.head_check.check_predictions`). A random head scores well
     below that (it spreads words over every tag) while still finding a few entities by luck, so entity F1
     alone cannot tell it from a trained one."""
-    from compress.head_check import check_predictions
+    from compress.core.head_check import check_predictions
 
     index = {name: i for i, name in enumerate(label_names)}
     predicted = word_tags(logits, tokenized, label_names)
@@ -216,9 +216,9 @@ def word_tag_check(logits: Sequence[np.ndarray], tokenized, gold: Sequence[Seque
 
 def tagger_chance_check(logits: Sequence[np.ndarray], tokenized, gold: Sequence[Sequence[str]],
                         label_names: Sequence[str]):
-    """The verdict distill refuses a tagger teacher on: :func:`compress.head_check.check_tagger` when it finds no
+    """The verdict distill refuses a tagger teacher on: :func:`compress.core.head_check.check_tagger` when it finds no
     entity (it collapsed into ``O``), else :func:`word_tag_check` (a random head finds a few by luck)."""
-    from compress.head_check import check_tagger
+    from compress.core.head_check import check_tagger
     from compress.tasks import get_task
 
     entities = check_tagger(get_task("token-classification").score(word_tags(logits, tokenized, label_names), gold))
@@ -228,10 +228,10 @@ def tagger_chance_check(logits: Sequence[np.ndarray], tokenized, gold: Sequence[
 def entity_f1_callback(tokenized, gold: Sequence[Sequence[str]], label_names: Sequence[str], pad_id: int = 0,
                        precision: str = "fp32", tagger: Any = None, keep_best: bool = False):
     """A Trainer callback: after every epoch, validation entity F1 in the log history and on stdout (and a
-    warning at the end when the last epoch still lifted it a lot, :func:`compress.training.still_learning`).
+    warning at the end when the last epoch still lifted it a lot, :func:`compress.stages.training.still_learning`).
     ``tagger``: the model to score when the Trainer trains a wrapper around it (a student with projections);
     ``keep_best``: training ends with the weights of the epoch with the best entity F1
-    (:func:`compress.training.epoch_validation_callback`)."""
+    (:func:`compress.stages.training.epoch_validation_callback`)."""
 
     def evaluate(model, batch_size: int) -> dict[str, float]:
         scores = evaluate_tagger(tagger if tagger is not None else model, tokenized, gold, label_names, batch_size,

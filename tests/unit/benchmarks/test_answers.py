@@ -3,7 +3,7 @@
 import pytest
 
 from benchmarks.answers import Answers, answer_each
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 
 class Model:

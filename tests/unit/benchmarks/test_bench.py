@@ -23,8 +23,8 @@ from benchmarks.suite import (QUICK, RESULTS_FILE, SCHEMA, SCHEMA_VERSION, Bench
                               measure_latency)
 from compress.cli import main
 from compress.config import DataOptions
-from compress.errors import CompressError
-from compress.runtime import Predictor
+from compress.core.errors import CompressError
+from compress.runtime.predictor import Predictor
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 TEXTS = [r["text"] for r in sentiment_rows(40, seed=5)]
@@ -146,21 +146,21 @@ def large(work) -> Path:
 
 @pytest.fixture(scope="module")
 def small_onnx(small, work) -> Path:
-    from compress.export import export_onnx
+    from compress.stages.export import export_onnx
 
     return export_onnx(small, work / "small-onnx")
 
 
 @pytest.fixture(scope="module")
 def small_int8(small_onnx, work) -> Path:
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     return quantize(small_onnx, work / "small-int8")
 
 
 @pytest.fixture(scope="module")
 def small_torch_int8(small, work) -> Path:
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     return quantize(small, work / "small-torch-int8", method="torch-dynamic")
 

@@ -581,7 +581,7 @@ def _spread_results() -> dict:
     ("max_p50_ms", "low", -TINY, "fail"),
 ])
 def test_latency_rules_on_the_bounds_of_their_interval(tmp_path, rule, bound, offset, expected):
-    from benchmarks.stats import series_median_interval, speedup_interval, throughput_interval
+    from compress.core.stats import series_median_interval, speedup_interval, throughput_interval
 
     doc = _spread_results()
     rounds = doc["artifacts"][1]["latency"][0]["rounds_ns"]
@@ -618,7 +618,7 @@ def test_fusion_counts_on_the_limit(tmp_path, ops, toml, expected):
 ])
 def test_accuracy_drop_on_the_bounds_of_the_paired_interval(tmp_path, relative, bound, offset, expected):
     """Lower is better: the drop's upper bound decides a pass, its lower bound a failure (paired interval)."""
-    from benchmarks.stats import accuracy_drop_interval
+    from compress.core.stats import accuracy_drop_interval
 
     doc = make_results()
     labels = np.asarray(_labels())
@@ -669,7 +669,7 @@ def test_max_regression_exactly_on_the_limit(tmp_path, limit, expected):
     ("high", 0.0, "pass"), ("high", -TINY, "inconclusive"), ("low", 0.0, "inconclusive"), ("low", -TINY, "fail"),
 ])
 def test_accuracy_regression_on_the_bounds_of_the_paired_interval(tmp_path, bound, offset, expected):
-    from benchmarks.stats import accuracy_drop_interval
+    from compress.core.stats import accuracy_drop_interval
 
     baseline, current = make_results(), make_results()
     _set_quality(current["artifacts"][1], 0.85, 0.92)
@@ -734,7 +734,7 @@ def test_traffic_agreement_without_traffic_predictions_fails_and_says_how_to_get
 @pytest.mark.parametrize("rule, bound", [("min_speedup", "low"), ("min_throughput", "low"), ("max_p50_ms", "high")])
 def test_latency_rules_use_the_confidence_of_the_rules_file(tmp_path, rule, bound):
     """On the pass-side bound of the 90% interval: a pass at confidence 0.9, inconclusive on the wider 95% one."""
-    from benchmarks.stats import series_median_interval, speedup_interval, throughput_interval
+    from compress.core.stats import series_median_interval, speedup_interval, throughput_interval
 
     doc = _spread_results()
     rounds = doc["artifacts"][1]["latency"][0]["rounds_ns"]
@@ -748,7 +748,7 @@ def test_latency_rules_use_the_confidence_of_the_rules_file(tmp_path, rule, boun
 
 @pytest.mark.parametrize("relative", [False, True])
 def test_accuracy_drop_uses_the_confidence_of_the_rules_file(tmp_path, relative):
-    from benchmarks.stats import accuracy_drop_interval
+    from compress.core.stats import accuracy_drop_interval
 
     doc = make_results()
     labels = np.asarray(_labels())
@@ -761,7 +761,7 @@ def test_accuracy_drop_uses_the_confidence_of_the_rules_file(tmp_path, relative)
 
 
 def test_accuracy_drop_messages_name_the_test_sets_power(tmp_path):
-    from benchmarks.stats import detectable_drop
+    from compress.core.stats import detectable_drop
 
     doc = make_results()
     labels = np.asarray(_labels())
@@ -782,7 +782,7 @@ def test_seed_group_relative_drop_and_confidence(tmp_path):
     """A group's drop is the mean-over-seeds interval; relative, divided by the reference accuracy (0.9)."""
     from statistics import NormalDist
 
-    from benchmarks.stats import mean_over_seeds_interval
+    from compress.core.stats import mean_over_seeds_interval
 
     doc = _with_seed_group([0.88, 0.87, 0.89])
     labels = np.asarray(_labels())
@@ -807,7 +807,7 @@ def test_seed_group_relative_drop_and_confidence(tmp_path):
 
 
 def test_seed_group_agreement_uses_the_confidence(tmp_path):
-    from benchmarks.stats import mean_over_seeds_interval
+    from compress.core.stats import mean_over_seeds_interval
 
     doc = _with_seed_group([0.88, 0.87, 0.89])
     ref = np.asarray(doc["artifacts"][0]["quality"]["predictions"])
@@ -978,7 +978,7 @@ def test_accuracy_regression_on_other_examples_is_unpaired_at_the_rules_confiden
     on the baseline's labels, at the rules' confidence, in points and as a share
     (``_accuracy_regression`` 47 read the baseline against the new labels, 93 dropped the confidence, 94 the
     share, 95 the baseline's correctness)."""
-    from benchmarks.stats import unpaired_accuracy_drop_interval
+    from compress.core.stats import unpaired_accuracy_drop_interval
 
     baseline, old = _other_examples_baseline()
     current = make_results()
@@ -1004,7 +1004,7 @@ def test_accuracy_regression_on_other_examples_is_unpaired_at_the_rules_confiden
 def test_paired_max_regression_decides_the_accuracy_share(tmp_path):
     """max_regression's accuracy half on the same examples is the paired interval of the relative fall: a
     limit just under its lower bound fails, where the fall in points would not (``_accuracy_regression`` 86)."""
-    from benchmarks.stats import accuracy_drop_interval
+    from compress.core.stats import accuracy_drop_interval
 
     baseline, current = make_results(), make_results()
     _set_quality(current["artifacts"][1], 0.85, 0.92)
@@ -1023,7 +1023,7 @@ def test_paired_max_regression_decides_the_accuracy_share(tmp_path):
 def test_relative_drop_of_a_group_against_a_reference_that_got_nothing_right(tmp_path):
     """A reference right on no example cannot be divided by: the group's drop stays in points, negative (the
     seeds do better), and passes (``_accuracy_drop`` 81 divided by the reference accuracy 0)."""
-    from benchmarks.stats import mean_over_seeds_interval
+    from compress.core.stats import mean_over_seeds_interval
 
     doc = _with_seed_group([0.88, 0.87, 0.89])
     labels = np.asarray(_labels())

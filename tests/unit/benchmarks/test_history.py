@@ -12,7 +12,7 @@ from benchmarks.gate import EXIT_FAIL, EXIT_MALFORMED, EXIT_PASS
 from benchmarks.history import (HISTORY_SCHEMA, append_history, check_artifact, metric_series, read_history,
                                 summarize_run)
 from compress.cli import main
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from tests.support.results import make_results
 
 

@@ -13,7 +13,7 @@ from tests.conftest import make_bert
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    from compress.export import export_onnx
+    from compress.stages.export import export_onnx
 
     root = tmp_path_factory.mktemp("load_http")
     return export_onnx(make_bert(root / "bert", layers=2, head=True), root / "onnx")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from benchmarks.accuracy import mcnemar_p
-from benchmarks.stats import (Interval, accuracy_drop_interval, block_bootstrap_indices, block_length, detectable_drop,
+from compress.core.stats import (Interval, accuracy_drop_interval, block_bootstrap_indices, block_length, detectable_drop,
                               history_flagged, history_score, mean_over_seeds_interval, proportion_interval,
                               speedup_interval)
 
@@ -397,7 +397,7 @@ def test_speedup_interval_is_a_function_of_its_seed():
 
 def test_unpaired_accuracy_drop_approaches_the_two_sample_wald_interval():
     """900/1000 against 850/1000 on other examples: drop 0.05, SE sqrt(p1 q1 / n1 + p2 q2 / n2)."""
-    from benchmarks.stats import unpaired_accuracy_drop_interval
+    from compress.core.stats import unpaired_accuracy_drop_interval
 
     old = np.array([True] * 900 + [False] * 100)
     new = np.array([True] * 850 + [False] * 150)
@@ -418,7 +418,7 @@ def test_unpaired_accuracy_drop_approaches_the_two_sample_wald_interval():
 
 
 def test_throughput_and_latency_intervals_of_constant_and_noisy_rounds():
-    from benchmarks.stats import series_median_interval, throughput_interval
+    from compress.core.stats import series_median_interval, throughput_interval
 
     flat = [10_000_000] * 100  # 10 ms a call
     t = throughput_interval(flat, batch_size=8)
@@ -523,7 +523,7 @@ def test_block_bootstrap_indices_edges():
 
 
 def test_paired_inputs_edges():
-    from benchmarks.stats import paired_table, speedup_replicates
+    from compress.core.stats import paired_table, speedup_replicates
 
     # 0/1 integers count like booleans (not as bit patterns under ~).
     assert paired_table([1, 1, 0, 0], [1, 0, 1, 0]).tolist() == [1, 1, 1, 1]
@@ -556,7 +556,7 @@ def test_accuracy_drop_interval_edges():
 
 
 def test_proportion_and_percentile_intervals_carry_their_confidence():
-    from benchmarks.stats import percentile_interval
+    from compress.core.stats import percentile_interval
 
     i = proportion_interval(9, 10, confidence=0.9)
     assert (i.estimate, i.confidence) == (0.9, 0.9)
@@ -572,7 +572,7 @@ def test_proportion_and_percentile_intervals_carry_their_confidence():
 
 
 def test_ratio_of_independent_runs():
-    from benchmarks.stats import ratio_of_independent
+    from compress.core.stats import ratio_of_independent
 
     new = (3.0, np.array([2.0, 3.0, 4.0, 6.0]))
     old = (1.5, np.array([1.0, 1.0, 2.0, 2.0]))
@@ -701,7 +701,7 @@ def test_an_autocorrelation_exactly_on_the_band_is_significant():
 def test_relative_to_divides_where_there_is_a_base_and_is_zero_elsewhere():
     import warnings
 
-    from benchmarks.stats import relative_to
+    from compress.core.stats import relative_to
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -712,7 +712,7 @@ def test_relative_to_divides_where_there_is_a_base_and_is_zero_elsewhere():
 def test_unpaired_accuracy_drop_interval_is_reproducible():
     """Seeded: the same interval every time, another seed another one. Seven resamples, so that the bounds
     interpolate between a few replicates and an unseeded run would move them."""
-    from benchmarks.stats import unpaired_accuracy_drop_interval
+    from compress.core.stats import unpaired_accuracy_drop_interval
 
     old, new = [True] * 70 + [False] * 30, [True] * 60 + [False] * 40
     a, b = unpaired_accuracy_drop_interval(old, new), unpaired_accuracy_drop_interval(old, new)
@@ -736,7 +736,7 @@ def _weaker(ref: np.ndarray, misses: int) -> np.ndarray:
 
 
 def test_f1_intervals_resample_sentences_and_pair_them():
-    from benchmarks.stats import f1_drop_interval, f1_interval, ratio_interval, unpaired_f1_drop_interval
+    from compress.core.stats import f1_drop_interval, f1_interval, ratio_interval, unpaired_f1_drop_interval
     from compress.tasks.token_classification.metrics import scores_from_counts
 
     rng = np.random.default_rng(3)
@@ -775,7 +775,7 @@ def test_f1_intervals_resample_sentences_and_pair_them():
 
 
 def test_f1_intervals_of_one_sentence_and_of_unpaired_sets():
-    from benchmarks.stats import f1_drop_interval, ratio_interval, unpaired_f1_drop_interval
+    from compress.core.stats import f1_drop_interval, ratio_interval, unpaired_f1_drop_interval
 
     one_ref, one_art = np.array([[[2, 2, 2]]]), np.array([[[1, 2, 2]]])  # F1 1.0 and 0.5
     single = f1_drop_interval(one_ref, one_art)
@@ -800,7 +800,7 @@ def test_f1_intervals_of_one_sentence_and_of_unpaired_sets():
     # Both sides are resampled: the unpaired interval is wider than either side's own (about sqrt(2) times
     # for two sides of equal size and spread).
     a, b = _tagger_counts(rng, 300, 0.7), _tagger_counts(rng, 300, 0.6)
-    from benchmarks.stats import f1_interval
+    from compress.core.stats import f1_interval
 
     width = lambda i: i.high - i.low  # noqa: E731
     assert width(unpaired_f1_drop_interval(a, b)) > 1.25 * max(width(f1_interval(a)), width(f1_interval(b)))
@@ -810,7 +810,7 @@ def test_seed_group_f1_drop_and_word_agreement_add_the_seed_spread():
     """The seed-group twins of ``f1_drop_interval`` / ``ratio_interval``: the estimate is the mean of the
     seeds' own values, the test-set term a paired bootstrap of the seed mean, the seed term the spread of
     the seeds' values; seeds that scatter give a wider interval around the same mean."""
-    from benchmarks.stats import f1_drop_interval, mean_f1_drop_over_seeds_interval, mean_ratio_over_seeds_interval
+    from compress.core.stats import f1_drop_interval, mean_f1_drop_over_seeds_interval, mean_ratio_over_seeds_interval
     from compress.tasks.token_classification.metrics import scores_from_counts
 
     rng = np.random.default_rng(11)
@@ -849,7 +849,7 @@ def test_seed_group_f1_drop_and_word_agreement_add_the_seed_spread():
 def test_seed_group_share_of_the_reference_f1_is_paired_and_adds_the_seed_spread():
     """A target stated as a share ("keeps 95% of the teacher's F1"): each seed's F1 over the reference's on the
     same sentences, averaged; the bootstrap moves the reference with the seeds, so the interval is the ratio's."""
-    from benchmarks.stats import mean_f1_drop_over_seeds_interval, mean_f1_share_over_seeds_interval
+    from compress.core.stats import mean_f1_drop_over_seeds_interval, mean_f1_share_over_seeds_interval
     from compress.tasks.token_classification.metrics import scores_from_counts
 
     rng = np.random.default_rng(12)
@@ -878,7 +878,7 @@ def test_seed_group_share_of_the_reference_f1_is_paired_and_adds_the_seed_spread
 def test_shares_pooled_over_teachers_are_the_mean_of_each_teachers_share_and_add_the_teachers_spread():
     """One recipe read on several teachers: each teacher's share (a mean over its own students), averaged; the
     teachers' spread is a variance term of its own, so teachers that disagree widen the interval."""
-    from benchmarks.stats import mean_f1_share_over_seeds_interval, mean_f1_share_over_teachers_interval
+    from compress.core.stats import mean_f1_share_over_seeds_interval, mean_f1_share_over_teachers_interval
 
     rng = np.random.default_rng(21)
     lucky, plain = _tagger_counts(rng, 300, 0.85), _tagger_counts(rng, 300, 0.75)

@@ -17,7 +17,7 @@ import pytest
 from benchmarks.load import run_load
 from benchmarks.teacher_runtimes import add_teacher_best, model_root
 from benchmarks.traffic import replay_batch1, replay_batched, traffic_requests
-from compress.runtime import Predictor
+from compress.runtime.predictor import Predictor
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 #: Texts of very different lengths, so padding or a reordering would show.
@@ -38,14 +38,14 @@ def teacher(work) -> Path:
 
 @pytest.fixture(scope="module")
 def teacher_onnx(teacher, work) -> Path:
-    from compress.export import export_onnx
+    from compress.stages.export import export_onnx
 
     return export_onnx(teacher, work / "teacher-onnx")
 
 
 @pytest.fixture(scope="module")
 def teacher_int8(teacher_onnx, work) -> Path:
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     return quantize(teacher_onnx, work / "teacher-int8")
 
@@ -57,14 +57,14 @@ def student(work) -> Path:
 
 @pytest.fixture(scope="module")
 def student_onnx(student, work) -> Path:
-    from compress.export import export_onnx
+    from compress.stages.export import export_onnx
 
     return export_onnx(student, work / "student-onnx")
 
 
 @pytest.fixture(scope="module")
 def student_bf16(student, work) -> Path:
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     return quantize(student, work / "student-bf16", method="torch-bf16")
 

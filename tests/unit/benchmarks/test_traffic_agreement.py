@@ -13,9 +13,9 @@ from scipy.stats import beta
 
 from benchmarks.agreement import confident_disagreements, traffic_agreement, wilson_interval
 from benchmarks.gate import EXIT_MALFORMED, EXIT_PASS, evaluate, load_rules, run_gate
-from benchmarks.stats import mean_over_seeds_interval
+from compress.core.stats import mean_over_seeds_interval
 from benchmarks.traffic import read_traffic_file
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from tests.support.models import shifted_copy
 from tests.conftest import make_bert, sentiment_rows, write_csv
 from tests.support.results import make_results
@@ -183,7 +183,7 @@ def test_gate_refuses_damaged_traffic_predictions(tmp_path, capsys):
 
 def test_bench_traffic_file_on_tiny_models(tmp_path, capsys):
     from compress.cli import main
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     teacher = make_bert(tmp_path / "teacher", layers=2, hidden=32, heads=2, ffn=64, head=True, seed=1)
     data = write_csv(tmp_path / "sentiment.csv", sentiment_rows(60, seed=3))

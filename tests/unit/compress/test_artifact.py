@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from compress.artifact import check_model_folder, read_meta, write_artifact
-from compress.errors import CompressError
-from compress.modeling import load_classifier
+from compress.core.artifact import check_model_folder, read_meta, write_artifact
+from compress.core.errors import CompressError
+from compress.runtime.modeling import load_classifier
 from tests.conftest import make_bert
 
 

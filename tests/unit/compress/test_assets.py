@@ -6,8 +6,8 @@ import zipfile
 
 import pytest
 
-from compress import assets
-from compress.errors import CompressError
+from compress.core import assets
+from compress.core.errors import CompressError
 
 
 def test_sha_mismatch_deletes_the_file(tmp_path, monkeypatch):

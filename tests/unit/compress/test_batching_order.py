@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compress.errors import CompressError
-from compress.numerics import softmax
-from compress.runtime import Predictor, encode_batches, normalize_texts
+from compress.core.errors import CompressError
+from compress.core.numerics import softmax
+from compress.runtime.predictor import Predictor, encode_batches, normalize_texts
 
 TEXTS = ["good", "a really wonderful and moving film with a superb cast", "bad plot", "the movie",
          "the story was quite dull and the acting was weak", "funny", "a charming film", "tedious"]
@@ -140,7 +140,7 @@ def test_normalize_texts_splits_pairs_and_keeps_order():
 def test_length_sorted_batches_and_pad_rows_on_their_own():
     """The two pieces every batching path shares, called directly: the refusals, no token types given
     (zeros when the model takes them), and no rows at all."""
-    from compress.windows import length_sorted_batches, pad_rows
+    from compress.core.windows import length_sorted_batches, pad_rows
 
     for wrong in (0, True, 2.0):
         with pytest.raises(CompressError, match="batch-size"):

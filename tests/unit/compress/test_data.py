@@ -5,8 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from compress.data import DynamicPaddingCollator, load_task_data, parse_movie_review_snippets, tokenize_split
-from compress.errors import CompressError
+from compress.tasks.tables import DynamicPaddingCollator, load_task_data, parse_movie_review_snippets, tokenize_split
+from compress.core.errors import CompressError
 from tests.conftest import sentiment_rows, write_csv
 
 

@@ -13,9 +13,9 @@ import torch
 
 from compress.cli import build_parser, main, stage_config
 from compress.config import ConfigError
-from compress.stages import stage_configs
-from compress.device import DEVICE_FORMS, check_device_spec, device_problem, mixed_precision, resolve_device
-from compress.errors import CompressError
+from compress.stages.registry import stage_configs
+from compress.core.device import DEVICE_FORMS, check_device_spec, device_problem, mixed_precision, resolve_device
+from compress.core.errors import CompressError
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
@@ -56,7 +56,7 @@ def test_every_model_stage_config_has_a_validated_device(stage):
 
 def test_device_is_recorded_but_not_part_of_a_stage_identity():
     from compress.config import DistillConfig
-    from compress.fingerprint import stage_identity
+    from compress.stages.fingerprint import stage_identity
 
     on_cpu, on_gpu = DistillConfig(teacher="t", device="cpu"), DistillConfig(teacher="t", device="cuda")
     assert on_cpu.to_dict()["device"] == "cpu"
@@ -129,7 +129,7 @@ def test_cuda_without_a_gpu_through_the_command_line(tiny, tmp_path, capsys):
 
 def test_training_arguments_follow_the_device(tmp_path):
     from compress.config import TrainSettings
-    from compress.training import training_arguments
+    from compress.stages.training import training_arguments
 
     args = training_arguments(TrainSettings(), tmp_path, 10, device=torch.device("cpu"))
     assert args.use_cpu and args.device.type == "cpu" and not args.fp16
@@ -148,8 +148,8 @@ def test_the_teacher_stage_records_its_device(tiny, tmp_path, monkeypatch):
 def test_predictor_reports_its_device_and_provider(tiny, tmp_path, capsys):
     import onnxruntime as ort
 
-    from compress.export import export_onnx
-    from compress.runtime import Predictor
+    from compress.stages.export import export_onnx
+    from compress.runtime.predictor import Predictor
 
     _, _, model = tiny
     onnx_dir = export_onnx(model, tmp_path / "onnx")

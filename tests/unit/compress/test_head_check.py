@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from compress.cli import main
-from compress.errors import CompressError
-from compress.head_check import ALPHA, binomial_upper_tail, check_head, refuse_untrained_teacher
+from compress.core.errors import CompressError
+from compress.core.head_check import ALPHA, binomial_upper_tail, check_head, refuse_untrained_teacher
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 
@@ -126,7 +126,7 @@ def test_distill_refuses_a_teacher_at_chance_unless_allowed(case, tmp_path, caps
 
 
 def test_a_tagger_that_finds_no_entity_is_untrained_and_refused():
-    from compress.head_check import TaggerCheck, check_tagger
+    from compress.core.head_check import TaggerCheck, check_tagger
     from compress.tasks import get_task
 
     score = get_task("token-classification").score

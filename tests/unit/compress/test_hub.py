@@ -102,7 +102,7 @@ def test_teacher_and_student_from_hub_names_offline(offline_hf, tmp_path, capsys
 
 
 def test_revision_pins_a_snapshot(offline_hf, tmp_path, capsys):
-    from compress.assets import resolve_model
+    from compress.core.assets import resolve_model
 
     snapshots = offline_hf["hub"] / "models--org--tiny-bert" / "snapshots"
     assert resolve_model("org/tiny-bert") == snapshots / MAIN
@@ -128,8 +128,8 @@ def test_revision_pins_a_snapshot(offline_hf, tmp_path, capsys):
 
 
 def test_safety_checks_apply_to_hub_snapshots(offline_hf, tmp_path, capsys):
-    from compress.assets import resolve_model
-    from compress.modeling import load_classifier
+    from compress.core.assets import resolve_model
+    from compress.runtime.modeling import load_classifier
 
     data = write_csv(tmp_path / "d.csv", sentiment_rows(60))
     for repo, expected in (("org/pickled", "holds only pickle weights"), ("org/gpt", "is not a BERT-family encoder")):
@@ -170,8 +170,8 @@ def test_offline_and_not_cached_is_one_line(offline_hf, tmp_path, capsys):
 def test_hub_dataset_splits_configs_and_checks(offline_hf, tmp_path):
     from datasets import Dataset
 
-    from compress.data import load_task_data
-    from compress.errors import CompressError
+    from compress.tasks.tables import load_task_data
+    from compress.core.errors import CompressError
 
     # only a train split: the seeded 80/10/10 split of a single file
     task = load_task_data("hf:pairs-only-train")
@@ -204,7 +204,7 @@ def test_hub_dataset_splits_configs_and_checks(offline_hf, tmp_path):
 def test_glue_style_unlabelled_test_split_is_left_out(offline_hf):
     from datasets import ClassLabel, Dataset, Features, Value
 
-    from compress.data import load_task_data
+    from compress.tasks.tables import load_task_data
 
     features = Features({"sentence": Value("string"), "label": ClassLabel(names=["neg", "pos"])})
     rows = [{"sentence": r["text"], "label": r["label"]} for r in sentiment_rows(100)]
@@ -296,7 +296,7 @@ def test_online_but_unreachable_falls_back_to_the_cache(hf, tmp_path):
     sock.close()
     env = _online_env(HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HUB_CACHE=str(hf["hub"]),
                       HF_HOME=str(tmp_path / "hf-home"))
-    code = ("import sys\nfrom compress.assets import resolve_model\nfrom compress.errors import CompressError\n"
+    code = ("import sys\nfrom compress.core.assets import resolve_model\nfrom compress.core.errors import CompressError\n"
             "print(resolve_model('org/tiny-bert'))\n"
             "try:\n    resolve_model('org/absent')\nexcept CompressError as e:\n    print('ERROR', e)\n")
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

@@ -1,4 +1,4 @@
-"""Sequence classification of texts past the window in the training stages (compress.long_texts).
+"""Sequence classification of texts past the window in the training stages (compress.stages.long_texts).
 
 What is checked: texts that fit pass through untouched; a long text becomes the text of each of its
 windows, every other column copied, re-tokenizing to the window's own tokens (exactly, for words of
@@ -16,8 +16,8 @@ import random
 import numpy as np
 import pytest
 
-from compress.long_texts import window_texts
-from compress.windows import encode_windows
+from compress.stages.long_texts import window_texts
+from compress.core.windows import encode_windows
 from tests.conftest import FILLER, NEGATIVE, POSITIVE, make_bert, make_tokenizer, run_cli, write_csv
 
 MAX_LENGTH, STRIDE = 24, 6
@@ -156,7 +156,7 @@ def _rows(n: int, seed: int) -> list[dict]:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     from compress.config import DataOptions, TeacherConfig, TrainSettings
-    from compress.teacher import train_teacher
+    from compress.stages.teacher import train_teacher
 
     root = tmp_path_factory.mktemp("long-texts")
     data = write_csv(root / "data.csv", _rows(300, seed=1))
@@ -167,7 +167,7 @@ def trained(tmp_path_factory):
 
 def _served_accuracy(folder, data, split: str) -> tuple[float, np.ndarray, object]:
     from compress.config import DataOptions
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     task = DataOptions(str(data)).load()
     predictor = Predictor.load(folder)
@@ -225,7 +225,7 @@ def test_stride_sets_the_overlap_of_the_training_windows_and_travels_to_serving(
     overlap by it (fewer rows than the default gives), records it, and ``Predictor`` serves with it, so the
     recorded accuracy is still the served one."""
     from compress.config import DataOptions
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
 
     root, data, teacher = trained
     out = root / "student-stride"
@@ -257,7 +257,7 @@ def test_bench_reads_every_artifact_with_the_stride_and_pooling_it_is_given(trai
     (results.json says what each used), so two window settings are compared on the same model and examples; a
     stride one artifact's window cannot hold is refused in one line before anything is measured."""
     from compress.config import DataOptions
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     root, data, teacher = trained
     texts = DataOptions(str(data)).load().splits["test"]["text"][:]
@@ -292,9 +292,9 @@ def test_a_choice_reads_with_one_stride_and_pooling_in_every_runtime_it_serves(t
     to ``Predictor.load`` must reach them too."""
     import shutil
 
-    from compress.artifact import write_artifact
+    from compress.core.artifact import write_artifact
     from compress.config import DataOptions
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     root, data, teacher = trained
 

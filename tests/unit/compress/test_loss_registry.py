@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
-from compress import losses
+from compress.stages import losses
 from compress.cli import main
 from compress.config import DataOptions
-from compress.teacher import TeacherConfig, train_teacher
-from compress.training import TrainSettings
+from compress.stages.teacher import TeacherConfig, train_teacher
+from compress.stages.training import TrainSettings
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 CALLS = {"n": 0}

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from compress.losses import LOSSES, attention_mse, hard_cross_entropy, hidden_mse, kl_divergence, soft_cross_entropy
+from compress.stages.losses import LOSSES, attention_mse, hard_cross_entropy, hidden_mse, kl_divergence, soft_cross_entropy
 
 
 def test_registry_names_every_loss():
@@ -39,7 +39,7 @@ def test_kl_is_soft_ce_minus_teacher_entropy_and_zero_on_agreement():
 
 
 def test_logit_mse_compares_centred_logits_and_is_the_high_temperature_limit():
-    from compress.losses import logit_mse
+    from compress.stages.losses import logit_mse
 
     teacher = torch.tensor([[2.0, -2.0], [0.5, 1.5]])
     # a shift of every logit of a row changes no softmax, so it changes nothing here either
@@ -60,7 +60,7 @@ def test_hard_ce_known_value():
 
 
 def test_teacher_ce_is_cross_entropy_with_the_teachers_top_class_at_any_temperature():
-    from compress.losses import teacher_cross_entropy
+    from compress.stages.losses import teacher_cross_entropy
 
     # row 1: the teacher's top class is 1 (barely: 0.1 against 0.0), row 2: class 0; the student is uniform on
     # row 1 and sure of class 1 on row 2
@@ -76,7 +76,7 @@ def test_teacher_ce_is_cross_entropy_with_the_teachers_top_class_at_any_temperat
 
 def test_teacher_ce_logs_under_its_own_name_beside_the_soft_term():
     from compress.config import DistillConfig
-    from compress.losses import LossTerm, check_terms
+    from compress.stages.losses import LossTerm, check_terms
 
     terms = DistillConfig.from_dict({"losses": "logit_mse:1,teacher_ce:0.5,hard_ce:0.5"}).loss_terms()
     assert [(t.loss, t.on, t.name, t.weight) for t in terms] == [

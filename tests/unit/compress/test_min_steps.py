@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from compress.config import TrainSettings
-from compress.training import schedule_epochs, training_arguments
+from compress.stages.training import schedule_epochs, training_arguments
 
 
 @pytest.mark.parametrize("settings, per_epoch, epochs", [

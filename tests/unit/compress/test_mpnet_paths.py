@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from compress.config import DataOptions
-from compress.errors import CompressError
-from compress.runtime import Predictor, default_max_length, position_limit
-from compress.training import TrainSettings
+from compress.core.errors import CompressError
+from compress.runtime.predictor import Predictor, default_max_length, position_limit
+from compress.stages.training import TrainSettings
 from tests.conftest import (MPNET_SHIFT, MPNET_VOCAB_SIZE, make_bert, make_mpnet, make_mpnet_tokenizer, make_tokenizer,
                             sentiment_rows, train_briefly, write_csv)
 
@@ -26,7 +26,7 @@ LONG = "the plot was dull and the acting weak but the cast was really charming "
 @pytest.fixture(scope="module")
 def mpnet_teacher(tmp_path_factory):
     """A tiny MPNet encoder (66 position rows = 64 tokens, tokenizer limit 512) fine-tuned by the teacher stage."""
-    from compress.teacher import TeacherConfig, train_teacher
+    from compress.stages.teacher import TeacherConfig, train_teacher
 
     root = tmp_path_factory.mktemp("mpnet")
     data = write_csv(root / "sentiment.csv", sentiment_rows(240))
@@ -133,7 +133,7 @@ def bert_encoder(mpnet_teacher):
 
 
 def _distill_into_bert(teacher, data, encoder, out, **kw):
-    from compress.distill.trainer import DistillConfig, distill
+    from compress.stages.distill.trainer import DistillConfig, distill
     from students.factory import StudentSpec
 
     cfg = DistillConfig(teacher=str(teacher), data=DataOptions(str(data)),
@@ -176,7 +176,7 @@ def test_mpnet_to_bert_distillation_with_intermediate_losses(mpnet_teacher, bert
 
 
 def test_mpnet_exports_unfused_with_parity(mpnet_teacher, tmp_path):
-    from compress.export import export_onnx
+    from compress.stages.export import export_onnx
 
     teacher, _, _ = mpnet_teacher
     out = export_onnx(teacher, tmp_path / "onnx")
@@ -193,7 +193,7 @@ def test_mpnet_exports_unfused_with_parity(mpnet_teacher, tmp_path):
 
 def test_pruning_refuses_mpnet_before_any_work(mpnet_teacher, tmp_path):
     from compress.config import PruneConfig
-    from compress.prune import prune
+    from compress.stages.prune import prune
 
     teacher, data, _ = mpnet_teacher
     cfg = PruneConfig(model=str(teacher), data=DataOptions(str(data)), heads=0.5,

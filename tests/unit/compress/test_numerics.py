@@ -1,10 +1,10 @@
-"""The numpy softmax and log-softmax every torch-free module uses (compress/numerics.py)."""
+"""The numpy softmax and log-softmax every torch-free module uses (compress/core/numerics.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from compress.numerics import log_softmax, softmax
+from compress.core.numerics import log_softmax, softmax
 
 
 def test_softmax_is_stable_and_sums_to_one():

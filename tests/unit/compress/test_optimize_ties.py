@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from compress.errors import CompressError
-from compress.optimize import format_decision, rank_candidates
+from compress.core.errors import CompressError
+from compress.stages.optimize import format_decision, rank_candidates
 
 
 def row(name: str, median: float, low: float, high: float, agreement: float, size: int = 1000,

@@ -18,10 +18,10 @@ import torch
 
 from compress.cli import build_parser, main, stage_config
 from compress.config import ConfigError, TeacherConfig
-from compress.stages import stage_configs
-from compress.device import (PRECISIONS, PrecisionChoice, cap_blocks_bf16, cpu_flags, decide_precision,
+from compress.stages.registry import stage_configs
+from compress.core.device import (PRECISIONS, PrecisionChoice, cap_blocks_bf16, cpu_flags, decide_precision,
                              mixed_precision, onednn_isa_cap, resolve_precision)
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 EMULATED = "precision auto -> fp32: this CPU has no avx512_bf16/AMX; bf16 autocast would be emulated"
@@ -161,8 +161,8 @@ def test_the_decision_on_this_machine_agrees_with_its_flags(capsys, monkeypatch)
 
 def test_the_decided_precision_is_what_the_model_computes_in(tmp_path):
     from compress.config import TrainSettings
-    from compress.runtime import Predictor
-    from compress.training import training_arguments
+    from compress.runtime.predictor import Predictor
+    from compress.stages.training import training_arguments
 
     model = make_bert(tmp_path / "model", layers=1, head=True)
     seen = {}
@@ -188,7 +188,7 @@ def test_soft_label_caches_made_before_precision_keep_their_key():
 
     from datasets import Dataset
 
-    from compress.teacher import LoadedTeacher, _ids_digest, soft_label_cache_path
+    from compress.stages.teacher import LoadedTeacher, _ids_digest, soft_label_cache_path
 
     ds = Dataset.from_dict({"t_input_ids": [[101, 7, 102], [101, 9, 9, 102]]})
     teacher = LoadedTeacher(Path("t"), None, None, "w" * 64, {})
@@ -261,7 +261,7 @@ def test_bf16_is_an_alias_of_precision_bf16(argv):
 def test_prune_recovery_gets_the_precision(tiny, tmp_path):
     """Recovery is a distillation run: it decides and records the precision, and prune copies the record."""
     from compress.config import DataOptions, PruneConfig, TrainSettings
-    from compress.prune import prune
+    from compress.stages.prune import prune
 
     _, data, model = tiny
     cfg = PruneConfig(model=str(model), data=DataOptions(str(data)), heads=0.5, recover_epochs=1.0,

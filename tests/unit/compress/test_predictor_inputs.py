@@ -8,14 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compress.errors import CompressError
-from compress.runtime import Predictor
+from compress.core.errors import CompressError
+from compress.runtime.predictor import Predictor
 from tests.conftest import make_bert
 
 
 @pytest.fixture(scope="module")
 def predictors(tmp_path_factory):
-    from compress.export import export_onnx
+    from compress.stages.export import export_onnx
 
     root = tmp_path_factory.mktemp("inputs")
     model = make_bert(root / "model", layers=1, head=True, seed=2)

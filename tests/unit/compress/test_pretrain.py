@@ -7,7 +7,7 @@ import json
 import torch
 
 from compress.cli import main
-from compress.pretrain import WholeWordMaskCollator
+from compress.stages.pretrain import WholeWordMaskCollator
 from tests.conftest import FILLER, NEGATIVE, POSITIVE, make_bert, make_tokenizer, sentiment_rows
 
 
@@ -63,8 +63,8 @@ def test_pretrain_lowers_the_mlm_loss_and_its_head_fills_masks(tmp_path, capsys)
 
 
 def test_pretrained_encoder_becomes_a_teacher_whose_head_feeds_augmentation(tmp_path, sentiment_csv):
-    from compress.teacher import load_teacher
-    from compress.transfer import MaskedLMCandidates, candidate_source
+    from compress.stages.teacher import load_teacher
+    from compress.stages.transfer import MaskedLMCandidates, candidate_source
 
     encoder = make_bert(tmp_path / "encoder", layers=2, hidden=32, heads=2, ffn=64)
     corpus = tmp_path / "corpus.txt"
@@ -90,7 +90,7 @@ def test_pretrain_refuses_a_corpus_too_small(tmp_path, capsys):
 
 def test_pretrain_on_tagging_data_drops_its_held_out_sentences_and_adds_its_training_ones(tmp_path):
     from compress.config import PretrainConfig
-    from compress.pretrain import _corpus
+    from compress.stages.pretrain import _corpus
     from tests.support.toy_ner import toy_sentences, write_conll
 
     sentences = toy_sentences(60, seed=3)
@@ -108,7 +108,7 @@ def test_pretrain_on_tagging_data_drops_its_held_out_sentences_and_adds_its_trai
 
 
 def test_a_corpus_line_past_the_window_is_read_in_windows_not_cut():
-    from compress.pretrain import _tokenize
+    from compress.stages.pretrain import _tokenize
 
     tok = make_tokenizer()
     long = " ".join(FILLER[i % len(FILLER)] for i in range(70))  # one token a word

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from compress.cli import main
-from compress.progress import bars_enabled
+from compress.core.progress import bars_enabled
 
 
 def test_bars_follow_the_terminal_and_the_override(monkeypatch):
@@ -27,7 +27,7 @@ def test_a_logged_run_has_no_carriage_returns(tiny_encoder, sentiment_csv, tmp_p
 
 def test_a_long_loop_prints_a_line_to_a_log_every_30_seconds(monkeypatch):
     """In a log (no terminal), a loop that runs past 30 s says how far it is and the time left; a short one is quiet."""
-    from compress.progress import progress
+    from compress.core.progress import progress
 
     monkeypatch.setenv("BERT_COMPRESS_PROGRESS", "0")
     ticks = iter(range(0, 1000, 10))  # each step takes 10 s

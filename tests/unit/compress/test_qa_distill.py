@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from compress.config import DataOptions, DistillConfig, StudentSpec, TrainSettings
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from tests.conftest import make_bert, make_mpnet, make_mpnet_tokenizer, make_tokenizer
 from tests.support.squad import squad_splits, train_tiny_reader
 
@@ -84,7 +84,7 @@ def test_student_windows_in_the_teachers_vocabulary_line_up_piece_for_piece(squa
 
 
 def test_soft_labels_are_the_teachers_scores_on_its_own_encoding_and_are_cached(mpnet_reader, squad):
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
     from compress.tasks.question_answering.distill import window_soft_labels
     from compress.tasks.question_answering.teacher import span_logits
     from compress.tasks.question_answering.features import encode_qa
@@ -138,7 +138,7 @@ def _bert_student_config(mpnet_reader: Path, squad: Path, encoder: Path, **extra
 
 @pytest.fixture(scope="module")
 def bert_student(mpnet_reader, squad, tmp_path_factory) -> Path:
-    from compress.distill.trainer import distill
+    from compress.stages.distill.trainer import distill
 
     root = tmp_path_factory.mktemp("bert-student")
     encoder = make_bert(root / "bert-encoder", layers=2)
@@ -146,7 +146,7 @@ def bert_student(mpnet_reader, squad, tmp_path_factory) -> Path:
 
 
 def test_an_mpnet_reader_distils_into_a_bert_student_on_soft_labels_alone(mpnet_reader, bert_student, tmp_path):
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     teacher_meta = json.loads((mpnet_reader / "compress.json").read_text())
     assert teacher_meta["metrics"]["test"]["exact_match"] > 0.9
@@ -168,7 +168,7 @@ def test_keep_best_scores_a_reader_student_each_epoch_and_writes_its_best(mpnet_
     the best epoch's, which scores the same again after training."""
     from dataclasses import replace
 
-    from compress.distill.trainer import distill
+    from compress.stages.distill.trainer import distill
 
     cfg = _bert_student_config(mpnet_reader, squad, make_bert(tmp_path / "bert-encoder", layers=2))
     cfg = replace(cfg, train=replace(cfg.train, keep_best=True))
@@ -184,7 +184,7 @@ def test_teacher_states_are_read_at_the_students_positions():
     the teacher's at ``(index[b, p], index[b, q])``."""
     import torch
 
-    from compress.distill.intermediate import at_student_positions
+    from compress.stages.distill.intermediate import at_student_positions
 
     torch.manual_seed(0)
     states = (torch.randn(2, 7, 3), torch.randn(2, 7, 3))
@@ -205,8 +205,8 @@ def _hidden_gap(student: Path, teacher: Path, squad: Path) -> float:
     teacher run on its own spelling of each validation window), over the windows' real positions."""
     import torch
 
-    from compress.distill.intermediate import at_student_positions
-    from compress.modeling import load_classifier
+    from compress.stages.distill.intermediate import at_student_positions
+    from compress.runtime.modeling import load_classifier
     from compress.tasks.question_answering.distill import teacher_windows
     from compress.tasks.question_answering.data import load_qa_data
     from compress.tasks.question_answering.features import qa_features
@@ -232,7 +232,7 @@ def test_intermediate_terms_pull_a_readers_states_towards_the_teachers_at_the_sa
     """The BERT student of the MPNet reader again, now with the hidden-state and attention terms: its layers end
     much closer to the teacher's at the same word pieces (positions shifted by MPNet's ``</s></s>``), it still
     points at the answer, and compress.json records the terms."""
-    from compress.distill.trainer import distill
+    from compress.stages.distill.trainer import distill
 
     encoder = make_bert(tmp_path / "bert-encoder", layers=2)
     cfg = _bert_student_config(mpnet_reader, squad, encoder, intermediate=True, alpha_embedding=0.0, alpha_hidden=5.0,
@@ -283,7 +283,7 @@ def test_comparing_the_pieces_of_a_whole_passage_is_not_reported_as_too_long(cap
 
 
 def test_a_teacher_that_is_not_a_reader_and_unsupported_options_are_one_line(squad, mpnet_reader, tmp_path):
-    from compress.distill.trainer import distill
+    from compress.stages.distill.trainer import distill
 
     classifier = make_bert(tmp_path / "classifier", layers=1, head=True)
     with pytest.raises(CompressError, match="not a trained span reader") as info:
@@ -299,7 +299,7 @@ def test_a_teacher_that_is_not_a_reader_and_unsupported_options_are_one_line(squ
 def test_the_teacher_stage_caches_its_answers_for_distill_to_reuse(mpnet_reader, squad):
     """distill scores its teacher on the splits the teacher stage has just read: the answers are reused from
     the cache (no model is given here, so running one would fail), keyed by the weights and the exact windows."""
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
     from compress.tasks.question_answering.teacher import read_answers
     from compress.tasks.question_answering.data import load_qa_data
 
@@ -327,7 +327,7 @@ def _question_table(path: Path, squad_json: Path, extra: list[dict] = ()) -> Pat
 
 def test_transfer_questions_leave_out_held_out_passages_labelled_questions_and_duplicates(squad, tmp_path):
     from compress.tasks.question_answering.data import load_qa_data
-    from compress.transfer.questions import transfer_questions
+    from compress.stages.transfer.questions import transfer_questions
     from tests.support.squad import squad_file
 
     full = load_qa_data(str(squad))
@@ -356,7 +356,7 @@ def test_transfer_questions_leave_out_held_out_passages_labelled_questions_and_d
 
 def test_a_question_table_without_a_passage_column_is_one_line(squad, tmp_path):
     from compress.tasks.question_answering.data import load_qa_data
-    from compress.transfer.questions import transfer_questions
+    from compress.stages.transfer.questions import transfer_questions
 
     table = tmp_path / "log.jsonl"
     table.write_text(json.dumps({"question": "what is the key ?", "text": "the key is red ."}) + "\n")
@@ -374,7 +374,7 @@ def test_transfer_windows_carry_the_soft_terms_at_their_weight_and_no_hard_term(
     of transfer windows alone has no hard term at all."""
     import torch
 
-    from compress.losses import LossTerm
+    from compress.stages.losses import LossTerm
     from compress.tasks.question_answering.distill import NO_GOLD, span_term_values
 
     teacher = torch.tensor([[1.0, 3.0, 0.5], [2.0, 0.0, 1.0]])
@@ -398,7 +398,7 @@ def test_transfer_windows_carry_the_soft_terms_at_their_weight_and_no_hard_term(
 def test_transfer_questions_teach_a_student_that_has_few_labelled_ones(mpnet_reader, squad, tmp_path):
     """20 labelled questions (2 optimiser steps an epoch) leave the student far from its teacher; the same run with
     200 transfer questions without answers (a question log) brings it to the teacher's answers."""
-    from compress.distill.trainer import distill
+    from compress.stages.distill.trainer import distill
     from tests.support.squad import squad_file
 
     encoder = make_bert(tmp_path / "bert-encoder", layers=2)

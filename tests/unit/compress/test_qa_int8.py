@@ -25,7 +25,7 @@ def squad(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def reader(squad, tmp_path_factory) -> Path:
-    from compress.teacher import train_teacher
+    from compress.stages.teacher import train_teacher
 
     root = tmp_path_factory.mktemp("reader")
     cfg = TeacherConfig(model=str(make_bert(root / "encoder", layers=2)), data=DataOptions(str(squad)), max_length=48,
@@ -34,8 +34,8 @@ def reader(squad, tmp_path_factory) -> Path:
 
 
 def test_ort_int8_of_a_reader_is_checked_on_validation_f1_and_serves_spans(reader, squad, tmp_path):
-    from compress.quantize import quantize
-    from compress.runtime import Predictor
+    from compress.stages.quantize import quantize
+    from compress.runtime.predictor import Predictor
 
     out = quantize(reader, tmp_path / "int8", method="ort-dynamic", data=DataOptions(str(squad)),
                    max_accuracy_drop=0.05)
@@ -55,7 +55,7 @@ def test_ort_int8_of_a_reader_is_checked_on_validation_f1_and_serves_spans(reade
 
 
 def test_a_budget_no_candidate_meets_tries_every_fallback_and_says_f1(reader, squad, tmp_path, capsys):
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     out = quantize(reader, tmp_path / "int8", method="ort-dynamic", data=DataOptions(str(squad)),
                    max_accuracy_drop=-1.0)
@@ -67,8 +67,8 @@ def test_a_budget_no_candidate_meets_tries_every_fallback_and_says_f1(reader, sq
 
 
 def test_static_int8_calibrates_on_question_passage_pairs(reader, squad, tmp_path):
-    from compress.ort_static import calibration_texts
-    from compress.quantize import quantize
+    from compress.stages.ort_static import calibration_texts
+    from compress.stages.quantize import quantize
     from compress.tasks.question_answering.data import load_qa_data
 
     pairs = calibration_texts(load_qa_data(str(squad)), 8)
@@ -83,8 +83,8 @@ def test_optimize_a_reader_scores_candidates_on_f1_and_serves_the_choice(reader,
     """optimize on a reader: each candidate (ONNX fp32, ORT INT8 fused, ORT static INT8 calibrated on
     question + passage pairs) scored on validation F1 against the PyTorch reader; the choice artifact answers."""
     from compress.config import OptimizeConfig
-    from compress.optimize import format_decision, optimize
-    from compress.runtime import Predictor
+    from compress.stages.optimize import format_decision, optimize
+    from compress.runtime.predictor import Predictor
 
     cfg = OptimizeConfig(model=str(reader), data=DataOptions(str(squad)),
                          candidates="onnx-fp32,onnx-int8-fused,onnx-static-unfused", batch_sizes=[1, 8], seq_len=48,
@@ -112,8 +112,8 @@ def reader_results(reader, squad, tmp_path_factory) -> Path:
     """``bench --quick`` of the reader: PyTorch (reference), its ONNX export and an ORT INT8 copy, with the test
     questions replayed at their real lengths (``--traffic test``)."""
     from compress.cli import main
-    from compress.export import export_onnx
-    from compress.quantize import quantize
+    from compress.stages.export import export_onnx
+    from compress.stages.quantize import quantize
 
     root = tmp_path_factory.mktemp("reader-bench")
     exported = export_onnx(reader, root / "onnx")
@@ -126,7 +126,7 @@ def reader_results(reader, squad, tmp_path_factory) -> Path:
 
 def test_bench_scores_a_reader_on_squad_f1_per_question(reader, reader_results):
     from compress.config import DataOptions
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
     from compress.tasks.question_answering.metrics import question_scores
 
     results = json.loads((reader_results / "results.json").read_text())
@@ -212,8 +212,8 @@ def test_pruning_a_reader_removes_heads_and_recovers_by_distillation(reader, squ
     """Heads and FFN neurons of a reader removed physically (torch-pruning; Taylor scores from its own span
     loss), then recovered by distilling the unpruned reader's start/end scores; scored on SQuAD F1 throughout."""
     from compress.config import PruneConfig
-    from compress.prune.stage import prune
-    from compress.runtime import Predictor
+    from compress.stages.prune.stage import prune
+    from compress.runtime.predictor import Predictor
 
     cfg = PruneConfig(model=str(reader), data=DataOptions(str(squad)), heads=0.5, ffn=0.5, importance=importance,
                       importance_batches=2, recover_epochs=2, max_length=48,

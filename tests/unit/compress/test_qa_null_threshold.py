@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from compress.config import DataOptions, DistillConfig, StudentSpec, TeacherConfig, TrainSettings
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from tests.conftest import make_bert
 from tests.support.squad import squad_splits, train_tiny_reader
 
@@ -42,7 +42,7 @@ def _pairs(squad2: Path, split: str) -> tuple[list[tuple[str, str]], list[bool]]
 
 def test_the_teacher_chooses_its_null_threshold_on_validation_and_records_it(reader2, squad2):
     from compress.tasks.question_answering.teacher import choose_null_threshold, read_answers
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
     from compress.tasks.question_answering.data import load_qa_data
     from compress.tasks.question_answering.metrics import squad_scores
 
@@ -92,10 +92,10 @@ def test_the_threshold_moves_only_for_a_gain_told_from_noise(moved):
 
 
 def test_predictor_and_the_export_answer_at_the_recorded_threshold(reader2, squad2, tmp_path):
-    from compress.export import export_onnx
+    from compress.stages.export import export_onnx
     from compress.tasks.question_answering.teacher import read_answers
-    from compress.modeling import load_classifier
-    from compress.runtime import Predictor
+    from compress.runtime.modeling import load_classifier
+    from compress.runtime.predictor import Predictor
     from compress.tasks.question_answering.data import load_qa_data
 
     meta = json.loads((reader2 / "compress.json").read_text())
@@ -117,7 +117,7 @@ def test_predictor_and_the_export_answer_at_the_recorded_threshold(reader2, squa
 
 def test_predict_takes_a_null_threshold_and_a_squad11_reader_refuses_it(reader2, squad2, tmp_path, capsys):
     from compress.cli import main
-    from compress.teacher import train_teacher
+    from compress.stages.teacher import train_teacher
 
     passage = tmp_path / "passage.txt"
     passage.write_text("the film was long . the door is red . the night was short")
@@ -132,7 +132,7 @@ def test_predict_takes_a_null_threshold_and_a_squad11_reader_refuses_it(reader2,
                                      train=TrainSettings(epochs=0)), tmp_path / "v1")
     meta = json.loads((v1 / "compress.json").read_text())
     assert meta["allow_null"] is False and "null_threshold" not in meta
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     with pytest.raises(CompressError, match="trained on SQuAD 1.1 data") as info:
         Predictor.load(v1).predict([("what is the key ?", "the key is red .")], null_threshold=1.0)
@@ -142,7 +142,7 @@ def test_predict_takes_a_null_threshold_and_a_squad11_reader_refuses_it(reader2,
 def test_the_distilled_student_chooses_its_own_threshold(reader2, squad2, tmp_path):
     """distill scores the teacher at the teacher's recorded threshold and the student at the one with the
     student's best validation F1, recorded in the student's compress.json."""
-    from compress.distill.trainer import distill
+    from compress.stages.distill.trainer import distill
 
     t_meta = json.loads((reader2 / "compress.json").read_text())
     cfg = DistillConfig(teacher=str(reader2), data=DataOptions(str(squad2)), max_length=MAX_LENGTH,
@@ -163,10 +163,10 @@ def test_a_pruned_reader_answers_at_the_threshold_chosen_for_it(reader2, squad2,
     """prune scores the pruned reader at the null threshold validation chooses for that model, records it in
     each split's scores and as the artifact's reading setting, and Predictor answers with it."""
     from compress.config import PruneConfig
-    from compress.prune.stage import prune
+    from compress.stages.prune.stage import prune
     from compress.tasks.question_answering.teacher import choose_null_threshold, read_answers
-    from compress.modeling import load_classifier
-    from compress.runtime import Predictor
+    from compress.runtime.modeling import load_classifier
+    from compress.runtime.predictor import Predictor
     from compress.tasks.question_answering.data import load_qa_data
 
     cfg = PruneConfig(model=str(reader2), data=DataOptions(str(squad2)), heads=0.5, ffn=0.5, importance="magnitude",
@@ -190,7 +190,7 @@ def test_a_pruned_reader_answers_at_the_threshold_chosen_for_it(reader2, squad2,
 def test_bench_scores_each_reader_at_its_own_threshold_and_records_it(reader2, squad2, tmp_path):
     """bench scores a teacher and its student each at the threshold its stage chose, and results.json says which."""
     from compress.cli import main
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
     from compress.tasks.question_answering.metrics import question_scores
 
     meta = json.loads((reader2 / "compress.json").read_text())

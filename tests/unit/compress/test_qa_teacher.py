@@ -39,7 +39,7 @@ def test_squad_files_and_folders_are_question_answering_data(squad_folder, tmp_p
 @pytest.fixture(scope="module")
 def reader(squad_folder, tmp_path_factory):
     """``(encoder folder, trained reader folder, config)``: the teacher stage on the synthetic SQuAD folder."""
-    from compress.teacher import train_teacher
+    from compress.stages.teacher import train_teacher
 
     root = tmp_path_factory.mktemp("reader")
     encoder = make_bert(root / "encoder", layers=2)
@@ -50,7 +50,7 @@ def reader(squad_folder, tmp_path_factory):
 
 def test_a_span_reader_teacher_learns_to_point_at_the_answer(reader):
     from compress.tasks.question_answering.teacher import load_qa_task, qa_stride, qa_training_rows, score_reader
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
 
     encoder, out, cfg = reader
     data = load_qa_task(cfg)
@@ -78,7 +78,7 @@ def test_keep_best_writes_the_reader_of_its_best_validation_epoch(reader, tmp_pa
     which the written reader scores again; compress.json names the epoch."""
     from dataclasses import replace
 
-    from compress.teacher import train_teacher
+    from compress.stages.teacher import train_teacher
 
     encoder, _, cfg = reader
     cfg = replace(cfg, train=replace(cfg.train, epochs=3, keep_best=True))
@@ -94,7 +94,7 @@ def test_doc_stride_sets_the_readers_passage_windows_and_is_served(reader, squad
     records it, and ``Predictor`` serves with it; a stride its window cannot hold is one line before any work."""
     from compress.cli import main
     from compress.tasks.question_answering.teacher import load_qa_task, qa_training_rows, reader_windows
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     encoder, _, cfg = reader
     flags = ["teacher", "--model", str(encoder), "--data", str(squad_folder), "--max-length", "48", "--epochs", "1",
@@ -127,8 +127,8 @@ def test_the_reader_exports_both_outputs_with_parity_and_predicts_answers_with_o
     the windows the teacher was trained with, and as many exact matches as the teacher's own scoring."""
     import onnx
 
-    from compress.export import export_onnx
-    from compress.runtime import Predictor
+    from compress.stages.export import export_onnx
+    from compress.runtime.predictor import Predictor
 
     _, folder, _ = reader
     exported = export_onnx(folder, tmp_path / "onnx")
@@ -158,16 +158,16 @@ def test_the_reader_exports_both_outputs_with_parity_and_predicts_answers_with_o
     ([("  ", "a passage")], "input 0: the question and the passage must both hold text"),
 ])
 def test_bad_reader_inputs_are_one_clear_error(reader, bad, expected):
-    from compress.errors import CompressError
-    from compress.runtime import Predictor
+    from compress.core.errors import CompressError
+    from compress.runtime.predictor import Predictor
 
     with pytest.raises(CompressError, match=expected):
         Predictor.load(reader[1]).predict(bad)
 
 
 def test_a_tagger_or_classifier_given_squad_data_is_one_line(squad_folder, tmp_path):
-    from compress.errors import CompressError
-    from compress.teacher import train_teacher
+    from compress.core.errors import CompressError
+    from compress.stages.teacher import train_teacher
 
     classifier = make_bert(tmp_path / "classifier", layers=1, head=True)
     cfg = TeacherConfig(model=str(classifier), data=DataOptions(str(squad_folder)), max_length=48)

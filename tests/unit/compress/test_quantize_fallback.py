@@ -21,13 +21,13 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from compress.artifact import read_meta, write_artifact
+from compress.core.artifact import read_meta, write_artifact
 from compress.config import DataOptions
-from compress.errors import CompressError
-from compress.export import PARITY_TEXTS, export_onnx
-from compress.formats.onnx import ONNX_FILE
-from compress.quantize import CandidateSpec, _choose, candidate_plan, quantize, sensitive_torch_modules
-from compress.runtime import Predictor
+from compress.core.errors import CompressError
+from compress.stages.export import PARITY_TEXTS, export_onnx
+from compress.runtime.formats.onnx import ONNX_FILE
+from compress.stages.quantize import CandidateSpec, _choose, candidate_plan, quantize, sensitive_torch_modules
+from compress.runtime.predictor import Predictor
 from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
 
 ORT_DYNAMIC = ["per-tensor", "per-channel", "per-channel+reduce-range", "per-channel+sensitive-fp32"]
@@ -87,7 +87,7 @@ FIXTURE_CACHE = "MUTATION_FIXTURE_CACHE"
 def built_once(name: str, build: Callable[[Path], None], scratch: Path) -> Path:
     """``build(folder)`` run into ``scratch/name``; under the mutation driver, once per mutation run.
 
-    The driver runs these tests once per mutant of compress/quantize.py, each in a fresh pytest
+    The driver runs these tests once per mutant of compress/stages/quantize.py, each in a fresh pytest
     session. What is built here (the planted model trained, its exports) does not run that module,
     so it is the same for every mutant; training it again costs about half of a mutant's 20 s. With
     ``MUTATION_FIXTURE_CACHE`` set (the driver sets it to a folder in its scratch copy, new each run),
@@ -114,7 +114,7 @@ def _build_planted(folder: Path) -> None:
     """A briefly trained 2-layer BERT with the planted pooler outlier in ``folder/planted``, its data beside it."""
     import torch
 
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
 
     trained = train_briefly(make_bert(folder / "bert", layers=2, head=True), steps=60, seed=0)
     model, tokenizer, _ = load_classifier(trained)
@@ -206,7 +206,7 @@ def test_when_every_candidate_fails_to_build_nothing_is_written_and_each_error_i
     written, and the error says why for each one."""
     import torch
 
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
 
     folder, data, _ = planted
     tokenizer = load_classifier(folder)[1]
@@ -249,7 +249,7 @@ def torch_every_fallback(planted):
 
 
 def test_torch_loop_measures_every_candidate_and_keeps_the_best(torch_every_fallback, planted):
-    from compress.modeling import load_classifier
+    from compress.runtime.modeling import load_classifier
 
     path, meta = torch_every_fallback
     folder, data, _ = planted
@@ -322,7 +322,7 @@ def test_the_requested_setting_and_the_fp32_reading_go_to_the_candidates(planted
     reads text: its recorded max_length, stride and pooling (here a window of 8 tokens, so the longer
     probe texts are windowed). A candidate read with its own defaults (the tokenizer's limit, a quarter
     window, mean pooling) would record another logit difference than its artifact shows."""
-    from compress.windows import default_stride
+    from compress.core.windows import default_stride
 
     folder, _, _ = planted
     setting = {"max_length": 8, "stride": 3, "pooling": "max"}

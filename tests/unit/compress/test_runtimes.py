@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from compress.config import DataOptions, OptimizeConfig
-from compress.errors import CompressError
-from compress.formats.bf16 import is_bf16_weights, safetensors_dtypes
-from compress.formats.choice import pick, read_choice
-from compress.runtime import Predictor, artifact_kind
+from compress.core.errors import CompressError
+from compress.runtime.formats.bf16 import is_bf16_weights, safetensors_dtypes
+from compress.runtime.formats.choice import pick, read_choice
+from compress.runtime.predictor import Predictor, artifact_kind
 from tests.conftest import make_bert, sentiment_rows, write_csv
 from tests.support.trained_classifier import TEXTS, agreement, data, fp32_logits, trained, work  # noqa: F401 (fixtures)
 
@@ -29,14 +29,14 @@ INT8_ATOL = 0.3
 
 @pytest.fixture(scope="module")
 def bf16(trained, data, work) -> Path:
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     return quantize(trained, work / "bf16", method="torch-bf16", data=data)
 
 
 @pytest.fixture(scope="module")
 def static(trained, data, work) -> Path:
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     return quantize(trained, work / "static", method="ort-static", data=data, calibration_size=64)
 
@@ -79,8 +79,8 @@ def test_bf16_is_recognised_without_compress_json_and_loads_with_plain_transform
 
 
 def test_bf16_of_a_head_pruned_model_reloads(trained, work):
-    from compress.formats.bf16 import load_bf16, save_bf16
-    from compress.prune import prune
+    from compress.runtime.formats.bf16 import load_bf16, save_bf16
+    from compress.stages.prune import prune
     from compress.config import PruneConfig
 
     data = DataOptions(str(write_csv(work / "prune.csv", sentiment_rows(64, seed=5))))
@@ -119,7 +119,7 @@ def test_static_int8_quantizes_weights_and_activations_and_agrees(static, fp32_l
 def test_static_int8_on_the_fused_graph_still_quantizes_activations(trained, data, work, fp32_logits):
     """The trap: without shape inference ORT's fused operators hide the activations' types and the
     quantizer silently keeps every activation in fp32 (weights-only DequantizeLinear)."""
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     out = quantize(trained, work / "static-fused", method="ort-static", graph="fused", data=data, calibration_size=32)
     meta = json.loads((out / "compress.json").read_text())
@@ -129,7 +129,7 @@ def test_static_int8_on_the_fused_graph_still_quantizes_activations(trained, dat
 
 
 def test_static_fallbacks_are_all_tried_when_over_budget(trained, data, work):
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     out = quantize(trained, work / "static-all", method="ort-static", data=data, max_accuracy_drop=-1.0,
                    calibration_size=32)
@@ -153,7 +153,7 @@ def test_bare_qdq_graph_is_recognised_as_int8(static, work):
 def test_ort_graph_and_operator_choices(trained, work, fp32_logits):
     import onnx
 
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     unfused = quantize(trained, work / "dyn-unfused", graph="unfused")
     nodes = {n.op_type for n in onnx.load(str(unfused / "model.onnx")).graph.node}
@@ -171,8 +171,8 @@ def test_ort_graph_and_operator_choices(trained, work, fp32_logits):
 
 
 def test_onnx_source_of_the_other_graph_is_exported_again_from_its_parent(trained, work):
-    from compress.export import export_onnx
-    from compress.quantize import quantize
+    from compress.stages.export import export_onnx
+    from compress.stages.quantize import quantize
 
     fused = export_onnx(trained, work / "onnx-fused")
     out = quantize(fused, work / "from-fused-unfused", graph="unfused")
@@ -188,7 +188,7 @@ def test_onnx_source_of_the_other_graph_is_exported_again_from_its_parent(traine
     ({"method": "torch-bf16", "reduce_range": True}, "--reduce-range"),
 ])
 def test_quantize_option_errors(trained, work, kwargs, message):
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     with pytest.raises(CompressError, match=message):
         quantize(trained, work / "never", **kwargs)
@@ -196,7 +196,7 @@ def test_quantize_option_errors(trained, work, kwargs, message):
 
 
 def test_bf16_artifact_is_not_quantized_again(bf16, work):
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     with pytest.raises(CompressError, match="torch-bf16 artifact, not an fp32 model"):
         quantize(bf16, work / "never", method="torch-dynamic")
@@ -239,7 +239,7 @@ def test_choice_entries_are_checked(tmp_path):
 
 
 def _onnx_of(work: Path, name: str, layers: int, hidden: int = 64) -> Path:
-    from compress.export import export_onnx
+    from compress.stages.export import export_onnx
 
     return export_onnx(make_bert(work / f"{name}-pt", layers=layers, hidden=hidden, heads=4, ffn=4 * hidden, head=True,
                                  seed=3), work / name)
@@ -248,7 +248,7 @@ def _onnx_of(work: Path, name: str, layers: int, hidden: int = 64) -> Path:
 def test_chooser_picks_the_faster_of_two_artifacts(work, data):
     """The slow artifact is the fast one's shape with 12 times the layers; the parent (PyTorch, 6 layers
     of a wider model) is slower than both. Accuracy is not what is tested: the budget admits all."""
-    from compress.optimize import choose
+    from compress.stages.optimize import choose
 
     parent = make_bert(work / "opt-parent", layers=6, hidden=128, heads=4, ffn=512, head=True, seed=4)
     fast = _onnx_of(work, "opt-fast", layers=1)
@@ -268,7 +268,7 @@ def test_chooser_picks_the_faster_of_two_artifacts(work, data):
 def test_chooser_on_real_lengths_times_the_validation_texts_as_predictor_runs_them(work, data):
     """``lengths="real"``: every round a different validation text (batch 1) or length-sorted batch, the same
     one for every candidate; the decision still finds the 12x-deeper artifact slower, and says what it timed."""
-    from compress.optimize import choose, format_decision
+    from compress.stages.optimize import choose, format_decision
 
     parent = make_bert(work / "opt-parent", layers=6, hidden=128, heads=4, ffn=512, head=True, seed=4)
     fast = _onnx_of(work, "opt-fast", layers=1)
@@ -292,7 +292,7 @@ def test_real_length_inputs_are_paired_across_artifacts_and_cycled_in_order(trai
     ``optimize --lengths real`` paired); the cycling runner runs them one per call and wraps round."""
     from benchmarks.latency import cycling_runner
     from benchmarks.traffic import real_length_inputs
-    from compress.export import export_onnx
+    from compress.stages.export import export_onnx
 
     texts = list(TEXTS) * 2
     pt = Predictor.load(trained, threads=1)
@@ -317,9 +317,9 @@ def test_bench_scores_a_choice_by_the_least_accurate_runtime_it_serves(trained, 
     reference, scored beside each served runtime again, answers the split once (benchmarks.answers)."""
     import shutil
 
-    from compress.artifact import write_artifact
+    from compress.core.artifact import write_artifact
     from compress.cli import main
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     passes: list[tuple[int, int, int]] = []
     real_logits = Predictor.logits
@@ -357,7 +357,7 @@ def test_bench_scores_a_choice_by_the_least_accurate_runtime_it_serves(trained, 
 
 
 def test_chooser_drops_a_faster_candidate_outside_the_accuracy_budget(trained, data, work):
-    from compress.optimize import choose
+    from compress.stages.optimize import choose
 
     untrained = _onnx_of(work, "opt-untrained", layers=1, hidden=32)  # fast, but answers at random
     decision = choose(trained, {"untrained": untrained}, data, batch_sizes=(1,), seq_len=16, threads=1, warmup=1,
@@ -407,13 +407,13 @@ def test_optimize_config_errors():
 
 @pytest.mark.slow  # builds eight runtimes and times them: minutes on a busy 2-core machine
 def test_optimize_builds_every_candidate_and_each_agrees_with_fp32(trained, data, work, fp32_logits):
-    from compress.optimize import CANDIDATES, optimize
+    from compress.stages.optimize import CANDIDATES, optimize
 
     out = optimize(OptimizeConfig(model=str(trained), data=data, batch_sizes=[1, 4], seq_len=16, threads=1, warmup=1,
                                   runs=3, calibration_size=32), work / "optimized-all", progress=False)
     meta = json.loads((out / "compress.json").read_text())
     rows = {r["name"]: r for r in meta["optimize"]["table"]}
-    from compress.formats.openvino import openvino_missing
+    from compress.runtime.formats.openvino import openvino_missing
 
     # OpenVINO is an optional extra: its candidates are skipped (and say so) where it is not installed.
     openvino = {"openvino-fp32", "openvino-int8"}
@@ -424,6 +424,6 @@ def test_optimize_builds_every_candidate_and_each_agrees_with_fp32(trained, data
         {"onnx-fp32", "onnx-int8", "torch-bf16", "torch-int8"} | (openvino - skipped))
     for name in (n for n in CANDIDATES if n not in skipped):
         logits = Predictor.load(out / "candidates" / name, threads=1).logits(TEXTS)
-        # NNCF INT8 also quantizes activations statically: 0.31 measured here (tests/unit/compress/formats/test_openvino.py's 0.5).
+        # NNCF INT8 also quantizes activations statically: 0.31 measured here (tests/unit/compress/runtime/formats/test_openvino.py's 0.5).
         assert np.max(np.abs(logits - fp32_logits)) <= (0.5 if name == "openvino-int8" else INT8_ATOL), name
         assert rows[name]["agreement"] >= 0.95

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compress.runtime import Predictor, encode_batches
-from compress.tokenization import ArtifactTokenizer
+from compress.runtime.predictor import Predictor, encode_batches
+from compress.runtime.tokenization import ArtifactTokenizer
 from tests.conftest import make_bert
 from tests.support.serving_env import BLOCKER, TRAINING_STACK, blocked_env
 
@@ -35,8 +35,8 @@ PAIRS = [("A man is playing a guitar.", "Someone plays an instrument."), ("Is it
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory):
     """A tiny classifier exported to ONNX (fused fp32) and quantized to ONNX Runtime INT8."""
-    from compress.export import export_onnx
-    from compress.quantize import quantize
+    from compress.stages.export import export_onnx
+    from compress.stages.quantize import quantize
 
     root = tmp_path_factory.mktemp("serving")
     model = make_bert(root / "model", head=True, seed=3)
@@ -97,7 +97,7 @@ except ImportError:
     pass
 else:
     raise SystemExit("the blocker let torch through")
-from compress.runtime import Predictor
+from compress.runtime.predictor import Predictor
 p = Predictor.load(sys.argv[1])
 single = p.logits(json.loads(sys.argv[2]), batch_size=3)
 pairs = p.logits([tuple(x) for x in json.loads(sys.argv[3])], batch_size=2)

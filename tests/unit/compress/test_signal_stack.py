@@ -1,7 +1,7 @@
 """A dangling alternate signal stack is repaired before it turns Ctrl-C into a segfault.
 
 OpenVINO's CPU plugin (2026.4) leaves the main thread's ``sigaltstack`` in freed memory (see
-:mod:`compress.signal_stack`). Here the same state is made on purpose, deterministically: an
+:mod:`compress.core.signal_stack`). Here the same state is made on purpose, deterministically: an
 anonymous ``mmap`` is installed as the alternate stack and then unmapped. Each case runs in a
 subprocess, so the case that must crash (nothing repairs the stack) crashes a child, not the test
 worker; that case proves the broken state is real, the others that the repair and the OpenVINO
@@ -55,7 +55,7 @@ def test_a_dangling_alternate_stack_crashes_the_next_signal_unless_repaired():
     broken = _run(BREAK_STACK + RAISE_SIGINT)
     assert broken.returncode == -signal.SIGSEGV, (broken.returncode, broken.stdout, broken.stderr)
 
-    repaired = _run(BREAK_STACK + "from compress.signal_stack import ensure_signal_stack\n"
+    repaired = _run(BREAK_STACK + "from compress.core.signal_stack import ensure_signal_stack\n"
                                "print('repaired', ensure_signal_stack())\n" + RAISE_SIGINT)
     assert repaired.returncode == 0, repaired.stderr
     assert repaired.stdout.split() == ["repaired", "True", "handled"]
@@ -63,7 +63,7 @@ def test_a_dangling_alternate_stack_crashes_the_next_signal_unless_repaired():
 
 @linux_only
 def test_a_healthy_alternate_stack_is_left_alone():
-    kept = _run("from compress.signal_stack import ensure_signal_stack\n"
+    kept = _run("from compress.core.signal_stack import ensure_signal_stack\n"
                 "print(ensure_signal_stack(), ensure_signal_stack())\n" + "import signal\n" + RAISE_SIGINT)
     assert kept.returncode == 0, kept.stderr
     assert kept.stdout.split() == ["False", "False", "handled"]
@@ -74,16 +74,16 @@ def test_closing_an_openvino_predictor_repairs_the_stack_it_leaves(tmp_path):
     """The serving path: a Predictor is opened on an OpenVINO IR, used, and dropped (its requests are
     destroyed); the stack is then broken on purpose too, as OpenVINO would leave it, and a SIGINT must still
     reach Python's handler because ``close`` repairs it after freeing the requests."""
-    from compress.formats.openvino import openvino_missing
+    from compress.runtime.formats.openvino import openvino_missing
 
     missing = openvino_missing()
     if missing:
         pytest.skip(f"OpenVINO tests skipped: {missing}")
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
     from tests.conftest import make_bert
 
     ir_dir = quantize(make_bert(tmp_path / "bert", layers=1, head=True), tmp_path / "ir", method="openvino-fp32")
-    code = (f"from compress.runtime import Predictor\n"
+    code = (f"from compress.runtime.predictor import Predictor\n"
             f"p = Predictor.load({str(ir_dir)!r}, threads=1)\n"
             "print(p.kind, p.logits(['a short text', 'another one']).shape)\n"
             + BREAK_STACK + "p.close()\n" + RAISE_SIGINT)

@@ -1,4 +1,4 @@
-"""The stage registry (compress.stages): a stage registered from outside the package runs from a recipe and
+"""The stage registry (compress.stages.registry): a stage registered from outside the package runs from a recipe and
 from the command line; the built-in order and wiring; a pretrain stage feeding the teacher."""
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from compress import cli, stages
+from compress import cli
+from compress.stages import registry as stages
 from compress.config import ConfigBase, DataOptions, Problem
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.pipeline import RECORD_DIR, load_recipe, run_recipe
-from compress.stages import Input, Stage
+from compress.stages.registry import Input, Stage
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 
@@ -32,7 +33,7 @@ class ShoutConfig(ConfigBase):
 
 def shout(cfg: ShoutConfig, out) -> Path:
     """The toy stage's run function: reads ``cfg.model``'s config.json and ``cfg.data``'s rows, writes an artifact."""
-    from compress.artifact import write_artifact
+    from compress.core.artifact import write_artifact
 
     cfg.validate()
     model_type = json.loads((Path(cfg.model) / "config.json").read_text())["model_type"]
@@ -92,8 +93,8 @@ def test_a_registered_stage_runs_from_a_recipe_and_is_skipped_when_current(tmp_p
     assert [r["status"] for r in run_recipe(recipe)] == ["ran"]
     assert (tmp_path / "run" / "shouted" / "shout.txt").read_text() == "BERT BERT 40\n"
     record = json.loads((tmp_path / "run" / RECORD_DIR / "shout.json").read_text())
-    from compress.artifact import weights_sha256
-    from compress.fingerprint import file_sha256
+    from compress.core.artifact import weights_sha256
+    from compress.stages.fingerprint import file_sha256
 
     assert record["identity"]["inputs"] == {"data": file_sha256(data), "model": weights_sha256(teacher)}
     assert [r["status"] for r in run_recipe(load_recipe(path))] == ["skipped"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from compress.training import STILL_LEARNING, epoch_validation_callback, still_learning
+from compress.stages.training import STILL_LEARNING, epoch_validation_callback, still_learning
 
 
 def _history(values):
@@ -118,8 +118,8 @@ def test_keep_best_without_a_validation_split_is_one_line_naming_the_data():
     import pytest
 
     from compress.config import TrainSettings
-    from compress.errors import CompressError
-    from compress.training import refuse_keep_best
+    from compress.core.errors import CompressError
+    from compress.stages.training import refuse_keep_best
 
     refuse_keep_best(TrainSettings(keep_best=True), {"train": 1, "validation": 1}, "my.csv")
     refuse_keep_best(TrainSettings(), {"train": 1}, "my.csv")  # not asked for: nothing to refuse

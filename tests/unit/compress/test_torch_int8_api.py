@@ -2,7 +2,7 @@
 
 torch 2.13 warns that ``torch.ao.quantization.quantize_dynamic`` and quantized-tensor creation
 "will be removed in a future PyTorch release". torchao's supported replacement was measured
-about 30x slower on this project's CPU (compress/formats/torch_int8.py, ``tools.studies.torch_int8_probe``),
+about 30x slower on this project's CPU (compress/runtime/formats/torch_int8.py, ``tools.studies.torch_int8_probe``),
 so the kind stays on the old path; this test is the alarm for the day the path goes away.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-WHAT_TO_DO = ("torch {version} no longer has {what}, which the torch-int8 kind (compress/formats/torch_int8.py, "
-              "compress.quantize.torch_dynamic_int8) is built on. Measure torchao's Int8DynamicActivationInt8WeightConfig "
+WHAT_TO_DO = ("torch {version} no longer has {what}, which the torch-int8 kind (compress/runtime/formats/torch_int8.py, "
+              "compress.stages.quantize.torch_dynamic_int8) is built on. Measure torchao's Int8DynamicActivationInt8WeightConfig "
               "again with `python -m tools.studies.torch_int8_probe` and move torch-int8 to it if it is now fast on the "
               "CPUs served; else remove the torch-int8 kind (quantize --method torch-dynamic, optimize's torch-int8 "
               "candidate) and point users to onnx-int8 / openvino-int8. Pin torch below this version meanwhile.")
@@ -43,13 +43,13 @@ def test_the_deprecated_dynamic_int8_api_exists():
 
 
 def test_the_deprecated_dynamic_int8_api_still_quantizes_and_rebuilds_weights():
-    """What compress.formats.torch_int8 does with it: quantize Linears, read int8 weights out, put them back."""
+    """What compress.runtime.formats.torch_int8 does with it: quantize Linears, read int8 weights out, put them back."""
     import copy
 
     import torch
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
-    from compress.quantize import torch_dynamic_int8
+    from compress.stages.quantize import torch_dynamic_int8
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).eval()

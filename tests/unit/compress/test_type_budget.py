@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.stats import f1_drop_interval, type_f1_drop_intervals
+from compress.core.stats import f1_drop_interval, type_f1_drop_intervals
 from compress.config import MAX_TYPE_F1_DROP, OptimizeConfig, QuantizeConfig
-from compress.quality import SplitScorer
+from compress.stages.quality import SplitScorer
 from compress.tasks.token_classification.scoring import types_over_budget
 from compress.tasks.token_classification.metrics import sentence_counts
 from compress.tasks.token_classification.data import load_token_data

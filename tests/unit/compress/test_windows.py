@@ -1,4 +1,4 @@
-"""Texts longer than the model's window: overlapping windows and their merge (compress.windows).
+"""Texts longer than the model's window: overlapping windows and their merge (compress.core.windows).
 
 What is checked: the windows are the tokenizer's own overflow (equal to transformers'
 ``return_overflowing_tokens``), placed in the text (offsets and word ids map back to the
@@ -18,8 +18,8 @@ import sys
 import numpy as np
 import pytest
 
-from compress.errors import CompressError
-from compress.windows import (Windows, default_stride, encode_windows, max_context_windows, merge_token_outputs,
+from compress.core.errors import CompressError
+from compress.core.windows import (Windows, default_stride, encode_windows, max_context_windows, merge_token_outputs,
                               pool_windows, window_starts)
 from tests.conftest import make_bert, make_tokenizer
 
@@ -286,7 +286,7 @@ def test_predictor_pools_a_long_documents_windows(classifier, tok, pooling):
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     predictor = Predictor.load(classifier, max_length=24, stride=6, pooling=pooling)
     assert (predictor.stride, predictor.pooling) == (6, pooling)
@@ -309,7 +309,7 @@ def test_predictor_pools_a_long_documents_windows(classifier, tok, pooling):
 def test_predictor_defaults_and_bad_settings(classifier, tmp_path):
     import shutil
 
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     p = Predictor.load(classifier, max_length=40)
     assert (p.stride, p.pooling) == (default_stride(40), "mean") == (10, "mean")
@@ -328,7 +328,7 @@ def test_predictor_defaults_and_bad_settings(classifier, tmp_path):
 
 def test_predict_command_windows_long_texts(classifier, capsys):
     from compress.cli import main
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     text = long_text(60)
     assert main(["predict", "--model", str(classifier), "--max-length", "20", "--stride", "4", "--pooling", "max",
@@ -344,7 +344,7 @@ def test_predict_command_windows_long_texts(classifier, capsys):
 def test_the_traffic_replay_sends_a_long_text_as_its_windows(classifier, tok):
     """bench --traffic times what serving runs: a long text's request is its windows, not a cut row."""
     from benchmarks.traffic import traffic_requests
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     text = long_text(66)
     short, long = traffic_requests(Predictor.load(classifier, max_length=24, stride=6), ["dull", text])
@@ -357,8 +357,8 @@ def test_the_traffic_replay_sends_a_long_text_as_its_windows(classifier, tok):
 WINDOWS_WITHOUT_TORCH = """
 import json, sys
 import numpy as np
-from compress.tokenization import ArtifactTokenizer
-from compress.windows import encode_windows, merge_token_outputs, pool_windows
+from compress.runtime.tokenization import ArtifactTokenizer
+from compress.core.windows import encode_windows, merge_token_outputs, pool_windows
 tok = ArtifactTokenizer.from_folder(sys.argv[1])
 texts = json.loads(sys.argv[2])
 w = encode_windows(tok, texts, max_length=16, stride=4)
@@ -390,7 +390,7 @@ def test_windows_work_with_the_training_stack_unimportable(tmp_path, tok):
 
 SERVE_LONG_TEXTS = """
 import json, sys
-from compress.runtime import Predictor
+from compress.runtime.predictor import Predictor
 p = Predictor.load(sys.argv[1], max_length=24, stride=6, pooling="max")
 logits = p.logits(json.loads(sys.argv[2]), batch_size=2)
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
@@ -402,8 +402,8 @@ print(json.dumps({"kind": p.kind, "windows": len(p.windows(json.loads(sys.argv[2
 def test_a_served_onnx_artifact_windows_long_texts_as_pytorch_does(classifier, tmp_path):
     """The serving path: an ONNX artifact, in a process where torch cannot be imported, reads a long text
     in the same windows and pools them as the PyTorch model it was exported from."""
-    from compress.export import export_onnx
-    from compress.runtime import Predictor
+    from compress.stages.export import export_onnx
+    from compress.runtime.predictor import Predictor
     from tests.support.paths import ROOT
     from tests.support.serving_env import BLOCKER, TRAINING_STACK, blocked_env
 

@@ -3,7 +3,7 @@
 import pytest
 
 from students.layer_map import format_layer_map, parse_layer_map, uniform_layer_map
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 
 @pytest.mark.parametrize("teacher, student, expected", [

@@ -2,7 +2,7 @@
 
 import pytest
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from students.presets import PRESETS, default_heads, estimate_parameters, parse_shape
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tools.studies.frozen_step import main, measure_frozen_steps
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 TEXTS = [r["text"] for r in sentiment_rows(40, seed=2)]

@@ -156,7 +156,7 @@ def test_sample_is_seeded_and_keeps_order():
 
 
 def test_origins_command_on_tiny_models(task_and_meta, tmp_path, capsys):
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     task, meta, variants = task_and_meta
     teacher = make_bert(tmp_path / "teacher", layers=2, hidden=32, heads=2, ffn=64, head=True, seed=1)

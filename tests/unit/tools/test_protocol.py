@@ -4,7 +4,7 @@ Known answers: a lever right on exactly m more sentences per seed (difference m 
 interval, the exact sign-flip p-value 2 * 2^-m when the seeds flip the same sentences and
 2 * 2^-(k m) when they flip different ones), identical and balanced runs (p = 1), p-values under
 a true null (no more small ones than their level), the power formulas (the pooled one by hand and
-against ``benchmarks.stats.detectable_drop`` for one seed; the seed-level one by simulation), and
+against ``compress.core.stats.detectable_drop`` for one seed; the seed-level one by simulation), and
 the table ``tools.studies.compare --protocol`` prints.
 """
 
@@ -19,8 +19,8 @@ import pytest
 from benchmarks.accuracy import mcnemar_p
 from tools.studies.compare import Row, Run, main, protocol_decisions, protocol_table
 from tools.studies.protocol import decide, pooled_test, require_seeds, seed_power, seed_test, sign_flip_null
-from benchmarks.stats import detectable_drop
-from compress.errors import CompressError
+from compress.core.stats import detectable_drop
+from compress.core.errors import CompressError
 
 Z = 1.959963984540054  # z_0.975
 Z80 = 0.8416212335729143  # z_0.8
@@ -220,7 +220,7 @@ def test_compare_protocol_command_on_tiny_models(tmp_path, capsys):
     """The command end to end: predictions of real (tiny) artifacts on validation + test, decided as by hand."""
     import json
 
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
     from tests.conftest import make_bert, sentiment_rows, write_csv
     from tests.support.models import shifted_copy
 

@@ -11,7 +11,7 @@ import pytest
 
 from tools.studies.compare import _print_trend
 from tools.studies.trend import TrendGroup, fit_groups, fit_log_trend, meta_value, run_x, training_rows, trend_lines
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 
 
 def test_an_exact_line_is_recovered_and_inverted():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from compress.budget.duration import parse_budget
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.pipeline import load_recipe
 
 

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from compress import stages
+from compress.stages import registry as stages
 from compress.budget.decide import decide, plan_path
 from compress.budget.plan import make_plan
 from compress.config import ConfigBase, canonical_sha256
-from compress.errors import CompressError
-from compress.fingerprint import stage_identity
+from compress.core.errors import CompressError
+from compress.stages.fingerprint import stage_identity
 from compress.pipeline import RECORD_DIR, load_recipe, run_recipe
-from compress.stages import Stage
+from compress.stages.registry import Stage
 from tests.conftest import run_cli
 from tests.support.budget import demo_recipe, make_measurement  # noqa: F401  (fixtures)
 
@@ -123,7 +123,7 @@ class NoteConfig(ConfigBase):
 
 
 def write_note(cfg: NoteConfig, out):
-    from compress.artifact import write_artifact
+    from compress.core.artifact import write_artifact
 
     return write_artifact(out, lambda tmp: (tmp / "note.txt").write_text(cfg.text),
                           {"stage": "note", "kind": "toy", "config": cfg.to_dict()})

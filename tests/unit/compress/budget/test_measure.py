@@ -40,7 +40,7 @@ def test_the_measurement_of_a_tiny_recipe(tmp_path, sentiment_csv, tiny_encoder)
 def test_a_frozen_layer_bound_past_the_teacher_s_layers_names_the_knob(tmp_path, sentiment_csv, tiny_encoder):
     import pytest
 
-    from compress.errors import CompressError
+    from compress.core.errors import CompressError
 
     path = tmp_path / "tiny.yaml"
     path.write_text("\n".join([

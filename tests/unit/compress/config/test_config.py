@@ -9,7 +9,7 @@ import json
 import pytest
 
 from compress.cli import build_parser, stage_config
-from compress.stages import stage_configs
+from compress.stages.registry import stage_configs
 from compress.config import (DATA_KEYS, BenchConfig, ConfigError, DataOptions, DistillConfig, ExportConfig,
                              GateConfig, PruneConfig, QuantizeConfig, StudentSpec, TeacherConfig, TrainSettings)
 from tests.conftest import make_bert, sentiment_rows, write_csv
@@ -147,11 +147,11 @@ def test_the_command_line_builds_the_config_a_python_user_would():
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
     """One tiny artifact of every stage that writes compress.json."""
-    from compress.distill.trainer import distill
-    from compress.export import export_stage
-    from compress.prune import prune
-    from compress.quantize import quantize_stage
-    from compress.teacher import train_teacher
+    from compress.stages.distill.trainer import distill
+    from compress.stages.export import export_stage
+    from compress.stages.prune import prune
+    from compress.stages.quantize import quantize_stage
+    from compress.stages.teacher import train_teacher
 
     root = tmp_path_factory.mktemp("configs")
     data = DataOptions(str(write_csv(root / "data.csv", sentiment_rows(80))))

@@ -10,16 +10,16 @@ import torch
 
 from compress.cli import main
 from compress.config import DataOptions, DistillConfig
-from compress.errors import CompressError
-from compress.teacher import TeacherConfig, train_teacher
-from compress.training import TrainSettings
+from compress.core.errors import CompressError
+from compress.stages.teacher import TeacherConfig, train_teacher
+from compress.stages.training import TrainSettings
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 
 def test_tail_averaging_writes_the_mean_of_the_last_steps_weights():
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    from compress.distill.averaging import tail_average_callback, tail_schedule
+    from compress.stages.distill.averaging import tail_average_callback, tail_schedule
 
     assert tail_schedule(1154, 0.5) == (1154 - 9 * 57, 57)  # ten snapshots over the last 577 steps, the last one last
     assert tail_schedule(100, 0.0) == (100, 1) and tail_schedule(3, 1.0) == (1, 1)

@@ -11,11 +11,11 @@ import pytest
 
 from compress.cli import main
 from compress.config import DataOptions, DistillConfig
-from compress.data import load_task_data, tokenize_split
-from compress.distill.ensemble import averaged, load_members, member_specs
-from compress.errors import CompressError
-from compress.teacher import TeacherConfig, load_teacher, teacher_logits, train_teacher
-from compress.training import TrainSettings
+from compress.tasks.tables import load_task_data, tokenize_split
+from compress.stages.distill.ensemble import averaged, load_members, member_specs
+from compress.core.errors import CompressError
+from compress.stages.teacher import TeacherConfig, load_teacher, teacher_logits, train_teacher
+from compress.stages.training import TrainSettings
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from compress.config import DistillConfig
-from compress.errors import CompressError
-from compress.losses import hard_cross_entropy, soft_cross_entropy
+from compress.core.errors import CompressError
+from compress.stages.losses import hard_cross_entropy, soft_cross_entropy
 from compress.tasks.token_classification.distill import entity_weights, word_distillation_loss
 
 O, B, I = 0, 1, 2  # tag indices: O, B-X, I-X
@@ -52,7 +52,7 @@ def test_the_entity_words_pull_harder_in_the_soft_and_the_hard_term_by_hand():
 
 
 def test_teacher_ce_trains_every_word_the_teacher_labelled_transfer_rows_included():
-    from compress.losses import LossTerm, teacher_cross_entropy
+    from compress.stages.losses import LossTerm, teacher_cross_entropy
     from compress.tasks.token_classification.distill import word_term_values
 
     logits, labels, first, soft = _batch()

@@ -12,14 +12,14 @@ import torch
 
 from compress.cli import main
 from compress.config import DistillConfig
-from compress.data import load_task_data
-from compress.distill.trainer import DistillationModule
-from compress.errors import CompressError
-from compress.gold_labels import ABSENT, COLUMN, gold_probabilities, gold_row, with_gold
-from compress.losses import LossTerm
-from compress.teacher import TeacherConfig, train_teacher
+from compress.tasks.tables import load_task_data
+from compress.stages.distill.trainer import DistillationModule
+from compress.core.errors import CompressError
+from compress.stages.gold_labels import ABSENT, COLUMN, gold_probabilities, gold_row, with_gold
+from compress.stages.losses import LossTerm
+from compress.stages.teacher import TeacherConfig, train_teacher
 from compress.config import DataOptions
-from compress.training import TrainSettings
+from compress.stages.training import TrainSettings
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 

@@ -14,13 +14,13 @@ import torch
 from compress.cli import main
 from compress.config import DataOptions, DistillConfig
 from compress.config.shared import StudentSpec
-from compress.distill.pooled import mean_pool, vector_cache_path
-from compress.distill.soft_labels import Part, SoftLabelStore, save_logits
-from compress.distill.trainer import DistillationModule, distill
-from compress.errors import CompressError
-from compress.losses import LOSSES, LossTerm
-from compress.teacher import TeacherConfig, train_teacher
-from compress.training import TrainSettings
+from compress.stages.distill.pooled import mean_pool, vector_cache_path
+from compress.stages.distill.soft_labels import Part, SoftLabelStore, save_logits
+from compress.stages.distill.trainer import DistillationModule, distill
+from compress.core.errors import CompressError
+from compress.stages.losses import LOSSES, LossTerm
+from compress.stages.teacher import TeacherConfig, train_teacher
+from compress.stages.training import TrainSettings
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
 

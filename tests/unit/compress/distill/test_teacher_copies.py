@@ -1,4 +1,4 @@
-"""Soft labels from a faster copy of the teacher (compress.distill.teacher_copies: ONNX Runtime INT8, OpenVINO
+"""Soft labels from a faster copy of the teacher (compress.stages.distill.teacher_copies: ONNX Runtime INT8, OpenVINO
 fp32), and the teacher stage's evaluation logits reused by distillation, on a tiny BERT teacher built in the test."""
 
 import json
@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from compress.config import SOFT_LABELS_AUTO_MIN_ROWS, DataOptions, DistillConfig
-from compress.data import tokenize_split
-from compress.distill.teacher_copies import (INT8_TAG, OPENVINO_FP32_TAG, choose_label_runtime, copy_wins,
+from compress.tasks.tables import tokenize_split
+from compress.stages.distill.teacher_copies import (INT8_TAG, OPENVINO_FP32_TAG, choose_label_runtime, copy_wins,
                                              wants_copy)
-from compress.distill.trainer import distill
-from compress.teacher import TeacherConfig, load_teacher, soft_label_cache_path, teacher_logits, train_teacher
-from compress.training import TrainSettings
+from compress.stages.distill.trainer import distill
+from compress.stages.teacher import TeacherConfig, load_teacher, soft_label_cache_path, teacher_logits, train_teacher
+from compress.stages.training import TrainSettings
 from students.factory import StudentSpec
 from tests.conftest import make_bert, sentiment_rows, write_csv
 
@@ -100,7 +100,7 @@ def test_int8_labels_are_used_when_they_agree_and_cached_under_their_own_key(tea
 
     # The INT8 labels are near the PyTorch teacher's, and keyed apart from them.
     loaded = load_teacher(teacher)
-    from compress.data import load_task_data
+    from compress.tasks.tables import load_task_data
 
     train = tokenize_split(load_task_data(str(data)).splits["train"], loaded.tokenizer, 128, False, prefix="t_",
                            what="teacher")
@@ -123,7 +123,7 @@ def test_int8_labels_are_used_when_they_agree_and_cached_under_their_own_key(tea
 def test_int8_labels_that_disagree_are_not_used(teacher_and_data):
     teacher, data = teacher_and_data
     loaded = load_teacher(teacher)
-    from compress.data import load_task_data
+    from compress.tasks.tables import load_task_data
 
     validation = tokenize_split(load_task_data(str(data)).splits["validation"], loaded.tokenizer, 128, False,
                                 prefix="t_", what="teacher")
@@ -145,7 +145,7 @@ def test_the_openvino_fp32_copy_labels_with_the_teachers_numbers(teacher_and_dat
     labels = meta["distillation"]["soft_labels"]
     assert labels["runtime"] == OPENVINO_FP32_TAG and labels["validation_agreement"] == 1.0
     loaded = load_teacher(teacher)
-    from compress.data import load_task_data
+    from compress.tasks.tables import load_task_data
 
     train = tokenize_split(load_task_data(str(data)).splits["train"], loaded.tokenizer, 128, False, prefix="t_",
                            what="teacher")

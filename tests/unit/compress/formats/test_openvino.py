@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from compress.config import DataOptions, OptimizeConfig
-from compress.errors import CompressError
-from compress.formats.openvino import OPENVINO_BIN, OPENVINO_XML, is_int8_ir, openvino_missing
-from compress.runtime import Predictor, artifact_kind
+from compress.core.errors import CompressError
+from compress.runtime.formats.openvino import OPENVINO_BIN, OPENVINO_XML, is_int8_ir, openvino_missing
+from compress.runtime.predictor import Predictor, artifact_kind
 from tests.support.paths import ROOT
 from tests.support.serving_env import BLOCKER, TRAINING_STACK
 from tests.support.trained_classifier import TEXTS, agreement, data, fp32_logits, trained, work  # noqa: F401 (fixtures)
@@ -34,14 +34,14 @@ needs_openvino = pytest.mark.skipif(MISSING is not None, reason=f"OpenVINO tests
 
 @pytest.fixture(scope="module")
 def ov_fp32(trained, data, work) -> Path:
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     return quantize(trained, work / "ov-fp32", method="openvino-fp32", data=data)
 
 
 @pytest.fixture(scope="module")
 def ov_int8(trained, data, work) -> Path:
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     return quantize(trained, work / "ov-int8", method="openvino-int8", data=data, calibration_size=64)
 
@@ -61,7 +61,7 @@ def test_fp32_ir_reloads_and_matches_pytorch(ov_fp32, fp32_logits):
     # Batching and padding do not change the answers (dynamic shapes in the IR).
     assert np.allclose(predictor.logits(TEXTS, batch_size=1), logits, atol=FP32_ATOL)
     # Served with the sequence axis bounded at the position table (faster on changing lengths), the batch free.
-    from compress.runtime import position_limit
+    from compress.runtime.predictor import position_limit
 
     for model_input in predictor.compiled.inputs:
         batch, sequence = model_input.get_partial_shape()
@@ -97,9 +97,9 @@ def test_int8_ir_is_quantized_accuracy_checked_and_agrees(ov_int8, fp32_logits, 
 @pytest.mark.slow  # two NNCF runs: a minute or more on a busy 2-core machine
 def test_sensitive_layer_fallback_keeps_them_in_fp32(trained, data, work):
     """The last fallback's ignored scope really reaches the IR: fewer quantized operators."""
-    from compress.export import export_onnx
-    from compress.ort_static import calibration_texts
-    from compress.quantize import _OpenVinoBuilder, candidate_plan
+    from compress.stages.export import export_onnx
+    from compress.stages.ort_static import calibration_texts
+    from compress.stages.quantize import _OpenVinoBuilder, candidate_plan
 
     onnx_dir = export_onnx(trained, work / "unfused", optimize=False)
     fp32 = Predictor.load(onnx_dir, threads=1)
@@ -117,7 +117,7 @@ def test_sensitive_layer_fallback_keeps_them_in_fp32(trained, data, work):
 
 @needs_openvino
 def test_openvino_errors_are_one_clear_line(trained, data, work, ov_int8):
-    from compress.quantize import quantize
+    from compress.stages.quantize import quantize
 
     with pytest.raises(CompressError, match="openvino-int8 calibrates on training texts"):
         quantize(trained, work / "no-data", method="openvino-int8")
@@ -136,7 +136,7 @@ def test_openvino_errors_are_one_clear_line(trained, data, work, ov_int8):
 
 SERVE = BLOCKER + """
 import json
-from compress.runtime import Predictor
+from compress.runtime.predictor import Predictor
 p = Predictor.load(sys.argv[1], threads=1)
 logits = p.logits(json.loads(sys.argv[2]), batch_size=3)
 loaded = sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in BLOCKED})
@@ -172,7 +172,7 @@ def test_openvino_import_does_not_pull_torch():
 @pytest.mark.slow  # builds two runtimes, times them, benches: a minute or more on a busy 2-core machine
 def test_optimize_measures_openvino_and_bench_takes_its_folder(trained, data, work):
     from compress.cli import main
-    from compress.optimize import optimize
+    from compress.stages.optimize import optimize
 
     out = optimize(OptimizeConfig(model=str(trained), data=data, candidates="onnx-int8-fused,openvino-int8",
                                   batch_sizes=[1, 4], seq_len=16, threads=1, warmup=1, runs=5, calibration_size=32),
@@ -196,7 +196,7 @@ def test_optimize_measures_openvino_and_bench_takes_its_folder(trained, data, wo
 
 def test_optimize_skips_openvino_with_a_message_when_it_is_not_installed(monkeypatch, tmp_path, capsys):
     """Without the extra, the OpenVINO candidates are skipped: said, recorded in the table, nothing attempted."""
-    import compress.optimize as optimize_module
+    import compress.stages.optimize as optimize_module
 
     monkeypatch.setattr(optimize_module, "openvino_missing", lambda need_nncf=False: "openvino is not installed; "
                         "pip install -e '.[openvino]'")

@@ -10,11 +10,11 @@ import torch
 
 from compress.cli import main
 from compress.config import DataOptions
-from compress.errors import CompressError
-from compress.modeling import count_parameters, load_classifier
-from compress.prune import (PRUNING_KEY, PruneConfig, layer_parts, prune, prune_model, select_units, structure)
-from compress.teacher import TeacherConfig, train_teacher
-from compress.training import TrainSettings
+from compress.core.errors import CompressError
+from compress.runtime.modeling import count_parameters, load_classifier
+from compress.stages.prune import (PRUNING_KEY, PruneConfig, layer_parts, prune, prune_model, select_units, structure)
+from compress.stages.teacher import TeacherConfig, train_teacher
+from compress.stages.training import TrainSettings
 from tests.conftest import make_bert, sentiment_rows, train_briefly, write_csv
 
 # make_bert's defaults: 4 layers, hidden 32, 4 heads of 8, FFN 64.
@@ -113,9 +113,9 @@ def test_removal_is_physical_and_equals_masking_the_original(random_classifier):
 def test_uniform_heads_reload_through_compress_and_export_with_parity(trained, tmp_path):
     from transformers import AutoModelForSequenceClassification
 
-    from compress.export import export_onnx
-    from compress.quantize import quantize
-    from compress.runtime import Predictor
+    from compress.stages.export import export_onnx
+    from compress.stages.quantize import quantize
+    from compress.runtime.predictor import Predictor
 
     teacher, data = trained
     out = prune(_cfg(teacher, data, heads=0.5, ffn=0.5), tmp_path / "pruned")
@@ -184,7 +184,7 @@ def test_global_scope_lets_layers_differ_and_reloads(trained, tmp_path):
 
 
 def test_a_pruned_model_can_seed_a_shallower_student(trained, tmp_path):
-    from compress.distill.trainer import DistillConfig, distill
+    from compress.stages.distill.trainer import DistillConfig, distill
     from students.factory import StudentSpec
 
     teacher, data = trained
@@ -213,7 +213,7 @@ def test_taylor_importance_uses_task_gradients(trained, tmp_path):
 
 
 def test_recovery_distils_back_and_is_recorded(trained, tmp_path):
-    from compress.runtime import Predictor
+    from compress.runtime.predictor import Predictor
 
     teacher, data = trained
     train = TrainSettings(epochs=0, lr=2e-3, batch_size=16, logging_steps=1000)

@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 import torch
 
-from compress.modeling import load_classifier
-from compress.errors import CompressError
-from compress.prune import (PRUNING_KEY, accumulate_task_gradients, layer_parts, prune_model, score_units,
+from compress.runtime.modeling import load_classifier
+from compress.core.errors import CompressError
+from compress.stages.prune import (PRUNING_KEY, accumulate_task_gradients, layer_parts, prune_model, score_units,
                             select_units, structure)
-from compress.prune.importance import _nearest
+from compress.stages.prune.importance import _nearest
 from tests.conftest import make_bert, sentiment_rows
 
 HEAD_SIZE = 8

@@ -23,7 +23,7 @@ def test_bad_serve_settings_are_one_line(argv, message, capsys):
 
 
 def test_a_task_without_a_request_shape_is_refused_by_name():
-    from compress.errors import CompressError
+    from compress.core.errors import CompressError
     from compress.serving.schemas import check_task, servable_tasks
 
     served = servable_tasks()

@@ -14,8 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from compress.errors import CompressError
-from compress.runtime import Predictor
+from compress.core.errors import CompressError
+from compress.runtime.predictor import Predictor
 from tests.conftest import make_bert
 from tests.support import vector_task
 from tests.support.paths import ROOT
@@ -24,7 +24,7 @@ from tests.support.serving_env import BLOCKER, TRAINING_STACK, blocked_env
 IMPORTS = BLOCKER + """
 import importlib, json
 for name in ("compress.tasks.sequence_classification.decoding", "compress.tasks.token_classification.decoding",
-             "compress.tasks.question_answering.decoding", "compress.serving.schemas", "compress.runtime"):
+             "compress.tasks.question_answering.decoding", "compress.serving.schemas", "compress.runtime.predictor"):
     importlib.import_module(name)
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)))
 """
@@ -73,7 +73,7 @@ def test_a_classifier_asked_for_vectors_says_what_it_gives(tmp_path):
 
 
 def test_a_recorded_alias_is_read_as_the_registered_task():
-    from compress.runtime import artifact_task
+    from compress.runtime.predictor import artifact_task
 
     assert artifact_task({"task": "ner"}, {}) == "token-classification"
     assert artifact_task({"parent_meta": {"task": "extractive-qa"}}, {}) == "question-answering"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks import get_task
 from compress.tasks.protocol import missing_members
 from compress.tasks.protocol.data import DataSource

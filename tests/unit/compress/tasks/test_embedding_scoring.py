@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from compress.config import DataOptions
-from compress.errors import CompressError
-from compress.quality import split_scorer
-from compress.runtime import Predictor
+from compress.core.errors import CompressError
+from compress.stages.quality import split_scorer
+from compress.runtime.predictor import Predictor
 from compress.tasks import get_task
 from compress.tasks.sentence_embedding.data import EmbeddingPairs
 from compress.tasks.sentence_embedding.metrics import sts_scores

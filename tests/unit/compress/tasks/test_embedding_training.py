@@ -9,7 +9,7 @@ import pytest
 
 from compress.config import DataOptions, DistillConfig, TeacherConfig
 from compress.config.shared import StudentSpec, TrainSettings
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks import get_task
 from compress.tasks.protocol import missing_members
 from compress.tasks.sentence_embedding.distill import Encoder

@@ -9,7 +9,7 @@ import torch
 from compress.tasks.sentence_embedding.long_texts import encode_long
 from compress.tasks.sentence_embedding.pooling import encode, load_pooled_encoder
 from compress.tasks.sentence_embedding.vectors import pool_window_vectors
-from compress.windows import encode_windows
+from compress.core.windows import encode_windows
 from tests.support.embedding import corpus, make_st_folder
 
 

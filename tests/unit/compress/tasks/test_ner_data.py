@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.token_classification import data as token_data
 from compress.tasks.token_classification.data import load_token_data, read_conll
 
@@ -278,8 +278,8 @@ def test_wnut17_is_checked_against_its_sha256(tmp_path, monkeypatch):
 
 
 def test_wnut17_is_a_registered_builtin_of_the_tagging_task():
-    from compress.data import BUILTIN_DATASET_TASKS, BUILTIN_DATASETS, load_task_data
-    from compress.fingerprint import data_fingerprint
+    from compress.tasks.tables import BUILTIN_DATASET_TASKS, BUILTIN_DATASETS, load_task_data
+    from compress.stages.fingerprint import data_fingerprint
 
     assert "wnut17" in BUILTIN_DATASETS and BUILTIN_DATASET_TASKS["wnut17"] == "token-classification"
     with pytest.raises(CompressError, match="'wnut17' is a token-classification .* this stage trains and scores "

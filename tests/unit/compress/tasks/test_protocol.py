@@ -11,7 +11,7 @@ import importlib
 
 import pytest
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks import get_task, task_names
 from compress.tasks.protocol import ASPECTS, missing_members
 

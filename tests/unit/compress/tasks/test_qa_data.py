@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.question_answering import data as qa_data
 from compress.tasks.question_answering.data import examples_from_dataset, load_qa_data, read_squad_json, split_by_article, squad_dev
 
@@ -278,11 +278,11 @@ def test_the_builtin_squad_dev_is_the_whole_v11_dev_set_split_by_article(builtin
 
 
 def test_the_builtin_files_are_checked_against_their_sha256(tmp_path, monkeypatch):
-    from compress.data import BUILTIN_DATASET_TASKS
-    from compress.fingerprint import data_fingerprint
+    from compress.tasks.tables import BUILTIN_DATASET_TASKS
+    from compress.stages.fingerprint import data_fingerprint
 
     assert BUILTIN_DATASET_TASKS["squad-dev"] == "question-answering"
-    from compress.data import load_task_data
+    from compress.tasks.tables import load_task_data
 
     with pytest.raises(CompressError, match=r"'squad-dev' is a question-answering set, and this stage trains and "
                                             r"scores sentence classifiers"):

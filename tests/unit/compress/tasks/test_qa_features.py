@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks.question_answering.features import (NEVER_NULL, NULL_INDEX, answer_positions, apply_null_threshold, decode_spans,
                                         encode_qa, first_answer_spans, null_margins, qa_features, span_chars)
 from tests.conftest import make_tokenizer

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks import get_task
 from compress.tasks.task_choice import data_task, head_task
 from compress.tasks.sentence_similarity import data as sim

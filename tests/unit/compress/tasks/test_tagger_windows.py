@@ -14,7 +14,7 @@ import pytest
 
 from compress.tasks.token_classification.alignment import IGNORE_INDEX
 from compress.tasks.token_classification.words import sentence_word_logits, tokenize_tagged_split, word_tags
-from compress.windows import encode_windows, max_context_windows
+from compress.core.windows import encode_windows, max_context_windows
 
 #: Words of several sub-tokens ("gurez" is gu ##rez in the test vocabulary) among one-token ones.
 WORDS = ("Gurez", "is", "a", "town", "in", "Kashmir", "and", "the", "river", "flows", "past", "Gurez")

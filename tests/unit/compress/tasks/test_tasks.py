@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from compress.errors import CompressError
+from compress.core.errors import CompressError
 from compress.tasks import Task, get_task, register_task, task_for_architectures, task_names, unregister_task
 from compress.tasks.token_classification.alignment import IGNORE_INDEX, batch_word_logits, first_subtokens, label_positions, word_logits
 from tests.conftest import FIXTURES, make_tokenizer
@@ -26,7 +26,7 @@ def test_both_tasks_are_registered_with_what_the_stages_need():
     assert (seq.label_unit, tok.label_unit) == ("example", "word") and tok.soft_labels == ("words", "num_labels")
     assert tok.primary_metric == "entity_f1" and "per_type_f1" in tok.metrics
     assert tok.predictor_returns == ("entities", "word_tags") and seq.predictor_returns == ("label", "probabilities")
-    # The export's dynamic axes: the sequence-classification ones are what compress/export.py writes today.
+    # The export's dynamic axes: the sequence-classification ones are what compress/stages/export.py writes today.
     names = ["input_ids", "attention_mask", "token_type_ids"]
     assert seq.dynamic_axes(names)["logits"] == {0: "batch"}
     assert tok.dynamic_axes(names)["logits"] == {0: "batch", 1: "sequence"}
@@ -74,7 +74,7 @@ def test_the_registry_and_the_tagging_helpers_import_no_torch():
 
 
 def test_sequence_classification_score_is_the_stages_score():
-    from compress.modeling import classification_metrics
+    from compress.runtime.modeling import classification_metrics
 
     rng = np.random.RandomState(0)
     logits, reference, labels = rng.randn(200, 3), rng.randn(200, 3), rng.randint(0, 3, 200)

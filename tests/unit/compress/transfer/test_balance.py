@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from compress.errors import CompressError
-from compress.transfer import filter_unlabeled, load_unlabeled, read_unlabeled
-from compress.transfer.corpus import NO_GROUP, UnlabeledCorpus, balanced_sample
+from compress.core.errors import CompressError
+from compress.stages.transfer import filter_unlabeled, load_unlabeled, read_unlabeled
+from compress.stages.transfer.corpus import NO_GROUP, UnlabeledCorpus, balanced_sample
 
 
 def _groups(sizes: dict[str, int]) -> list[str]:

@@ -9,10 +9,10 @@ import pytest
 
 from tools.studies.origins import origin_texts
 from compress.config import DistillConfig
-from compress.data import load_task_data
-from compress.errors import CompressError
-from compress.transfer import UnlabeledCorpus, filter_unlabeled
-from compress.transfer.similarity import CHUNK, most_similar, nearest_similarity, tfidf_matrices
+from compress.tasks.tables import load_task_data
+from compress.core.errors import CompressError
+from compress.stages.transfer import UnlabeledCorpus, filter_unlabeled
+from compress.stages.transfer.similarity import CHUNK, most_similar, nearest_similarity, tfidf_matrices
 from tests.conftest import sentiment_rows, write_csv
 
 LABELLED = ["the acting is superb", "a dull and tedious plot", "superb photography , tedious script"]
@@ -94,8 +94,8 @@ def test_distill_keeps_the_corpus_lines_most_like_the_training_sentences(tmp_pat
 
     from compress.cli import main
     from compress.config import DataOptions
-    from compress.teacher import TeacherConfig, train_teacher
-    from compress.training import TrainSettings
+    from compress.stages.teacher import TeacherConfig, train_teacher
+    from compress.stages.training import TrainSettings
     from tests.conftest import make_bert
 
     data = write_csv(tmp_path / "d.csv", sentiment_rows(80))

