@@ -10,6 +10,7 @@ is read, never when the package or one of its submodules is imported. Importing 
 from __future__ import annotations
 
 import ast
+import fnmatch
 from pathlib import Path
 
 from tests.support.paths import ROOT
@@ -21,6 +22,45 @@ STAGES = ("compress.stages.teacher", "compress.stages.distill", "compress.stages
 #: What serves a model: it may import formats, never a stage.
 RUNTIME = ("compress.runtime.predictor", "compress.runtime.modeling", "compress.runtime.tokenization", "compress.runtime.formats", "compress.serving")
 FACTORY = ("students.factory",)
+
+#: The layers, bottom first (docs/development.md, "Layers"): a module imports its own layer and the ones below.
+LAYERS = ("core", "task records", "data", "runtime", "config", "training", "stages", "drivers")
+#: Which layer each module is in: the first pattern that matches its name. A task package spans layers by aspect:
+#: its record and metrics at the bottom, its data readers, its decoding with the runtime, its stage bodies on top.
+PLACES = (
+    ("compress", "core"), ("compress.core*", "core"), ("benchmarks", "core"),
+    ("compress.tasks", "task records"), ("compress.tasks.registry", "task records"),
+    ("compress.tasks.protocol*", "task records"), ("compress.tasks.*.metrics", "task records"),
+    ("compress.tasks.*.alignment", "task records"), ("compress.tasks.*.features", "task records"),
+    ("compress.tasks.tables", "data"), ("compress.tasks.sources", "data"), ("compress.tasks.task_choice", "data"),
+    ("compress.corpora*", "data"),
+    ("compress.tasks.*.*", None),  # a task's other modules: by aspect, below
+    ("compress.tasks.*", "task records"),
+    ("compress.runtime*", "runtime"), ("compress.serving*", "runtime"), ("benchmarks.latency", "runtime"),
+    ("compress.config*", "config"), ("compress.stages", "config"), ("compress.stages.registry", "config"),
+    ("compress.stages.losses", "config"), ("compress.stages.fingerprint", "config"), ("students", "config"),
+    ("students.presets", "config"), ("students.layer_map", "config"),
+    ("compress.stages.training", "training"), ("compress.stages.long_texts", "training"),
+    ("compress.stages.gold_labels", "training"), ("compress.stages.quality", "training"), ("students.factory", "training"),
+    ("benchmarks.suite", "stages"), ("benchmarks.gate", "stages"), ("benchmarks.gate_output", "stages"),
+    ("benchmarks.f1_rules", "stages"), ("benchmarks.load_http", "stages"), ("benchmarks.*", "training"),
+    ("compress.stages.*", "stages"),
+    ("compress.cli", "drivers"), ("compress.pipeline", "drivers"), ("compress.run_stage", "drivers"),
+    ("compress.summary", "drivers"), ("compress.__main__", "drivers"), ("compress.budget*", "drivers"),
+)
+#: A task module's layer by its name (the aspect it serves); any other module of a task sits with its stages.
+TASK_MODULES = {"data": "data", "folder": "data", "decoding": "runtime", "pooling": "runtime", "long_texts": "runtime",
+                "vectors": "task records", "words": "training", "losses": "training"}
+
+
+def layer_of(module: str) -> str:
+    for pattern, layer in PLACES:
+        if module == pattern or fnmatch.fnmatchcase(module, pattern):
+            if layer is not None:
+                return layer
+            if module.count(".") == 3:  # compress.tasks.<task>.<module>
+                return TASK_MODULES.get(module.rsplit(".", 1)[1], "stages")
+    raise AssertionError(f"{module} is in no layer: give it a place in PLACES")
 
 
 def _modules() -> dict[str, Path]:
@@ -144,6 +184,18 @@ def test_the_walker_sees_lazy_and_relative_imports():
     assert "compress.cli" in graph["compress.__main__"]
     assert "compress.runtime.formats.pruned" in graph["compress.runtime.modeling"]  # imported inside load_classifier
     assert "compress.stages.transfer.augment" in graph["compress.stages.transfer"]
+
+
+def test_every_import_goes_to_the_same_layer_or_below():
+    graph = _graph()
+    upward = sorted(f"{a} ({layer_of(a)}) imports {b} ({layer_of(b)})" for a, edges in graph.items() for b in edges
+                    if LAYERS.index(layer_of(b)) > LAYERS.index(layer_of(a)))
+    assert upward == [], "imports reaching up a layer:\n" + "\n".join(upward)
+
+
+def test_the_top_level_holds_only_the_drivers():
+    flat = sorted(p.name for p in (ROOT / "compress").glob("*.py"))
+    assert flat == ["__init__.py", "__main__.py", "cli.py", "pipeline.py", "run_stage.py", "summary.py"]
 
 
 def test_no_import_cycles():

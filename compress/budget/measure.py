@@ -369,7 +369,7 @@ def _transfer_rows(distill_cfg: Any, notes: list[str]) -> int:
     limit = distill_cfg.unlabeled_limit
     if limit is not None:
         return int(limit)
-    from compress.stages.transfer.corpus import load_unlabeled
+    from compress.corpora.corpus import load_unlabeled
 
     try:
         return len(load_unlabeled(distill_cfg.unlabeled, distill_cfg.unlabeled_text_column,

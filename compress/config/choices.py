@@ -12,7 +12,7 @@ from __future__ import annotations
 SAMPLINGS = ("group_by_length", "random", "sequential")
 #: ``distill --soft-labels``: who labels the training rows (compress.stages.distill.teacher_copies).
 SOFT_LABEL_RUNTIMES = ("auto", "pytorch", "openvino-fp32", "onnx-int8")
-#: How ``--unlabeled-limit`` picks its texts: a seeded sample, or the texts most like the task's (compress.stages.transfer.similarity).
+#: How ``--unlabeled-limit`` picks its texts: a seeded sample, or the texts most like the task's (compress.corpora.similarity).
 UNLABELED_SELECTIONS = ("random", "similar")
 #: ``auto`` builds a copy of the teacher only for at least this many rows still to label: building it
 #: (export and conversion or quantization) and checking it on validation cost about as much as labelling this

@@ -56,9 +56,9 @@ BUILTIN_UNLABELED = {
     "wnut17-unlabeled": "the raw tweets, Reddit, Stack Exchange and YouTube text WNUT-17 was sampled from "
                         "(CC BY 4.0, shipped in the package), none repeating a wnut17 sentence",
 }
-#: Bump when the preparation of ``movie-reviews-unlabeled`` (compress.stages.transfer.builtin) changes.
+#: Bump when the preparation of ``movie-reviews-unlabeled`` (compress.corpora.builtin) changes.
 MOVIE_REVIEWS_UNLABELED_VERSION = 1
-#: Bump when the preparation of ``wnut17-unlabeled`` (compress.stages.transfer.wnut_raw) changes.
+#: Bump when the preparation of ``wnut17-unlabeled`` (compress.corpora.wnut_raw) changes.
 WNUT17_UNLABELED_VERSION = 2
 
 

@@ -59,7 +59,7 @@ from benchmarks.accuracy import mcnemar_p, split_texts_and_labels
 from compress.core.errors import CompressError
 from compress.core.artifact import read_meta
 from compress.config import DataOptions
-from compress.stages.transfer.texts import atomic_write_text
+from compress.corpora.texts import atomic_write_text
 from tools.studies.protocol import MIN_SEEDS, Decision, decide, require_seeds
 from tools.studies import trend as trends
 from tools.studies.prediction_cache import LazyPredictor, cache_key, cached

@@ -49,8 +49,8 @@ from compress.tasks.token_classification.metrics import extract_entities
 from compress.tasks.token_classification.data import word_texts
 from compress.core.numerics import softmax
 from compress.stages.transfer.augment import MASK
-from compress.stages.transfer.corpus import filter_unlabeled, load_unlabeled
-from compress.stages.transfer.texts import atomic_write_text, joined_texts, split_keys
+from compress.corpora.corpus import filter_unlabeled, load_unlabeled
+from compress.corpora.texts import atomic_write_text, joined_texts, split_keys
 from tools.studies.prediction_cache import LazyPredictor, cache_key, cached
 
 #: Origins in report order; the first three are rows the student trained on.

@@ -20,8 +20,8 @@ The first two kinds have no gold label: the teacher soft-labels every row (throu
 the hard-label loss skips them, and a ``sample_weight`` column sets how much each row's soft-label
 loss counts (``--unlabeled-weight`` for the corpus; 1 for labelled and augmented rows).
 
-Modules: :mod:`~compress.stages.transfer.texts` (text identity), :mod:`~compress.stages.transfer.corpus`
-(reading and filtering unlabelled corpora), :mod:`~compress.stages.transfer.builtin` (the built-in
+Modules: :mod:`~compress.corpora.texts` (text identity), :mod:`~compress.corpora.corpus`
+(reading and filtering unlabelled corpora), :mod:`~compress.corpora.builtin` (the built-in
 corpus), :mod:`~compress.stages.transfer.segment` (word segmentation), :mod:`~compress.stages.transfer.candidates`
 (replacement words), :mod:`~compress.stages.transfer.augment` (variants), :mod:`~compress.stages.transfer.mentions`
 (a tagger's mention-replaced variants) and
@@ -34,13 +34,13 @@ from compress.tasks.tables import BUILTIN_UNLABELED, MOVIE_REVIEWS_UNLABELED_VER
 from compress.stages.transfer.assemble import TransferOptions, TransferSet, build_transfer, tokenize_for_distillation
 from compress.stages.transfer.augment import (AUGMENT_VERSION, MASK, OPS, AugmentOptions, augment_examples, augmented_rows,
                                        parse_ops)
-from compress.stages.transfer.builtin import MIN_WORDS, movie_reviews_unlabeled, movie_reviews_unlabeled_stats, review_sentences
+from compress.corpora.builtin import MIN_WORDS, movie_reviews_unlabeled, movie_reviews_unlabeled_stats, review_sentences
 from compress.stages.transfer.candidates import EmbeddingNeighbours, MaskedLMCandidates, candidate_source, mlm_head_keys
-from compress.stages.transfer.corpus import (BUILTIN_CORPUS_STATS, UNLABELED_SUFFIXES, UnlabeledCorpus, filter_unlabeled,
+from compress.corpora.corpus import (BUILTIN_CORPUS_STATS, UNLABELED_SUFFIXES, UnlabeledCorpus, filter_unlabeled,
                                       held_out_overlap, load_unlabeled, read_unlabeled)
 from compress.stages.transfer.segment import Segmented, segment, whole_words
-from compress.stages.transfer.texts import HeldOutRuns, normalize_text, split_keys, split_texts, text_key
-from compress.stages.transfer.wnut_raw import wnut17_unlabeled, wnut17_unlabeled_stats
+from compress.corpora.texts import HeldOutRuns, normalize_text, split_keys, split_texts, text_key
+from compress.corpora.wnut_raw import wnut17_unlabeled, wnut17_unlabeled_stats
 
 __all__ = [
     "AUGMENT_VERSION", "BUILTIN_CORPUS_STATS", "BUILTIN_UNLABELED", "HeldOutRuns", "MASK", "MIN_WORDS", "MOVIE_REVIEWS_UNLABELED_VERSION", "OPS",

@@ -12,8 +12,8 @@ from compress.tasks.tables import BUILTIN_UNLABELED
 from compress.core.errors import CompressError
 from compress.stages.transfer.augment import MASK, OPS, AugmentOptions, augmented_rows, parse_ops
 from compress.stages.transfer.candidates import candidate_source
-from compress.stages.transfer.corpus import BUILTIN_CORPUS_STATS, filter_unlabeled, held_out_overlap, load_unlabeled
-from compress.stages.transfer.texts import joined_texts, split_keys, split_texts
+from compress.corpora.corpus import BUILTIN_CORPUS_STATS, filter_unlabeled, held_out_overlap, load_unlabeled
+from compress.corpora.texts import joined_texts, split_keys, split_texts
 from compress.tasks.tables import map_fingerprint, tokenize_split
 from compress.stages.long_texts import window_texts
 from compress.stages.teacher import teacher_logits

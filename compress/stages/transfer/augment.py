@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from compress.config import AUGMENT_OPS, parse_augment_ops
 from compress.stages.transfer.segment import Segmented, segment, whole_words
-from compress.stages.transfer.texts import atomic_write_text, digest_keys, text_key
+from compress.corpora.texts import atomic_write_text, digest_keys, text_key
 from compress.core.assets import cache_dir
 from compress.core.progress import bars_enabled
 

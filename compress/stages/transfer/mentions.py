@@ -26,7 +26,7 @@ import numpy as np
 
 from compress.core.numerics import softmax
 from compress.tasks.token_classification.metrics import Entity, extract_entities
-from compress.stages.transfer.texts import text_key
+from compress.corpora.texts import text_key
 
 #: Chance that each mention of a sentence is replaced in a variant (at least one always is).
 P_REPLACE = 0.5
@@ -123,7 +123,7 @@ def mention_variants(sentences: Sequence[Sequence[str]], tags: Sequence[Sequence
                      extra: dict[str, list[Mention]] | None = None,
                      ) -> tuple[list[list[str]], list[list[int]], dict[str, Any]]:
     """Up to ``n`` variants of each sentence with an entity (:func:`_variant`), seeded; none whose
-    :func:`compress.stages.transfer.texts.text_key` is in ``seen`` (give the held-out sentences' keys), is one of
+    :func:`compress.corpora.texts.text_key` is in ``seen`` (give the held-out sentences' keys), is one of
     ``sentences`` or repeats an earlier variant. The replacements come from the sentences' own mentions and
     ``extra`` ones (:func:`teacher_mentions`) of the types the sentences have.
     ``(words, tag ids, stats)``; the stats are what ``compress.json`` records."""

@@ -26,8 +26,8 @@ from typing import Any
 from compress.tasks.tables import read_table
 from compress.core.errors import CompressError
 from compress.tasks.question_answering.data import CONTEXT_COLUMNS, QUESTION_COLUMNS, QATaskData, load_qa_data, pick_column
-from compress.stages.transfer.corpus import UnlabeledCorpus, filter_unlabeled
-from compress.stages.transfer.texts import text_key
+from compress.corpora.corpus import UnlabeledCorpus, filter_unlabeled
+from compress.corpora.texts import text_key
 
 #: The table files a question source may be, beside what ``--data`` takes.
 TABLE_SUFFIXES = (".jsonl", ".csv", ".tsv", ".parquet")

@@ -2,7 +2,7 @@
 
 A two-tower student learns the teacher's vectors, so its training data is text alone: a ``.txt`` file (one text a
 line) or a csv/tsv/jsonl/parquet table's ``--text-column``, or a built-in unlabelled corpus (read by
-:func:`compress.stages.transfer.corpus.load_unlabeled`). A seeded tenth (at least :data:`MIN_HELD_OUT` texts) is held
+:func:`compress.corpora.corpus.load_unlabeled`). A seeded tenth (at least :data:`MIN_HELD_OUT` texts) is held
 out for the label-free quality measure, neighbour recall against the teacher. Scored sentence pairs (the STS
 layout, ``stsb-captions``: what :mod:`compress.tasks.sentence_similarity.data` reads) are read by that loader and
 held as :class:`EmbeddingPairs`, the data an encoder is scored on by STS Spearman.
@@ -104,7 +104,7 @@ def load(options: Any, num_labels: int | None = None) -> EmbeddingData | Embeddi
     encoder has no classes (a stage passes the size of a model's head, which a bare encoder's config defaults)."""
     from compress.tasks.protocol.data import DataSource
     from compress.tasks.sentence_similarity import data as similarity
-    from compress.stages.transfer.corpus import load_unlabeled
+    from compress.corpora.corpus import load_unlabeled
 
     given = {flag: getattr(options, flag, None) for flag in similarity.column_flags()}
     if options.data in similarity.builtin_data() or similarity.recognises(DataSource(options.data, given)):

@@ -138,7 +138,7 @@ def distill(cfg: Any, out: str | os.PathLike) -> Path:
     data = load_data(cfg.data)
     texts = _texts(data, "train")
     if cfg.unlabeled:
-        from compress.stages.transfer.corpus import load_unlabeled
+        from compress.corpora.corpus import load_unlabeled
 
         texts = load_unlabeled(cfg.unlabeled, cfg.unlabeled_text_column).texts[:cfg.unlabeled_limit]
     seen = set(texts)

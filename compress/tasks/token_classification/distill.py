@@ -73,7 +73,7 @@ from compress.stages.losses import LOSSES, LossTerm, row_weighted
 from compress.stages.transfer import (BUILTIN_CORPUS_STATS, TransferOptions, filter_unlabeled, held_out_overlap,
                                load_unlabeled, text_key)
 from compress.stages.transfer.mentions import Mention, mention_variants, teacher_mentions
-from compress.stages.transfer.texts import split_texts
+from compress.corpora.texts import split_texts
 from students.factory import build_student, teacher_shape
 from students.layer_map import format_layer_map, parse_layer_map
 

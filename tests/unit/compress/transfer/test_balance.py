@@ -8,7 +8,7 @@ import pytest
 
 from compress.core.errors import CompressError
 from compress.stages.transfer import filter_unlabeled, load_unlabeled, read_unlabeled
-from compress.stages.transfer.corpus import NO_GROUP, UnlabeledCorpus, balanced_sample
+from compress.corpora.corpus import NO_GROUP, UnlabeledCorpus, balanced_sample
 
 
 def _groups(sizes: dict[str, int]) -> list[str]:

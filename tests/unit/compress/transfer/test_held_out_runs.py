@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compress.stages.transfer.texts import HeldOutRuns
+from compress.corpora.texts import HeldOutRuns
 
 HELD_OUT = ["The Ivorian club ASEC Mimosas won it in 1994 .", "Ride the wave tonight", "No brainer ."]
 

@@ -10,7 +10,7 @@ import pytest
 from compress.config import DistillConfig
 from compress.core.errors import CompressError
 from compress.stages.transfer.mentions import CONFIDENT, Mention, mention_pool, mention_variants, teacher_mentions
-from compress.stages.transfer.texts import text_key
+from compress.corpora.texts import text_key
 
 LABELS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
 BIOES = ["O", "S-LOC", "B-LOC", "E-LOC", "S-PER"]

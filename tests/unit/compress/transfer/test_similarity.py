@@ -12,7 +12,7 @@ from compress.config import DistillConfig
 from compress.tasks.tables import load_task_data
 from compress.core.errors import CompressError
 from compress.stages.transfer import UnlabeledCorpus, filter_unlabeled
-from compress.stages.transfer.similarity import CHUNK, most_similar, nearest_similarity, tfidf_matrices
+from compress.corpora.similarity import CHUNK, most_similar, nearest_similarity, tfidf_matrices
 from tests.conftest import sentiment_rows, write_csv
 
 LABELLED = ["the acting is superb", "a dull and tedious plot", "superb photography , tedious script"]

@@ -9,7 +9,7 @@ import pytest
 
 from compress.core.errors import CompressError
 from compress.stages.transfer import load_unlabeled, normalize_text, wnut17_unlabeled, wnut17_unlabeled_stats
-from compress.stages.transfer import wnut_raw
+from compress.corpora import wnut_raw
 from compress.tasks.token_classification.data import wnut17
 
 

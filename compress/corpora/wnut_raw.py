@@ -9,9 +9,9 @@ text for a WNUT tagger, so the teacher's per-word soft labels on it are transfer
 Because the validation and test sentences were drawn *from these files*, an exact-match filter is
 not enough: measured on the shipped files, 1,349 raw lines equal a test sentence and, after those
 are dropped, 829 more share a run of six words with one (a test sentence cut from a longer Reddit
-comment, say). :class:`compress.stages.transfer.texts.HeldOutRuns` drops both kinds, for the validation and
+comment, say). :class:`compress.corpora.texts.HeldOutRuns` drops both kinds, for the validation and
 test splits (a leak) and for the training split (a sentence counted twice). What is left is
-deduplicated and lines of fewer than :data:`compress.stages.transfer.builtin.MIN_WORDS` words are dropped;
+deduplicated and lines of fewer than :data:`compress.corpora.builtin.MIN_WORDS` words are dropped;
 the counts go to ``stats.json`` beside the prepared corpus.
 """
 
@@ -26,8 +26,8 @@ from compress.core.assets import SHA256, cache_dir
 from compress.tasks.tables import WNUT17_UNLABELED_VERSION
 from compress.core.errors import CompressError
 from compress.tasks.token_classification.data import WNUT17_DIR, wnut17
-from compress.stages.transfer.builtin import MIN_WORDS, save_prepared_corpus, word_count
-from compress.stages.transfer.texts import HeldOutRuns, normalize_text
+from compress.corpora.builtin import MIN_WORDS, save_prepared_corpus, word_count
+from compress.corpora.texts import HeldOutRuns, normalize_text
 
 #: The raw files of leondz/emerging_entities_17 ``source/raw_data/`` (commit e52a2d2), gzip-compressed in
 #: the package; their sha256 (of the uncompressed bytes, as upstream) are in :data:`compress.core.assets.SHA256`.

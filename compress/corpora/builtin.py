@@ -11,7 +11,7 @@ from pathlib import Path
 
 from compress.tasks.tables import MOVIE_REVIEWS_UNLABELED_VERSION
 from compress.core.errors import CompressError
-from compress.stages.transfer.texts import normalize_text
+from compress.corpora.texts import normalize_text
 from compress.core.assets import cache_dir, movie_review_snippets_path, pang_lee_reviews_path
 from compress.tasks.tables import parse_movie_review_snippets
 

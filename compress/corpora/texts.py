@@ -44,7 +44,7 @@ def split_keys(task, splits: Iterable[str]) -> set[str]:
 
 def joined_texts(task, split: str) -> list[str]:
     """A classifier split's texts, each pair as its two texts joined by a space: what ``--unlabeled-select
-    similar`` compares corpus rows with (:mod:`compress.stages.transfer.similarity`)."""
+    similar`` compares corpus rows with (:mod:`compress.corpora.similarity`)."""
     ds = task.splits[split]
     if not task.is_pair:
         return list(ds["text"][:])

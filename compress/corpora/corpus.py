@@ -14,10 +14,10 @@ from typing import Any, Sequence
 
 from compress.tasks.tables import BUILTIN_UNLABELED
 from compress.core.errors import CompressError
-from compress.stages.transfer.builtin import movie_reviews_unlabeled, movie_reviews_unlabeled_stats
-from compress.stages.transfer.similarity import most_similar
-from compress.stages.transfer.texts import HeldOutRuns, text_key
-from compress.stages.transfer.wnut_raw import wnut17_unlabeled, wnut17_unlabeled_stats
+from compress.corpora.builtin import movie_reviews_unlabeled, movie_reviews_unlabeled_stats
+from compress.corpora.similarity import most_similar
+from compress.corpora.texts import HeldOutRuns, text_key
+from compress.corpora.wnut_raw import wnut17_unlabeled, wnut17_unlabeled_stats
 from compress.tasks.tables import read_table, require_column
 
 #: The group of a row whose ``--unlabeled-balance`` cell is empty.
@@ -185,7 +185,7 @@ def filter_unlabeled(corpus: UnlabeledCorpus, held_out: set[str], labelled: set[
     training text would count that example twice. ``limit`` then keeps a seeded sample of the rest, drawn
     evenly across the corpus's ``groups`` when it has them (:func:`balanced_sample`); ``stats`` then has the
     rows kept per group (``kept_by_group``). With ``similar_to`` (the labelled training texts; ``--unlabeled-select
-    similar``) the ``limit`` texts kept are instead those most like them (:func:`compress.stages.transfer.similarity
+    similar``) the ``limit`` texts kept are instead those most like them (:func:`compress.corpora.similarity
     .most_similar`), and ``stats["similarity"]`` summarises the scores.
     """
     if similar_to is not None and corpus.groups is not None:
