@@ -68,13 +68,15 @@ gate: {{rules: 3}}
 
 
 def test_shipped_recipes_are_valid():
-    for name in ("default", "quick", "prune", "ner", "ner-best"):
+    for name in ("default", "quick", "prune", "ner", "ner-best", "similarity"):
         recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
         stages = [c.stage for c in plan(recipe)]
         assert stages[:2] == ["teacher", "distill"]
     assert [c.stage for c in plan(load_recipe(ROOT / "recipes" / "prune.yaml"))][2] == "prune"
     assert [c.stage for c in plan(load_recipe(ROOT / "recipes" / "ner.yaml"))] == [
         "teacher", "distill", "export", "optimize", "bench", "gate"]
+    assert [c.stage for c in plan(load_recipe(ROOT / "recipes" / "similarity.yaml"))] == [
+        "teacher", "distill", "export", "quantize", "optimize", "bench", "gate"]
 
 
 def _tiny_recipe(tmp_path, extra: str = "", epochs: int = 2) -> Path:
