@@ -13,7 +13,7 @@ from compress.tasks.tables import BUILTIN_DATASETS, load_task_data
 from compress.tasks.question_answering.data import ANSWERS_COLUMNS, CONTEXT_COLUMNS, QUESTION_COLUMNS, load_qa_data
 from compress.tasks.registry import get_task
 from compress.tasks.sentence_similarity.data import SCORE_COLUMNS, SENTENCE1_COLUMNS, SENTENCE2_COLUMNS
-from compress.tasks.task_choice import column_flags, data_task
+from compress.tasks.task_choice import column_flags, stage_task
 from compress.tasks.token_classification.data import TAG_COLUMNS, TOKEN_COLUMNS, load_token_data
 from compress.core.windows import DEFAULT_POOLING, POOLINGS, check_stride
 
@@ -66,10 +66,11 @@ class DataOptions(ConfigBase):
             raise CompressError(f"--limit must be >= 1 (rows per split), got {self.limit}; leave it out for every row.")
         return self.limit
 
-    def task(self) -> str:
+    def task(self, model: str | None = None) -> str:
         """The task the data is for (:func:`compress.tasks.task_choice.data_task`); a task's column flag given (a
-        tagging, QA or similarity column) says it."""
-        return data_task(self.data, {key: getattr(self, key) for key in column_flags()})
+        tagging, QA or similarity column) says it. ``model`` (the folder a stage starts from) may claim its own task
+        first (:func:`compress.tasks.task_choice.stage_task`: a sentence-transformers folder)."""
+        return stage_task(self.data, {key: getattr(self, key) for key in column_flags()}, model)
 
     def load_qa(self, whole: bool = False):
         """Question-answering data (a :class:`compress.tasks.question_answering.data.QATaskData`) with the columns given, carved
@@ -86,14 +87,15 @@ class DataOptions(ConfigBase):
                               self.split_seed, num_labels, keep_columns)
         return task.subset(self.checked_limit(), seed=self.split_seed)
 
-    def load_any(self, num_labels: int | None = None):
+    def load_any(self, num_labels: int | None = None, model: str | None = None):
         """The data for whichever task it holds, loaded by that task's data aspect
         (:meth:`compress.tasks.protocol.data.PROTOCOL.load`): a
         :class:`compress.tasks.token_classification.data.TokenTaskData` for tagging data, a
         :class:`compress.tasks.question_answering.data.QATaskData` for question answering, :meth:`load`'s
-        classification task, ... For the stages that score any task (quantize's check, optimize, bench)."""
+        classification task, ... For the stages that score any task (quantize's check, optimize, bench); ``model``
+        (the artifact scored) may claim its task first, as in :meth:`task`."""
 
-        return get_task(self.task()).aspect("data").load(self, num_labels)
+        return get_task(self.task(model)).aspect("data").load(self, num_labels)
 
     def load_tagging(self, label_names: Sequence[str] | None = None):
         """Tagging data (a :class:`compress.tasks.token_classification.data.TokenTaskData`) carved with ``split_seed`` and cut

@@ -32,8 +32,9 @@ from compress.stages.training import gather_rows, world
 
 
 def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
-    """Fine-tune (if needed) and evaluate a teacher of the data's task; write it as an artifact at ``out``."""
-    return get_task(cfg.data.task()).aspect("training").train_teacher(cfg, out)
+    """Fine-tune (if needed) and evaluate a teacher of the data's task (or the model's own: a sentence-transformers
+    folder, :func:`compress.tasks.task_choice.stage_task`); write it as an artifact at ``out``."""
+    return get_task(cfg.data.task(cfg.model)).aspect("training").train_teacher(cfg, out)
 
 
 # ----------------------------------------------------------------------------- soft labels

@@ -79,6 +79,19 @@ def data_task(spec: str, columns: Mapping[str, Any] | None = None) -> str:
                         "folder or hub dataset one of them reads.")
 
 
+def stage_task(spec: str, columns: Mapping[str, Any] | None = None, model: str | None = None) -> str:
+    """The registered task a stage runs for the data ``spec`` and the ``model`` it starts from (``--model``,
+    ``--teacher``, an artifact): the first task whose data aspect claims the model for this data
+    (:meth:`~compress.tasks.protocol.data.PROTOCOL.claims_model`: a sentence-transformers folder is a two-tower
+    encoder), else the data's own task (:func:`data_task`)."""
+    if model:
+        source = DataSource(spec, columns)
+        for name, data in _data_aspects():
+            if data.claims_model(str(model), source):
+                return name
+    return data_task(spec, columns)
+
+
 def data_kind(task: str) -> str:
     """How messages name ``task``'s data."""
     return get_task(task).aspect("data").data_kind()

@@ -44,7 +44,7 @@ from compress.stages.training import (check_finite, checkpoint_dir, checkpoint_f
 def distill(cfg: DistillConfig, out: str | os.PathLike) -> Path:
     """Distil a student from a teacher artifact on the data's task (its ``training`` aspect) and write the
     student artifact."""
-    return get_task(cfg.data.task()).aspect("training").distill(cfg, out)
+    return get_task(cfg.data.task(cfg.teacher)).aspect("training").distill(cfg, out)
 
 
 class DistillationModule(nn.Module):

@@ -52,6 +52,12 @@ class PROTOCOL(Protocol):
         is this task's model: asked only where tasks share a head class (a classifier and a regression head are both
         ``...ForSequenceClassification``; ``problem_type`` tells them apart)."""
 
+    def claims_model(self, model: str, source: "DataSource") -> bool:
+        """Whether ``model`` (a ``--model``/``--teacher`` spec: a folder, a built-in or hub name) is this task's model
+        for the data ``source`` whatever the data alone would say: a model made for this task only (a
+        sentence-transformers folder is a two-tower encoder). Asked before the data decides
+        (:func:`compress.tasks.task_choice.stage_task`); a task told by its data alone answers ``False``."""
+
     def data_kind(self) -> str:
         """How messages name this task's data, as a user would say it (``tagging data (one tag per word)``)."""
 

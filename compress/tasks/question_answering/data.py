@@ -553,3 +553,8 @@ def model_kind() -> str:
 def head_fits(config: Any) -> bool:
     """Every question-answering head is one (no other task shares its head class)."""
     return True
+
+
+def claims_model(model: str, source: Any) -> bool:
+    """Never: a reader is told by its data, and a model's head is checked against it afterwards."""
+    return False

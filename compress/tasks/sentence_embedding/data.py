@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from compress.core.errors import CompressError
@@ -111,6 +112,46 @@ def load(options: Any, num_labels: int | None = None) -> EmbeddingData | Embeddi
         return EmbeddingPairs(similarity.load(options))
     corpus = load_unlabeled(options.data, text_column=options.text_column)
     return split_texts(corpus.texts, seed=options.split_seed, limit=options.checked_limit(), source=str(options.data))
+
+
+def _text_alone(source: Any) -> bool:
+    """Whether ``source`` is unlabelled text: a ``.txt`` file (one text a line) or a built-in unlabelled corpus."""
+    from compress.tasks.tables import BUILTIN_UNLABELED
+
+    return source.spec in BUILTIN_UNLABELED or (source.file is not None and source.suffix == ".txt")
+
+
+def _recorded_task(folder: Path) -> str | None:
+    """The task an artifact's ``compress.json`` records (its registry name; an alias of an old one read as it)."""
+    import json
+
+    from compress.tasks.registry import get_task
+
+    try:
+        name = json.loads((folder / "compress.json").read_text(encoding="utf-8")).get("task")
+        return get_task(name).name if isinstance(name, str) else None
+    except (OSError, ValueError, AttributeError, CompressError):
+        return None
+
+
+def claims_model(model: str, source: Any) -> bool:
+    """A model this task wrote (its ``compress.json`` records ``sentence-embedding``) always; a sentence-transformers
+    folder (``modules.json``) for unlabelled text or scored pairs; a built-in sentence model (``minilm``,
+    ``mpnet-base``) for unlabelled text only, since given scored pairs the built-ins are the cross-encoder's encoder
+    (``recipes/similarity.yaml``). Labelled tables keep a sentence-transformers folder an encoder under a new head."""
+    from compress.tasks.sentence_embedding import NAME
+    from compress.tasks.sentence_embedding.folder import BUILTIN, builtin_name, is_sentence_transformers
+    from compress.tasks.sentence_similarity import data as similarity
+
+    folder = Path(model).expanduser()
+    if folder.is_dir() and _recorded_task(folder) == NAME:
+        return True
+    if model in BUILTIN or (folder.is_dir() and builtin_name(folder) is not None):
+        return _text_alone(source)
+    if not (folder.is_dir() and is_sentence_transformers(folder)):
+        return False
+    pairs = source.spec in similarity.builtin_data() or similarity.recognises(source)
+    return pairs or _text_alone(source)
 
 
 def data_kind() -> str:

@@ -426,3 +426,8 @@ def data_kind() -> str:
 
 def model_kind() -> str:
     return "a similarity scorer (a cross-encoder)"
+
+
+def claims_model(model: str, source: Any) -> bool:
+    """Never: a cross-encoder is told by its data (scored pairs), and a model's head is checked against it afterwards."""
+    return False

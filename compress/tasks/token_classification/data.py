@@ -668,3 +668,8 @@ def model_kind() -> str:
 def head_fits(config: Any) -> bool:
     """Every token-classification head is one (no other task shares its head class)."""
     return True
+
+
+def claims_model(model: str, source: Any) -> bool:
+    """Never: a tagger is told by its data, and a model's head is checked against it afterwards."""
+    return False

@@ -1,0 +1,65 @@
+"""The two-tower encoder (``sentence-embedding``) through the stages on tiny models: a sentence-transformers folder
+is the teacher as it is (or fine-tuned on scored pairs with ``--finetune yes``), a student is distilled on
+unlabelled in-domain text, exported with pooling and normalisation in the ONNX graph, quantized (INT8 checked on the
+vectors), benched on STS Spearman and neighbour recall, gated, and asked for vectors by ``predict``."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from compress.cli import main
+from tests.support.embedding import corpus, make_st_folder
+from tests.support.similarity import scored_pairs, write_pairs
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """A sentence-transformers teacher used as it is by ``bert-compress teacher``, and a student distilled from it
+    by ``bert-compress distill`` on unlabelled text (the stages under test)."""
+    tmp = tmp_path_factory.mktemp("embedding")
+    folder = make_st_folder(tmp / "st", hidden=32, layers=2, seed=1)
+    text = tmp / "domain.txt"
+    text.write_text("\n".join(corpus(400)), encoding="utf-8")
+    pairs = write_pairs(tmp / "pairs.csv", scored_pairs(120))
+    teacher = tmp / "teacher"
+    assert main(["teacher", "--model", str(folder), "--data", str(text), "--max-length", "32",
+                 "--out", str(teacher)]) == 0
+    student = tmp / "student"
+    assert main(["distill", "--teacher", str(teacher), "--data", str(text), "--student", "1x32", "--init", "random",
+                 "--max-steps", "30", "--lr", "1e-3", "--batch-size", "16", "--max-length", "32",
+                 "--out", str(student)]) == 0
+    return SimpleNamespace(folder=folder, text=text, pairs=pairs, teacher=teacher, student=student, tmp=tmp)
+
+
+def _meta(folder):
+    return json.loads((folder / "compress.json").read_text())
+
+
+def test_a_sentence_transformers_folder_is_the_teacher_as_it_is(chain):
+    meta = _meta(chain.teacher)
+    assert meta["task"] == "sentence-embedding" and meta["stage"] == "teacher"
+    assert not meta["distillation"]["fine_tuned"]
+    for name in ("modules.json", "1_Pooling/config.json"):
+        assert (chain.teacher / name).is_file(), name
+
+
+def test_the_teacher_is_fine_tuned_on_scored_pairs_when_asked(chain, tmp_path):
+    out = tmp_path / "tuned"
+    assert main(["teacher", "--model", str(chain.folder), "--data", str(chain.pairs), "--finetune", "yes",
+                 "--max-steps", "4", "--batch-size", "8", "--lr", "1e-3", "--max-length", "32",
+                 "--out", str(out)]) == 0
+    meta = _meta(out)
+    assert meta["task"] == "sentence-embedding" and meta["distillation"]["fine_tuned"]
+    assert {"spearman", "pearson"} <= set(meta["metrics"]["test"])
+
+
+def test_the_student_learns_the_teachers_vectors_on_unlabelled_text(chain):
+    meta = _meta(chain.student)
+    assert meta["task"] == "sentence-embedding"
+    record = meta["distillation"]
+    assert record["projection"]["stored"] is False
+    assert (chain.student / "modules.json").is_file()
