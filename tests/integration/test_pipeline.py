@@ -1,5 +1,6 @@
 """Recipes: validation with line numbers, stage skipping, resume after a kill, end to end on tiny models."""
 
+import importlib
 import json
 import os
 import signal
@@ -187,7 +188,7 @@ def test_editing_a_data_file_reruns_the_stages_that_read_it(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "[teacher] running" in out and "input data changed" in out
     record = json.loads((tmp_path / "run" / ".bert-compress-run" / "quantize.json").read_text())
-    assert record["identity"]["inputs"]["data"] == __import__("compress.stages.fingerprint").fingerprint.file_sha256(data)
+    assert record["identity"]["inputs"]["data"] == importlib.import_module("compress.stages.fingerprint").file_sha256(data)
 
 
 def test_a_stage_error_keeps_its_message_and_debug_shows_the_traceback(tmp_path, sentiment_csv, capsys):

@@ -116,7 +116,7 @@ def test_the_scorer_bench_records_and_gate_records_read_spearman(trained):
     record = scorer.compare(scores, scores)
     assert record["spearman_drop"] == 0 and record["agreement"] == pytest.approx(1.0) and record["n"] == 16
     assert scorer.failures({**record, "spearman_drop": 0.006}, max_drop=0.005) == [
-        "spearman drop 0.0060 > budget 0.005"]
+        "Spearman drop 0.0060 > budget 0.005"]
     assert record["spearman"] == pytest.approx(scoring.spearman(scores, scorer.gold))  # a fraction, as every task's
     worse = scores + np.random.RandomState(0).normal(0, 1.0, len(scores))
     quality = scoring.BenchQuality(data, "test", predictor, None)

@@ -1,6 +1,6 @@
 """Sentence-similarity data: recognised by a float score beside two sentences, read from every source, bad rows named
 by file and line; the built-in STS Benchmark caption pairs; the task's metrics against scipy; a regression head told
-from a classifier (the protocol's conformance over every task is tests/unit/compress/tasks/test_protocol.py)."""
+from a classifier (the protocol's conformance over every task is tests/unit/compress/tasks/test_task_protocol.py)."""
 
 from __future__ import annotations
 
