@@ -24,6 +24,14 @@ from compress.core.progress import progress as show_progress
 from compress.tasks import get_task
 
 
+def named_outputs(result: Any, names: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """A model call's outputs by name: the fields of a transformers ``ModelOutput``, or, for a module that returns
+    one tensor (a sentence encoder's vector), that tensor as the task's single output."""
+    if not hasattr(result, "keys") and len(names) == 1:
+        return {names[0]: result}
+    return {name: getattr(result, name) for name in names}
+
+
 def load_tokenizer(folder: str | Path, model_vocab_size: int | None = None, words: bool = False):
     """The folder's tokenizer, checked against the model's vocabulary size.
 

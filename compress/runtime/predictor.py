@@ -42,8 +42,8 @@ from compress.runtime.formats.bf16 import is_bf16_weights, load_bf16
 from compress.runtime.formats.choice import pick, read_choice
 from compress.runtime.formats.openvino import compile_ir, is_int8_ir
 from compress.runtime.formats.torch_int8 import load_torch_int8
-from compress.runtime.modeling import (accepts_token_types, autocast, count_parameters, load_classifier, load_tokenizer,
-                               model_device, position_limit)
+from compress.runtime.modeling import (accepts_token_types, autocast, count_parameters, load_tokenizer, model_device,
+                                       named_outputs, position_limit)
 from compress.core.signal_stack import ensure_signal_stack
 from compress.tasks import get_task
 from compress.tasks.task_choice import head_task
@@ -430,8 +430,8 @@ class TorchPredictor(Predictor):
             model, tokenizer = load_bf16(path, allow_pickle=allow_pickle)
             params = count_parameters(model)
         else:
-            model, tokenizer, has_head = load_classifier(path, allow_pickle=allow_pickle,
-                                                         task=artifact_task(meta, _config_json(path)))
+            task = get_task(artifact_task(meta, _config_json(path)))
+            model, tokenizer, has_head = task.aspect("decoding").torch_model(path, allow_pickle=allow_pickle)
             if not has_head:
                 raise CompressError(f"{path}: the model has no trained classification head, so its predictions would be "
                                     "random. Fine-tune it first: bert-compress teacher --model DIR --data DATA --out DIR")
@@ -464,7 +464,8 @@ class TorchPredictor(Predictor):
         with torch.inference_mode(), autocast(self.precision or "fp32", device):
             inputs = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
             out = self.model(**inputs)
-            named = {name: getattr(out, name).float().cpu().numpy() for name in self.output_names}
+            named = {name: value.float().cpu().numpy()
+                     for name, value in named_outputs(out, list(self.output_names)).items()}
         return self._batch_output(named, arrays)
 
 

@@ -33,10 +33,11 @@ import numpy as np
 from compress.core.artifact import read_meta, weights_sha256, write_artifact
 from compress.config import ExportConfig
 from compress.core.errors import CompressError, describe, first_line
-from compress.runtime.predictor import ONNX_FILE, artifact_kind, default_max_length, encode_batches, reading_settings
-from compress.runtime.modeling import accepts_token_types, count_parameters, load_classifier
+from compress.runtime.predictor import (ONNX_FILE, artifact_kind, artifact_task, default_max_length, encode_batches,
+                                        reading_settings)
+from compress.runtime.modeling import accepts_token_types, count_parameters, named_outputs
 from compress.tasks import get_task
-from compress.tasks.task_choice import SEQUENCE, head_task, model_head
+from compress.tasks.task_choice import SEQUENCE, head_task
 
 DEFAULT_OPSET = 17
 PARITY_ATOL = 1e-4
@@ -85,16 +86,43 @@ def export_onnx(model_dir: str | os.PathLike, out: str | os.PathLike, opset: int
         if kind != "pytorch":
             raise CompressError(_not_exportable(source, kind))
 
-    head = model_head(source)[0]
-    model, tokenizer, has_head = load_classifier(source, eager_attention=True, task=head.name if head else SEQUENCE)
+    parent_meta = read_meta(source)
+    # the task the artifact records, else its config's head (the model each task's decoding aspect loads)
+    task = get_task(artifact_task(parent_meta, _config(source)))
+    model, tokenizer, has_head = task.aspect("decoding").torch_model(source, eager_attention=True)
     if not has_head:
         raise CompressError(f"--model {source}: the model has no trained classification head, so the exported graph "
                             "would predict at random. Fine-tune it first: bert-compress teacher --model DIR --data DATA --out DIR")
-    parent_meta = read_meta(source)
     parent = {"path": str(source.resolve()), "weights_sha256": (parent_meta or {}).get("weights_sha256") or weights_sha256(source),
               "kind": "pytorch", "stage": (parent_meta or {}).get("stage")}
     return export_model(model, tokenizer, out, opset=opset, optimize=optimize, atol=atol, parent=parent,
                         parent_meta=parent_meta, model_path=str(model_dir))
+
+
+def _config(source: Path) -> dict[str, Any]:
+    """``config.json`` of ``source`` as a dict (empty when unreadable: the model loader says why)."""
+    import json
+
+    try:
+        raw = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _carry_model_files(task: Any, parent: dict[str, Any] | None, tmp: Path) -> None:
+    """Copy the files beside the weights that describe the model to other tools (the task's
+    :meth:`~compress.tasks.protocol.decoding.PROTOCOL.model_files`: a sentence-transformers pipeline) from the
+    exported folder into the artifact."""
+    source = (parent or {}).get("path")
+    if not source or not Path(source).is_dir():
+        return
+    for name in task.aspect("decoding").model_files(Path(source)):
+        found = Path(source) / name
+        if found.is_dir():
+            shutil.copytree(found, tmp / name, dirs_exist_ok=True)
+        elif found.is_file():
+            shutil.copyfile(found, tmp / name)
 
 
 def check_out_is_not_input(source: Path, out: str | os.PathLike) -> None:
@@ -231,6 +259,7 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
             onnx.checker.check_model(str(tmp / ONNX_FILE))
             tokenizer.save_pretrained(tmp)
             config.save_pretrained(tmp)
+            _carry_model_files(task, parent, tmp)
             meta["weights_sha256"] = weights_sha256(tmp)
 
         path = write_artifact(out, fill, meta)
@@ -268,8 +297,8 @@ def _outputs_module(model, outputs: list[str]):
             kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
             if token_type_ids is not None:
                 kwargs["token_type_ids"] = token_type_ids
-            out = self.model(**kwargs)
-            return tuple(getattr(out, name) for name in outputs) if len(outputs) > 1 else getattr(out, outputs[0])
+            named = named_outputs(self.model(**kwargs), outputs)
+            return tuple(named[name] for name in outputs) if len(outputs) > 1 else named[outputs[0]]
 
     return TaskOutputs().eval()
 
@@ -364,7 +393,8 @@ def _reference_inputs(tokenizer, max_length: int, need_types: bool, model, outpu
             _, batches = encode_batches(tokenizer, texts, max_length, batch_size, need_types)
             for _, arrays in batches:
                 result = model(**{k: torch.from_numpy(v) for k, v in arrays.items()})
-                out.append((arrays, {name: getattr(result, name).float().numpy() for name in outputs}))
+                out.append((arrays, {name: value.float().numpy()
+                                     for name, value in named_outputs(result, list(outputs)).items()}))
     return out
 
 

@@ -63,3 +63,35 @@ def test_the_student_learns_the_teachers_vectors_on_unlabelled_text(chain):
     record = meta["distillation"]
     assert record["projection"]["stored"] is False
     assert (chain.student / "modules.json").is_file()
+
+
+@pytest.fixture(scope="module")
+def exported(chain):
+    """The student exported by ``bert-compress export`` (pooling and normalisation in the graph)."""
+    out = chain.tmp / "onnx"
+    assert main(["export", "--model", str(chain.student), "--out", str(out)]) == 0
+    return out
+
+
+def test_export_puts_pooling_in_the_graph_and_carries_the_pipeline_files(chain, exported):
+    import onnx
+
+    meta = _meta(exported)
+    assert meta["task"] == "sentence-embedding" and meta["onnx"]["outputs"] == ["sentence_embedding"]
+    assert meta["parity"]["max_abs_diff"] <= meta["parity"]["atol"]
+    assert [o.name for o in onnx.load(str(exported / "model.onnx")).graph.output] == ["sentence_embedding"]
+    for name in ("modules.json", "1_Pooling/config.json"):
+        assert (exported / name).read_text() == (chain.student / name).read_text(), name
+
+
+def test_the_predictor_encodes_in_pytorch_and_onnx_alike(chain, exported):
+    from compress.runtime.predictor import Predictor
+    from compress.tasks.sentence_embedding.distill import Encoder
+
+    texts = corpus(9, seed=7)
+    torch_vectors = Predictor.load(chain.student).encode(texts)
+    onnx_vectors = Predictor.load(exported).encode(texts)
+    assert torch_vectors.shape == onnx_vectors.shape == (9, 32) and onnx_vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(onnx_vectors, axis=1), 1.0, atol=1e-5)  # the folder normalises
+    np.testing.assert_allclose(onnx_vectors, torch_vectors, atol=1e-4)
+    np.testing.assert_allclose(torch_vectors, Encoder.load(chain.student, 32).vectors(texts).numpy(), atol=1e-5)

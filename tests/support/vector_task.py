@@ -39,13 +39,19 @@ def _not_served(*args: Any, **kwargs: Any) -> Any:
     raise CompressError("the toy vector task has no command line or server shape")
 
 
+def _torch_model(folder: Any, allow_pickle: bool = False, eager_attention: bool = False) -> tuple[Any, Any, bool]:
+    from compress.runtime.modeling import load_classifier
+
+    return load_classifier(folder, allow_pickle=allow_pickle, eager_attention=eager_attention, task=NAME)
+
+
 #: The task's aspects as one object each (a single-module task; compress.tasks.protocol.aspect reads attributes).
 decoding = SimpleNamespace(
     batch_output=_batch_output, combine_windows=_combine_windows, encode=_encode,
     predict=lambda predictor, inputs, batch_size=32: _encode(predictor, inputs, batch_size),
     probe_inputs=lambda texts, pairs: list(texts), predict_command=_not_served, request_parameters=lambda: (),
     parse_request=_not_served, predict_batch=_not_served, format_results=_not_served, warm_request=_not_served,
-    openapi_schemas=_not_served)
+    openapi_schemas=_not_served, torch_model=_torch_model, model_files=lambda folder: ())
 
 TASK = Task(name=NAME, package=__name__, description="one mean-pooled vector per text (a test's toy)",
             auto_model="AutoModel", head_suffix="BertModel",

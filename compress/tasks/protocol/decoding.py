@@ -23,6 +23,7 @@ refuses in one line.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -46,6 +47,18 @@ class PROTOCOL(Protocol):
         order): a per-input row pooled over its windows by ``pooling`` (``mean``/``max``), or per-token rows merged
         (each token from the window where it has most context). ``Predictor.outputs`` returns this; comparing two
         artifacts of one model uses it."""
+
+    def torch_model(self, folder: Path, allow_pickle: bool = False, eager_attention: bool = False
+                    ) -> tuple[Any, Any, bool]:
+        """``(model, tokenizer, has_trained_head)`` of a PyTorch fp32 folder of this task, the module whose outputs
+        ``Task.outputs`` names (a transformers head, or a sentence encoder with its pooling inside): what
+        ``Predictor`` runs and ``export`` traces. ``eager_attention``: the attention ONNX Runtime fuses. Imports
+        torch inside (the ONNX runtime never calls it)."""
+
+    def model_files(self, folder: Path) -> tuple[str, ...]:
+        """Paths (relative to ``folder``, files or folders) beside the weights that other tools read to use the model
+        (a sentence-transformers pipeline: ``modules.json``, ``1_Pooling/``), carried into every artifact made from
+        it; ``()`` for a task whose model is described by ``config.json`` alone."""
 
     def predict(self, predictor: Any, inputs: Any, batch_size: int = 32, **options: Any) -> Any:
         """``Predictor.predict``: this task's answer for ``inputs``, with the settings it takes as ``options``

@@ -210,3 +210,16 @@ def openapi_schemas(label_names: Sequence[str]) -> tuple[dict[str, Any], dict[st
     answer = {"type": "object", "properties": {"answer": text, "score": {"type": "number"},
                                                "start": {"type": "integer"}, "end": {"type": "integer"}}}
     return one, params, {"oneOf": [answer, {"type": "array", "items": answer}]}
+
+
+def torch_model(folder: Any, allow_pickle: bool = False, eager_attention: bool = False) -> tuple[Any, Any, bool]:
+    """The transformers head of this task (``Task.auto_model``) from ``folder``, as every stage loads it."""
+    from compress.runtime.modeling import load_classifier
+    from compress.tasks.question_answering import NAME
+
+    return load_classifier(folder, allow_pickle=allow_pickle, eager_attention=eager_attention, task=NAME)
+
+
+def model_files(folder: Any) -> tuple[str, ...]:
+    """None: ``config.json`` describes the model."""
+    return ()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -128,3 +129,24 @@ def openapi_schemas(label_names: Sequence[str]) -> tuple[dict[str, Any], dict[st
     """A text in; its vector (or a list of them) out."""
     vector = {"type": "array", "items": {"type": "number"}}
     return {"type": "string"}, {}, {"oneOf": [vector, {"type": "array", "items": vector}]}
+
+
+def torch_model(folder: Any, allow_pickle: bool = False, eager_attention: bool = False) -> tuple[Any, Any, bool]:
+    """The encoder with its pooling and normalisation inside ``forward``
+    (:class:`compress.tasks.sentence_embedding.pooling.PooledEncoder`), read from ``folder``'s ``modules.json`` (or a
+    built-in's published pipeline); it answers the vector itself, so it always has its "head"."""
+    from compress.core.artifact import check_model_folder
+    from compress.tasks.sentence_embedding.folder import sentence_config
+    from compress.tasks.sentence_embedding.pooling import load_pooled_encoder
+
+    check_model_folder(Path(folder) / sentence_config(folder).encoder_path, allow_pickle=allow_pickle)
+    model, tokenizer, _ = load_pooled_encoder(folder, eager=eager_attention)
+    return model, tokenizer, True
+
+
+def model_files(folder: Any) -> tuple[str, ...]:
+    """The sentence-transformers files ``folder`` holds (``modules.json``, ``1_Pooling/``,
+    ``sentence_bert_config.json``), which sentence-transformers and this task read the pipeline from."""
+    from compress.tasks.sentence_embedding.folder import MODULES_FILE, POOLING_DIR, ST_CONFIG
+
+    return tuple(name for name in (MODULES_FILE, POOLING_DIR, ST_CONFIG) if (Path(folder) / name).exists())
