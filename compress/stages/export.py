@@ -110,11 +110,10 @@ def _config(source: Path) -> dict[str, Any]:
     return raw if isinstance(raw, dict) else {}
 
 
-def _carry_model_files(task: Any, parent: dict[str, Any] | None, tmp: Path) -> None:
+def carry_model_files(task: Any, source: str | os.PathLike | None, tmp: Path) -> None:
     """Copy the files beside the weights that describe the model to other tools (the task's
     :meth:`~compress.tasks.protocol.decoding.PROTOCOL.model_files`: a sentence-transformers pipeline) from the
-    exported folder into the artifact."""
-    source = (parent or {}).get("path")
+    ``source`` folder (the model exported or quantized) into the artifact being written at ``tmp``."""
     if not source or not Path(source).is_dir():
         return
     for name in task.aspect("decoding").model_files(Path(source)):
@@ -259,7 +258,7 @@ def export_model(model, tokenizer, out: str | os.PathLike, opset: int = DEFAULT_
             onnx.checker.check_model(str(tmp / ONNX_FILE))
             tokenizer.save_pretrained(tmp)
             config.save_pretrained(tmp)
-            _carry_model_files(task, parent, tmp)
+            carry_model_files(task, (parent or {}).get("path"), tmp)
             meta["weights_sha256"] = weights_sha256(tmp)
 
         path = write_artifact(out, fill, meta)

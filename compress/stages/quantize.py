@@ -52,7 +52,8 @@ import numpy as np
 from compress.core.artifact import folder_size_bytes, read_meta, weights_sha256, write_artifact
 from compress.config import MAX_TYPE_F1_DROP, QUANTIZE_GRAPHS, QUANTIZE_METHODS, DataOptions, QuantizeConfig
 from compress.core.errors import CompressError, describe
-from compress.stages.export import PARITY_PAIRS, PARITY_TEXTS, check_out_is_not_input, count_fused_ops, export_onnx
+from compress.stages.export import (PARITY_PAIRS, PARITY_TEXTS, carry_model_files, check_out_is_not_input,
+                                    count_fused_ops, export_onnx)
 from compress.runtime.formats.onnx import INT8_OPS, ONNX_FILE
 from compress.runtime.formats.torch_int8 import save_torch_int8
 from compress.stages.ort_static import DEFAULT_CALIBRATION_SIZE
@@ -260,7 +261,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             builder = _TorchBuilder(source)
 
         fp32 = Predictor.load(fp32_dir, device=run_on, precision=decided.precision)
-        evaluation = _Evaluation(data.load_any(), fp32) if data is not None else None
+        evaluation = _Evaluation(data.load_any(model=str(source)), fp32) if data is not None else None
         if method == "ort-static":
             from compress.stages.ort_static import calibration_texts
 
@@ -289,9 +290,10 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             try:
                 c0 = time.perf_counter()
                 record["excluded"] = builder.build(spec, folder)
+                record["size_bytes"] = folder_size_bytes(folder)
+                _record_task(folder, fp32.task)
                 candidate = Predictor.load(folder, max_length=fp32.max_length, device=run_on, stride=fp32.stride,
                                            pooling=fp32.pooling)
-                record["size_bytes"] = folder_size_bytes(folder)
                 record["max_abs_logit_diff"] = probe.max_diff(candidate)
                 if evaluation is not None:
                     record.update(evaluation.score(candidate))
@@ -387,6 +389,7 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
             for item in chosen_dir.iterdir():
                 if item.is_file():
                     shutil.copyfile(item, tmp / item.name)
+            carry_model_files(get_task(fp32.task), fp32_dir, tmp)
             meta["weights_sha256"] = weights_sha256(tmp)
 
         path = write_artifact(out_path, fill, meta)
@@ -456,6 +459,15 @@ class _Builder:
     def build(self, spec: CandidateSpec, folder: Path) -> list[str]:
         """Write a loadable candidate folder; return what was kept in fp32."""
         raise NotImplementedError
+
+
+def _record_task(folder: Path, task: str) -> None:
+    """Name the fp32 model's task in a candidate folder (a ``compress.json`` of the task alone), so the candidate is
+    loaded for that task even where its ``config.json`` names no head (a sentence encoder's is a bare encoder); the
+    artifact's own ``compress.json`` replaces it."""
+    import json
+
+    (folder / "compress.json").write_text(json.dumps({"task": task, "complete": True}), encoding="utf-8")
 
 
 def _copy_side_files(src: Path, dst: Path) -> None:

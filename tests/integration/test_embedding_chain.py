@@ -95,3 +95,28 @@ def test_the_predictor_encodes_in_pytorch_and_onnx_alike(chain, exported):
     np.testing.assert_allclose(np.linalg.norm(onnx_vectors, axis=1), 1.0, atol=1e-5)  # the folder normalises
     np.testing.assert_allclose(onnx_vectors, torch_vectors, atol=1e-4)
     np.testing.assert_allclose(torch_vectors, Encoder.load(chain.student, 32).vectors(texts).numpy(), atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def int8(chain, exported):
+    """The exported student quantized by ``bert-compress quantize``, decided on the scored pairs' vectors."""
+    out = chain.tmp / "int8"
+    assert main(["quantize", "--model", str(exported), "--data", str(chain.pairs), "--max-accuracy-drop", "0.5",
+                 "--out", str(out)]) == 0
+    return out
+
+
+def test_int8_is_checked_on_the_vectors_and_keeps_the_pipeline_files(chain, exported, int8):
+    from compress.runtime.predictor import Predictor
+
+    meta = _meta(int8)
+    assert meta["task"] == "sentence-embedding" and meta["kind"].startswith("onnx-int8")
+    chosen = next(c for c in meta["quantization"]["candidates"] if c["name"] == meta["quantization"]["chosen"])
+    assert meta["quantization"]["metric"] == "spearman" and chosen["within_budget"]
+    assert {"spearman", "spearman_drop", "agreement", "min_cosine"} <= set(chosen)  # the vectors' cosine to fp32
+    assert (int8 / "modules.json").is_file() and (int8 / "1_Pooling" / "config.json").is_file()
+    texts = corpus(20, seed=9)
+    fp32, q = Predictor.load(exported).encode(texts), Predictor.load(int8).encode(texts)
+    assert q.shape == fp32.shape and q.dtype == np.float32
+    cosines = np.sum(fp32 * q, axis=1)  # both unit length
+    assert cosines.min() > 0.9, cosines
