@@ -88,7 +88,8 @@ def test_teacher_and_distill_train_the_next_sentence_head(trained):
     config = json.loads((trained.student / "config.json").read_text())
     assert config["architectures"] == ["BertForNextSentencePrediction"] and config["num_hidden_layers"] == 1
     assert teacher["metrics"]["test"]["order_accuracy"] > 0.9, teacher["metrics"]  # the openers tell the order
-    assert "order_agreement" in student["metrics"]["test"], student["metrics"]
+    assert student["metrics"]["test"]["order_accuracy"] > 0.9, student["metrics"]
+    assert student["metrics"]["test"]["order_agreement"] > 0.9 and student["distillation"]["losses"]["teacher_kl"] == 1
 
 
 def test_export_and_quantize_keep_the_task(trained, int8):
@@ -126,3 +127,30 @@ def test_predict_answers_each_pairs_order(trained, int8, capsys):
                  "then a dog went out\tonce a dog ran home"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split("\t")[0] for line in lines] == ["in-order", "swapped"], lines
+
+
+@pytest.mark.xfail(strict=True, reason="a head class two tasks share is told apart by config.json alone, in "
+                   "registration order (compress/tasks/task_choice.py head_task: sequence classification's head_fits "
+                   "takes any multi-label head), and check_model_task (model_head) never reads the task the "
+                   "artifact's compress.json records: /tmp/team/requests.md")
+def test_a_task_sharing_the_classifiers_head_class_is_told_by_its_recorded_task(toy, tmp_path):
+    """The same toy task on a ``...ForSequenceClassification`` head (the head class of two built-in tasks): its
+    teacher, recorded as its task, is accepted as that task's model (what distill asks of a teacher)."""
+    import dataclasses
+
+    from compress.core.artifact import write_model_artifact
+    from compress.runtime.modeling import load_classifier
+    from compress.tasks.registry import register_task, unregister_task
+    from compress.tasks.task_choice import check_model_task
+
+    shared = register_task(dataclasses.replace(toy, name="sentence-order-cls", head_suffix="ForSequenceClassification",
+                                               auto_model="AutoModelForSequenceClassification"), replace=True)
+    try:
+        folder = make_bert(tmp_path / "classifier", layers=1, head=True, num_labels=2)
+        model, tokenizer, _ = load_classifier(folder, 2, ["in-order", "swapped"])
+        artifact = write_model_artifact(tmp_path / "artifact", model, tokenizer,
+                                        {"stage": "teacher", "kind": "pytorch", "task": shared.name})
+        head, _ = check_model_task(artifact, shared.name, "train.stories")
+        assert head is not None and head.name == shared.name
+    finally:
+        unregister_task(shared.name)
