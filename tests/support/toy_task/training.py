@@ -23,8 +23,8 @@ from compress.core.device import device_name
 from compress.core.errors import CompressError
 from compress.runtime.modeling import count_parameters, fit_max_length, load_classifier, predict_logits
 from compress.stages.teacher import LoadedTeacher, teacher_logits
-from compress.stages.training import (checkpoint_dir, guarded_trainer, interrupt_callback, resume_point,
-                                      checkpoint_fingerprint, run_trainer, start_stage, training_arguments,
+from compress.stages.training import (checkpoint_dir, checkpoint_fingerprint, guarded_trainer, interrupt_callback,
+                                      resume_point, run_trainer, start_stage, training_arguments,
                                       write_trained_artifact)
 from compress.tasks.tables import DynamicPaddingCollator, tokenize_split
 from compress.tasks.task_choice import check_model_task
