@@ -107,6 +107,9 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
     task = results_task(doc, path)
     scoring = task.aspect("scoring")
     facts = scoring.check_results_data(doc, version, path)
+    # the measure the data allowed (bench's $.data.metric: a sentence encoder on text alone has no Spearman)
+    measured = (doc.get("data") or {}).get("metric") if version >= 2 else None
+    measured = measured if isinstance(measured, str) and measured else task.primary_metric
     if not artifacts:
         raise GateInputError(f"{path}: $.artifacts is empty; the benchmark measured nothing. Run it again.")
     names = set()
@@ -123,7 +126,7 @@ def load_results(path: str | os.PathLike, option: str = "RESULTS") -> dict[str, 
         require(art, "size_bytes", (int,), where, path)
         require(art, "num_hidden_layers", (int,), where, path, nullable=True)
         quality = require(art, "quality", (dict,), where, path)
-        require(quality, task.primary_metric, NUMBER, f"{where}.quality", path)
+        require(quality, measured, NUMBER, f"{where}.quality", path)
         require(quality, "agreement", NUMBER, f"{where}.quality", path)
         scoring.check_results_quality(quality, facts, version, f"{where}.quality", path)
         if art.get("traffic_agreement") is not None:  # bench --traffic-file (optional)

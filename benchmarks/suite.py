@@ -30,6 +30,7 @@ from compress.config import FULL, QUICK, BenchConfig  # noqa: F401 (FULL, QUICK:
 from compress.core.errors import CompressError
 from compress.core.progress import bars_enabled
 from compress.stages.quality import task_of_data
+from compress.tasks import get_task
 from benchmarks.agreement import traffic_agreement_lines
 from benchmarks.history import append_history, check_history_writable
 from benchmarks.memory import measure_memory
@@ -115,7 +116,9 @@ def _load_predictors(config: BenchConfig, precision: str = "fp32") -> tuple[list
     ref = predictors[entries[0]["name"]]
     for entry in entries[1:]:
         other = entry["predictor"]
-        if other.num_labels != ref.num_labels:
+        # a label count is compared where the task has labels (a sentence encoder's config keeps a default)
+        labelled = other.task != ref.task or get_task(ref.task).has_labels
+        if labelled and other.num_labels != ref.num_labels:
             raise CompressError(f"{entry['path']} predicts {other.num_labels} labels but the reference {ref_path} "
                                 f"predicts {ref.num_labels}: they are not models of the same task. Bench artifacts "
                                 "derived from the reference.")
@@ -246,7 +249,8 @@ def run_benchmark(config: BenchConfig) -> dict[str, Any]:
     entries, predictors = _load_predictors(config, precision.precision)
     reference = entries[0]["name"]
     ref_predictor = predictors[reference]
-    task = config.data.load_any(num_labels=ref_predictor.num_labels)
+    # the reference may claim its own task for the data (a sentence encoder reads text or scored pairs)
+    task = config.data.load_any(num_labels=ref_predictor.num_labels, model=str(ref_predictor.path))
     task_kind = task_of_data(task)
     scoring = task_kind.aspect("scoring")
     if not scoring.labels_per_text() and config.load_clients:

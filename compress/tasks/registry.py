@@ -74,6 +74,12 @@ class Task:
             raise CompressError(f"task {self.name!r}: transformers {getattr(module, '__version__', '?')} has no "
                                 f"{self.auto_model}. Install the pinned transformers version.") from exc
 
+    @property
+    def has_labels(self) -> bool:
+        """Whether an output has a label axis (``num_labels``): a sentence encoder's vector or a reader's spans do
+        not, so a model's ``num_labels`` says nothing about them."""
+        return any(LABELS in axes for axes in self.outputs.values())
+
     def has_head(self, architectures: list[str] | None) -> bool:
         """Whether a model config's ``architectures`` name a trained head of this task."""
         return any(str(a).endswith(self.head_suffix) for a in architectures or [])

@@ -120,3 +120,49 @@ def test_int8_is_checked_on_the_vectors_and_keeps_the_pipeline_files(chain, expo
     assert q.shape == fp32.shape and q.dtype == np.float32
     cosines = np.sum(fp32 * q, axis=1)  # both unit length
     assert cosines.min() > 0.9, cosines
+
+
+@pytest.fixture(scope="module")
+def benched(chain, int8):
+    """``bert-compress bench`` of the student and its INT8 against the teacher, once on held-out text (neighbour
+    recall) and once on scored pairs (STS Spearman)."""
+    out = {}
+    # the texts held out of a plain text file are its validation split
+    for name, data, split in (("text", chain.text, "validation"), ("pairs", chain.pairs, "test")):
+        folder = chain.tmp / f"bench-{name}"
+        assert main(["bench", str(chain.student), str(int8), "--reference", str(chain.teacher), "--data", str(data),
+                     "--split", split, "--quick", "--no-memory", "--out", str(folder)]) == 0
+        out[name] = folder
+    return out
+
+
+def test_bench_reports_neighbour_recall_on_text_and_spearman_on_pairs(benched):
+    text = json.loads((benched["text"] / "results.json").read_text())
+    assert text["data"]["task"] == "sentence-embedding"
+    quality = [a["quality"] for a in text["artifacts"] if not a["is_reference"]]
+    for q in quality:
+        assert 0 <= q["neighbour_recall"] <= 1 and len(q["neighbour_recalls"]) == q["n_texts"] and "agreement" in q
+    pairs = json.loads((benched["pairs"] / "results.json").read_text())
+    for q in (a["quality"] for a in pairs["artifacts"] if not a["is_reference"]):
+        assert {"spearman", "spearman_drop", "neighbour_recall"} <= set(q)
+
+
+def test_the_gate_decides_neighbour_recall_and_the_spearman_drop(benched, tmp_path, capsys):
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[rules]\nmin_neighbour_recall = 0.0\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["gate", str(benched["text"] / "results.json"), "--rules", str(rules)]) == 0
+    assert "min_neighbour_recall" in capsys.readouterr().out
+    rules.write_text("[rules]\nmax_spearman_drop = 1.0\n", encoding="utf-8")
+    assert main(["gate", str(benched["pairs"] / "results.json"), "--rules", str(rules)]) == 0
+    assert "max_spearman_drop" in capsys.readouterr().out
+    rules.write_text("[rules]\nmin_neighbour_recall = 1.01\n", encoding="utf-8")
+    assert main(["gate", str(benched["text"] / "results.json"), "--rules", str(rules)]) != 0
+
+
+def test_another_tasks_quality_rule_is_refused_on_an_encoders_results(benched, tmp_path, capsys):
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[rules]\nmax_accuracy_drop = 0.05\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["gate", str(benched["text"] / "results.json"), "--rules", str(rules)]) == 3
+    assert "min_neighbour_recall" in capsys.readouterr().err

@@ -40,6 +40,11 @@ class EmbeddingData:
         """``train`` and the held-out texts as ``validation``, by the split names the stages use."""
         return {"train": self.train, "validation": self.held_out}
 
+    def describe(self) -> dict[str, Any]:
+        """What results.json and compress.json record of the data: its source, split sizes and text counts."""
+        return {"source": self.source, "task": self.task, "splits": {k: len(v) for k, v in self.splits.items()},
+                **self.stats}
+
 
 class EmbeddingPairs:
     """Scored sentence pairs (a :class:`compress.tasks.sentence_similarity.data.SimilarityTaskData`) read as a

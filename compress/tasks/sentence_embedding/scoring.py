@@ -27,7 +27,7 @@ import numpy as np
 
 from compress.core.errors import CompressError
 from compress.stages.quality import Scorer
-from compress.tasks.sentence_embedding.metrics import (DEFAULT_K, neighbour_recall, neighbour_recalls,
+from compress.tasks.sentence_embedding.metrics import (DEFAULT_K, neighbour_recall, neighbour_recalls, spearman,
                                                        spearman_drop_interval, sts_scores)
 from compress.tasks.sentence_embedding.vectors import row_cosines
 
@@ -128,6 +128,7 @@ class BenchQuality:
         if self.gold is not None:
             out.update(sts_scores(v[self.sides[0]], v[self.sides[1]], self.gold))
             out["n_pairs"] = out.pop("n")
+            out["units"] = np.c_[self._cosines(v), self.gold].round(6).tolist()  # [cosine, gold] per pair: the gate's
             if ref is not None and not is_reference:
                 out["spearman_drop"] = spearman_drop_interval(self._cosines(ref), self._cosines(v), self.gold).as_dict()
         if ref is not None:
@@ -179,20 +180,72 @@ def report_quality(arts: Sequence[dict[str, Any]], ref: dict[str, Any]) -> list[
 # ----------------------------------------------------------------------------- gate
 
 
+#: The gate's rules for a sentence encoder, by the decider of benchmarks.gate that judges each.
+GATE_RULES = {"min_neighbour_recall": "unit_mean", "max_spearman_drop": "f1_drop"}
+
+
 def gate_rules() -> dict[str, str]:
-    """None yet: the gate has no decider for neighbour recall or the Spearman drop (see the module docstring)."""
-    return {}
+    """Neighbour recall@10 (its mean over held-out texts, :func:`benchmarks.gate._unit_mean`) and the STS Spearman
+    drop (a paired bootstrap over pairs, decided as the F1 drops are: :mod:`benchmarks.f1_rules`)."""
+    return dict(GATE_RULES)
 
 
 def gate_refusal(rule: str) -> str:
-    """Why a quality rule does not gate a sentence encoder's results."""
-    return (f"rule {rule} does not gate a sentence encoder's results: their quality is STS Spearman and neighbour "
-            "recall@10 (report.md), which no gate rule decides yet. Leave the quality rules out for this artifact.")
+    """Why a quality rule of another task does not gate a sentence encoder's results, and which to use."""
+    return (f"rule {rule} gates another task's quality, but these results are a sentence encoder's (STS Spearman, "
+            "neighbour recall@10): use min_neighbour_recall (0..1) or max_spearman_drop (0.01 = 1 point) in the rules "
+            "file.")
 
 
-def gate_records() -> None:
-    """None: no F1 rule reads a sentence encoder's records."""
-    return None
+class GateRecords:
+    """How the gate reads an encoder's records. Neighbour recall: one recall per held-out text
+    (``neighbour_recalls``). The Spearman drop: units are pairs, each ``[cosine, gold]`` (``units``), the "F1" the
+    STS Spearman as a fraction."""
+
+    metric_name = "Spearman"
+    unit_name = "pairs"
+    agreed = "cosine to the reference"
+    mean_name = f"neighbour recall@{DEFAULT_K}"
+    mean_unit = "texts"
+
+    def mean_units(self, q: dict[str, Any]) -> np.ndarray:
+        return np.asarray(q["neighbour_recalls"], dtype=np.float64)
+
+    def units(self, q: dict[str, Any]) -> np.ndarray:
+        if "units" not in q:
+            raise CompressError("max_spearman_drop needs scored pairs: bench these artifacts with --data of sentence "
+                                "pairs with scores, or gate min_neighbour_recall.")
+        return np.asarray(q["units"], dtype=np.float64).reshape(-1, 2)
+
+    def f1(self, q: dict[str, Any]) -> float:
+        units = self.units(q)
+        return spearman(units[:, 0], units[:, 1])
+
+    def agreement_units(self, q: dict[str, Any]) -> Any:
+        raise CompressError("min_agreement does not gate a sentence encoder's results; use min_neighbour_recall.")
+
+    def drop(self, ref_units: np.ndarray, units: np.ndarray, confidence: float) -> Any:
+        ref_units, units = np.asarray(ref_units), np.asarray(units)
+        return _fraction(spearman_drop_interval(ref_units[:, 0], units[:, 0], units[:, 1], confidence=confidence))
+
+    def drop_over_seeds(self, ref_q: dict[str, Any], member_qs: Sequence[dict[str, Any]], confidence: float) -> Any:
+        """The reference's Spearman minus the members' mean Spearman, on the mean of the members' cosines."""
+        ref = self.units(ref_q)
+        mean = np.mean([self.units(q)[:, 0] for q in member_qs], axis=0)
+        return _fraction(spearman_drop_interval(ref[:, 0], mean, ref[:, 1], confidence=confidence))
+
+
+def _fraction(interval: Any) -> Any:
+    """An interval of Spearman points (x100) as a fraction, the scale of the gate's limits (0.01 = 1 point)."""
+    import dataclasses
+
+    return dataclasses.replace(interval, estimate=interval.estimate / 100, low=interval.low / 100,
+                               high=interval.high / 100)
+
+
+def gate_records() -> GateRecords:
+    """The records the gate's rules read (:class:`GateRecords`)."""
+    return GateRecords()
 
 
 def check_results_data(doc: dict[str, Any], version: int, path: Path) -> dict[str, Any]:
@@ -216,3 +269,7 @@ def check_results_quality(quality: dict[str, Any], facts: dict[str, Any], versio
                              "per text of $.data.texts). The file was edited or damaged; run the benchmark again.")
     if facts["pairs"]:
         require(quality, "spearman", (int, float), where, path)
+        units = require(quality, "units", (list,), where, path)
+        if len(units) != facts["pairs"]:
+            raise GateInputError(f"{path}: {where}.units should be {facts['pairs']} [cosine, gold] pairs (one per pair "
+                                 "of $.data.pairs). The file was edited or damaged; run the benchmark again.")

@@ -107,7 +107,7 @@ def train_teacher(cfg: Any, out: str | os.PathLike) -> Path:
     record = {"fine_tuned": bool(training), "training": training, "pipeline_from": encoder.config.source,
               "projection": {"stored": False, "file": None, "what": "none: a teacher"}}
     meta = {"stage": "teacher", "kind": "pytorch", "task": NAME, "parent": {"model": cfg.model, "path": str(source)},
-            "config": cfg.to_dict(), "data": data.describe() if hasattr(data, "describe") else {"source": data.source},
+            "config": cfg.to_dict(), "data": data.describe(),
             "metrics": metrics, "timings": {"total_s": round(time.perf_counter() - started, 1)}}
     return write_student(out, encoder, record, None, meta)
 
@@ -154,7 +154,7 @@ def distill(cfg: Any, out: str | os.PathLike) -> Path:
     record, mse = distill_encoder(teacher, student, texts, run, held_out if len(held_out) > 10 else None)
     meta = {"kind": "pytorch", "config": cfg.to_dict(), "metrics": evaluate(student, data),
             "teacher_metrics": evaluate(teacher, data) if isinstance(data, EmbeddingPairs) else {},
-            "data": data.describe() if hasattr(data, "describe") else {"source": data.source, **data.stats}}
+            "data": data.describe()}
     return write_student(out, student, record, mse, meta)
 
 

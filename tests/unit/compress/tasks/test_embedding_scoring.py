@@ -90,7 +90,13 @@ def test_bench_scores_every_artifact_against_the_reference(artifacts, pairs):
     lines = scoring.report_quality([{"name": "fp32", "kind": "onnx-fp32", "is_reference": True, "quality": ref},
                                     {"name": "int8", "kind": "onnx-int8", "is_reference": False, "quality": got}], ref)
     assert "neighbour recall@10 [95%]" in lines[0] and "`int8`" in lines[3]
-    assert scoring.gate_rules() == {} and "does not gate a sentence encoder" in scoring.gate_refusal("min_agreement")
+    assert scoring.gate_rules() == {"min_neighbour_recall": "unit_mean", "max_spearman_drop": "f1_drop"}
+    assert "use min_neighbour_recall" in scoring.gate_refusal("min_agreement")
+    records = scoring.gate_records()
+    assert records.mean_units(got).tolist() == got["neighbour_recalls"]
+    assert records.f1(got) == pytest.approx(got["spearman"] / 100, abs=1e-4)  # the gate's scale: a fraction
+    interval = records.drop(records.units(ref), records.units(got), 0.95)
+    assert interval.estimate == pytest.approx(drop["estimate"] / 100, abs=1e-4)
 
 
 def test_the_spearman_drop_interval_is_a_paired_bootstrap_over_pairs():
