@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from compress.core.errors import CompressError
@@ -242,11 +243,31 @@ def _predict_texts(given: Sequence[str]) -> list[str]:
 
 
 def cmd_predict(a: argparse.Namespace) -> int:
+    if a.format == "npy" and a.out is None:
+        raise CompressError("--format npy writes one array to a file: give --out FILE.npy.")
+    if a.format != "npy" and a.out is not None:
+        raise CompressError(f"--out {a.out} is where --format npy writes the vectors; JSON lines go to standard output. "
+                            "Add --format npy, or leave --out out.")
     predictor = Predictor.load(a.model, threads=a.threads, max_length=a.max_length, device=check_device_spec(a.device),
                                precision=a.precision, announce=True, stride=a.stride, pooling=a.pooling)
+    if a.format == "npy":
+        return _predict_npy(predictor, a)
     # the model's task reads its inputs from the flags and says what to print (compress.tasks.protocol.decoding)
     for line in predictor.decoding.predict_command(predictor, a, _predict_texts):
         print(line)
+    return 0
+
+
+def _predict_npy(predictor: Predictor, a: argparse.Namespace) -> int:
+    """``predict --format npy --out FILE``: the ``(n, dim)`` float32 array of ``Predictor.encode`` (a model that gives
+    no vector says so in one line), saved with ``numpy.save``."""
+    import numpy as np
+
+    vectors = predictor.encode(_predict_texts(a.texts), batch_size=a.batch_size)
+    out = Path(a.out).expanduser()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.save(out, vectors)
+    print(f"predict: {out} ({vectors.shape[0]} x {vectors.shape[1]} float32)", file=sys.stderr)
     return 0
 
 
@@ -528,6 +549,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--aggregation", choices=AGGREGATIONS, default=DEFAULT_AGGREGATION,
                    help="a tagger: how a word's sub-tokens give its tag (default first, as it was trained)")
     p.add_argument("--word-tags", action="store_true", help="a tagger: print every word's tag too")
+    p.add_argument("--format", choices=("jsonl", "npy"), default="jsonl",
+                   help="jsonl: one JSON line per text on standard output (default); npy: a sentence encoder's "
+                        "(n, dim) float32 vectors written to --out")
+    p.add_argument("--out", default=None, help="with --format npy: the .npy file to write")
     p.add_argument("--n-best", type=int, default=DEFAULT_N_BEST,
                    help=f"a reader: start and end candidates paired per window (default {DEFAULT_N_BEST})")
     p.add_argument("--max-answer-length", type=int, default=DEFAULT_MAX_ANSWER_LENGTH,

@@ -166,3 +166,30 @@ def test_another_tasks_quality_rule_is_refused_on_an_encoders_results(benched, t
     capsys.readouterr()
     assert main(["gate", str(benched["text"] / "results.json"), "--rules", str(rules)]) == 3
     assert "min_neighbour_recall" in capsys.readouterr().err
+
+
+def test_predict_prints_json_lines_and_writes_npy(chain, int8, tmp_path, capsys):
+    from compress.runtime.predictor import Predictor
+
+    texts = corpus(3, seed=11)
+    capsys.readouterr()
+    assert main(["predict", "--model", str(int8), *texts]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["text"] for line in lines] == texts and all(len(line["embedding"]) == 32 for line in lines)
+    out = tmp_path / "vectors.npy"
+    assert main(["predict", "--model", str(int8), "--format", "npy", "--out", str(out), *texts]) == 0
+    vectors = np.load(out)
+    assert vectors.shape == (3, 32) and vectors.dtype == np.float32
+    np.testing.assert_allclose(vectors, Predictor.load(int8).encode(texts), atol=1e-6)
+    np.testing.assert_allclose(vectors, np.array([line["embedding"] for line in lines]), atol=1e-6)
+    assert main(["predict", "--model", str(int8), "--out", str(out), texts[0]]) == 2
+    assert "--format npy" in capsys.readouterr().err
+
+
+def test_predict_npy_is_refused_for_a_model_without_vectors(tmp_path, capsys):
+    from conftest import make_bert
+
+    classifier = make_bert(tmp_path / "classifier", layers=1, head=True, num_labels=2)
+    assert main(["predict", "--model", str(classifier), "--format", "npy", "--out", str(tmp_path / "v.npy"),
+                 "a text"]) == 2
+    assert "no sentence vector" in capsys.readouterr().err and not (tmp_path / "v.npy").exists()
