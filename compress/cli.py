@@ -425,6 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, DistillConfig, "mention_variants")
     _option(g, DistillConfig, "mention_pool")
     _option(g, DistillConfig, "keep_checkpoints", "keep the Trainer checkpoints after success")
+    _option(g, DistillConfig, "embedding_loss")
+    _option(g, DistillConfig, "keep_projection")
     g = p.add_argument_group("transfer data (rows the teacher labels; no hard label)")
     _option(g, DistillConfig, "unlabeled", "unlabelled in-domain text: a .txt file (one text a line), a "
             "csv/tsv/jsonl/parquet file, or a built-in: " + _builtin_corpora() + "; for QA data, questions without "
@@ -549,7 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--aggregation", choices=AGGREGATIONS, default=DEFAULT_AGGREGATION,
                    help="a tagger: how a word's sub-tokens give its tag (default first, as it was trained)")
     p.add_argument("--word-tags", action="store_true", help="a tagger: print every word's tag too")
-    p.add_argument("--format", choices=("jsonl", "npy"), default="jsonl",
+    p.add_argument("--format", choices=("jsonl", "npy"), default=None,
                    help="jsonl: one JSON line per text on standard output (default); npy: a sentence encoder's "
                         "(n, dim) float32 vectors written to --out")
     p.add_argument("--out", default=None, help="with --format npy: the .npy file to write")

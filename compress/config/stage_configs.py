@@ -193,6 +193,23 @@ class DistillConfig(ConfigBase, KDSettings):
         "help": "use the INT8 teacher's labels only where its answers agree with the PyTorch teacher's on at least this "
                 "share of the validation split (default 0.995)"})
 
+    #: Sentence-encoder distillation (compress.tasks.sentence_embedding.distill): which loss learns the teacher's
+    #: vectors (``None``: ``both``), and whether the projection that bridges widths is stored in the artifact.
+    embedding_loss: str | None = field(default=None, metadata={
+        "help": "a sentence encoder: mse (the teacher's vectors, through a learned projection when the widths "
+                "differ), cosine (the batch's cosine matrix, no projection) or both (default both)"})
+    keep_projection: bool = field(default=False, metadata={
+        "help": "a sentence encoder: store the learned projection student -> teacher width (projection.safetensors) "
+                "in the artifact"})
+
+    #: Fields a config records only when set, so configs (and checkpoints' fingerprints) written before they existed
+    #: keep their identity (:meth:`compress.config.ConfigBase.fingerprint`).
+    WHEN_SET: ClassVar[dict[str, Any]] = {"embedding_loss": None, "keep_projection": False}
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        return {k: v for k, v in out.items() if k not in self.WHEN_SET or v != self.WHEN_SET[k]}
+
     #: The settings beyond logit distillation, each with the value that means "off": what the tagger's and the
     #: reader's distillation (soft CE over words or window positions, plus hard CE) do not apply yet.
     BEYOND_LOGITS: ClassVar[dict[str, Any]] = {"intermediate": False, "unlabeled": None, "augment": 0, "losses": None,

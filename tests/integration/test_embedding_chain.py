@@ -193,3 +193,22 @@ def test_predict_npy_is_refused_for_a_model_without_vectors(tmp_path, capsys):
     assert main(["predict", "--model", str(classifier), "--format", "npy", "--out", str(tmp_path / "v.npy"),
                  "a text"]) == 2
     assert "no sentence vector" in capsys.readouterr().err and not (tmp_path / "v.npy").exists()
+
+
+def test_a_narrower_student_keeps_its_projection_when_asked(chain, tmp_path):
+    out = tmp_path / "narrow"
+    assert main(["distill", "--teacher", str(chain.teacher), "--data", str(chain.text), "--student", "1x16",
+                 "--init", "random", "--max-steps", "4", "--batch-size", "16", "--max-length", "32",
+                 "--embedding-loss", "mse", "--keep-projection", "--out", str(out)]) == 0
+    meta = _meta(out)
+    assert meta["distillation"]["projection"]["stored"] is True and (out / "projection.safetensors").is_file()
+    assert meta["config"]["embedding_loss"] == "mse" and meta["config"]["keep_projection"] is True
+
+
+def test_the_encoder_settings_are_recorded_only_when_set():
+    from compress.config import DistillConfig
+
+    plain = DistillConfig(teacher="t").to_dict()
+    assert "embedding_loss" not in plain and "keep_projection" not in plain  # older fingerprints stay as they were
+    assert DistillConfig.from_dict(plain) == DistillConfig(teacher="t")
+    assert DistillConfig(teacher="t", embedding_loss="cosine").to_dict()["embedding_loss"] == "cosine"

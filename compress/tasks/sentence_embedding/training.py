@@ -9,8 +9,8 @@ score scaled to 0..1 by the data's score range). Scored pairs also give its STS 
 :func:`students.factory.build_student`) learns the teacher's vectors of unlabelled text (``--unlabeled``, else the
 data's own training texts, both sides of each pair for scored pairs) with the projection MSE and/or the batch's
 cosine matrix (:mod:`compress.tasks.sentence_embedding.distill`); held-out texts give its neighbour recall@10.
-The loss is ``cfg.embedding_loss`` (``both`` unless the config has that field) and the projection is stored when
-``cfg.keep_projection``.
+The loss is ``cfg.embedding_loss`` (``--embedding-loss``; ``both`` when unset) and the projection is stored when
+``cfg.keep_projection`` (``--keep-projection``).
 
 Pruning and masked-LM pre-training are not offered for this task yet: those members refuse in one line.
 """
@@ -148,9 +148,9 @@ def distill(cfg: Any, out: str | os.PathLike) -> Path:
     steps = settings.max_steps if settings.max_steps > 0 else max(
         1, math.ceil(settings.epochs * len(texts) / settings.batch_size))
     run = EmbeddingDistillConfig(teacher=str(cfg.teacher), student=f"{cfg.student.shape} ({cfg.student.init})",
-                                 loss=getattr(cfg, "embedding_loss", "both"), steps=steps,
+                                 loss=cfg.embedding_loss or "both", steps=steps,
                                  batch_size=settings.batch_size, lr=settings.lr, seed=settings.seed,
-                                 max_length=student.max_length, keep_projection=getattr(cfg, "keep_projection", False))
+                                 max_length=student.max_length, keep_projection=cfg.keep_projection)
     record, mse = distill_encoder(teacher, student, texts, run, held_out if len(held_out) > 10 else None)
     meta = {"kind": "pytorch", "config": cfg.to_dict(), "metrics": evaluate(student, data),
             "teacher_metrics": evaluate(teacher, data) if isinstance(data, EmbeddingPairs) else {},
