@@ -57,6 +57,7 @@ from benchmarks.traffic import real_length_inputs
 from compress.core.machine import available_cpus, machine_info
 from compress.core.stats import speedup_interval
 from compress.core.artifact import package_versions
+from compress.tasks import get_task
 from compress.core.device import device_name, resolve_device
 from compress.stages.export import check_out_is_not_input, export_onnx
 from compress.stages.quality import METRIC_NAMES, SplitScorer
@@ -181,14 +182,15 @@ def choose(parent: str | os.PathLike, candidates: dict[str, str | os.PathLike], 
         raise CompressError(f"--model {parent_path} is {ref.kind}; optimize starts from the PyTorch fp32 model, the "
                             "reference every candidate is compared with.")
     for name, p in predictors.items():
-        if p.num_labels != ref.num_labels:
+        # a label count is compared where the task has labels (a sentence encoder's config keeps a default)
+        if (p.task != ref.task or get_task(ref.task).has_labels) and p.num_labels != ref.num_labels:
             raise CompressError(f"{paths[name]} predicts {p.num_labels} labels but {parent_path} predicts "
                                 f"{ref.num_labels}: not the same model. Give artifacts derived from --model.")
         if p.max_length != ref.max_length:
             raise CompressError(f"{paths[name]} truncates at {p.max_length} tokens but {parent_path} at "
                                 f"{ref.max_length}: its answers would differ for long texts. Rebuild it from --model.")
 
-    scorer = SplitScorer(data.load_any(num_labels=ref.num_labels), "validation")
+    scorer = SplitScorer(data.load_any(num_labels=ref.num_labels, model=str(ref.path)), "validation")
     scorer.check_model(ref)
     texts = scorer.inputs
     metric = scorer.metric

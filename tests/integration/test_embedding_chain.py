@@ -212,3 +212,13 @@ def test_the_encoder_settings_are_recorded_only_when_set():
     assert "embedding_loss" not in plain and "keep_projection" not in plain  # older fingerprints stay as they were
     assert DistillConfig.from_dict(plain) == DistillConfig(teacher="t")
     assert DistillConfig(teacher="t", embedding_loss="cosine").to_dict()["embedding_loss"] == "cosine"
+
+
+def test_optimize_chooses_among_the_encoders_runtimes_on_spearman(chain, exported, int8, tmp_path):
+    out = tmp_path / "choice"
+    assert main(["optimize", "--model", str(chain.student), "--artifacts", str(exported), str(int8), "--data",
+                 str(chain.pairs), "--batch-sizes", "1", "--seq-len", "16", "--warmup", "0", "--runs", "2",
+                 "--threads", "1", "--max-accuracy-drop", "0.5", "--out", str(out)]) == 0
+    meta = _meta(out)
+    assert meta["task"] == "sentence-embedding", sorted(meta)
+    assert "spearman" in json.dumps(meta)
