@@ -5,11 +5,13 @@ importing a submodule (``compress.runtime.modeling``) does not load the Predicto
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: compress.runtime.Predictor without importing .predictor up front
-    from compress.runtime import predictor
+    # import_module, not ``from compress.runtime import predictor``: that asks this module for the attribute first
+    predictor = importlib.import_module("compress.runtime.predictor")
 
     try:
         return getattr(predictor, name)
