@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from benchmarks.agreement import traffic_agreement_section
 from benchmarks.gate_results import results_task
 from benchmarks.runtime_sections import sections
-from compress.stages.quality import METRIC_NAMES
+from compress.stages.quality import metric_name
 
 PARETO_PNG = "pareto.png"
 SPEEDUP_PNG = "speedup.png"
@@ -82,7 +82,7 @@ def quality_metric(results: dict[str, Any]) -> tuple[str, str]:
     """``(quality key, column name)`` of the results' primary metric: accuracy, a tagger's entity F1, a reader's F1."""
 
     metric = (results.get("data") or {}).get("metric") or "accuracy"
-    return metric, METRIC_NAMES.get(metric, metric)
+    return metric, metric_name(metric)
 
 
 def headline(results: dict[str, Any]) -> str:

@@ -60,7 +60,7 @@ from compress.core.artifact import package_versions
 from compress.tasks import get_task
 from compress.core.device import device_name, resolve_device
 from compress.stages.export import check_out_is_not_input, export_onnx
-from compress.stages.quality import METRIC_NAMES, SplitScorer
+from compress.stages.quality import SplitScorer, metric_name
 from compress.stages.quantize import quantize
 from compress.runtime.predictor import Predictor, artifact_kind, reading_settings
 
@@ -423,7 +423,7 @@ def format_decision(meta: dict[str, Any]) -> str:
     width = max([len("candidate")] + [len(row["name"]) for row in opt["table"]]) + 2
 
     metric = opt.get("metric", "accuracy")
-    head = f"{'candidate':<{width}}{'kind':<12}{METRIC_NAMES.get(metric, metric):>10}{'drop':>8}{'agree':>8}" + "".join(
+    head = f"{'candidate':<{width}}{'kind':<12}{metric_name(metric):>10}{'drop':>8}{'agree':>8}" + "".join(
         f"{f'b{b} p50 ms':>12}{f'b{b} x':>8}" for b in batches) + "  status"
     settings = opt["settings"]
     shape = ("validation texts at their real lengths" if settings.get("lengths") == "real"

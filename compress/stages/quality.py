@@ -20,11 +20,15 @@ from typing import Any
 
 from compress.config import MAX_TYPE_F1_DROP
 from compress.core.errors import CompressError
-from compress.tasks import Task, get_task
+from compress.tasks import Task, get_task, task_names
 
-#: How each task's primary metric is named for people (messages, tables).
-METRIC_NAMES = {"accuracy": "accuracy", "entity_f1": "entity F1", "f1": "F1", "spearman": "Spearman",
-                "neighbour_recall": "neighbour recall"}
+def metric_name(metric: str) -> str:
+    """A primary metric as people read it (messages, tables): the label the task that names it gives it."""
+    for name in task_names():
+        task = get_task(name)
+        if task.primary_metric == metric:
+            return task.primary_label()
+    return metric.replace("_", " ")
 
 
 def task_of_data(data: Any) -> Task:
@@ -59,7 +63,7 @@ class Scorer:
     @property
     def metric_name(self) -> str:
         """The primary metric as people read it (``entity F1``)."""
-        return METRIC_NAMES.get(self.metric, self.metric)
+        return metric_name(self.metric)
 
     def read(self, data: Any, split: str) -> None:
         """Set ``self.inputs`` (what ``Predictor`` reads) and ``self.gold`` (one answer per input) from ``split``."""

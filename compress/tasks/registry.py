@@ -58,6 +58,8 @@ class Task:
     int8_per_channel: bool = False
     #: The module holding the task's aspects (:mod:`compress.tasks.protocol`); the registering module's ``__name__``.
     package: str | None = None
+    #: How people read the primary metric in messages and tables ("entity F1"); the metric's own name when unset.
+    metric_label: str | None = None
 
     def aspect(self, name: str) -> Any:
         """This task's ``name`` aspect (``data``, ``training``, ``scoring``, ``decoding``): :func:`compress.tasks.protocol.aspect`."""
@@ -73,6 +75,10 @@ class Task:
         except AttributeError as exc:
             raise CompressError(f"task {self.name!r}: transformers {getattr(module, '__version__', '?')} has no "
                                 f"{self.auto_model}. Install the pinned transformers version.") from exc
+
+    def primary_label(self) -> str:
+        """The primary metric as messages and tables name it."""
+        return self.metric_label or self.primary_metric
 
     @property
     def has_labels(self) -> bool:

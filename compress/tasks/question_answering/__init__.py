@@ -43,6 +43,7 @@ TASK = register_task(Task(
     metrics=("exact_match", "f1", "has_answer_exact_match", "has_answer_f1", "no_answer_exact_match", "no_answer_f1",
              "reference_exact_match", "reference_f1"),
     primary_metric="f1",
+    metric_label="F1",
     predictor_returns=("answer", "start", "end", "score"),
     score=score,
     aliases=("extractive-qa", "question_answering"),

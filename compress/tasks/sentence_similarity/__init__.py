@@ -73,6 +73,7 @@ TASK = register_task(Task(
     soft_labels=("examples", LABELS),
     metrics=("spearman", "pearson", "reference_spearman", "reference_pearson"),
     primary_metric="spearman",
+    metric_label="Spearman",
     predictor_returns=("score",),
     score=score,
     aliases=("cross-encoder", "sentence_similarity"),

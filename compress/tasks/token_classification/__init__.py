@@ -46,6 +46,7 @@ TASK = register_task(Task(
     soft_labels=(WORDS, LABELS),
     metrics=("entity_f1", "entity_precision", "entity_recall", "per_type_f1", "token_accuracy", "token_agreement"),
     primary_metric="entity_f1",
+    metric_label="entity F1",
     predictor_returns=("entities", "word_tags"),
     score=score,
     aliases=("ner", "token_classification"),
