@@ -38,6 +38,7 @@ TASK = register_task(Task(
     soft_labels=("texts", HIDDEN),
     metrics=("spearman", "pearson", "neighbour_recall", "cosine_agreement"),
     primary_metric="spearman",
+    metric_label="Spearman",
     predictor_returns=("embedding",),
     score=score,
     aliases=("sentence_embedding", "bi-encoder", "two-tower"),
