@@ -222,3 +222,9 @@ def test_optimize_chooses_among_the_encoders_runtimes_on_spearman(chain, exporte
     meta = _meta(out)
     assert meta["task"] == "sentence-embedding", sorted(meta)
     assert "spearman" in json.dumps(meta)
+
+
+def test_bench_on_text_names_the_split_of_its_held_out_texts(chain, tmp_path, capsys):
+    assert main(["bench", str(chain.student), "--reference", str(chain.teacher), "--data", str(chain.text),
+                 "--quick", "--no-memory", "--out", str(tmp_path / "bench")]) == 2
+    assert "--split validation" in capsys.readouterr().err

@@ -97,7 +97,8 @@ class BenchQuality:
 
     def __init__(self, data: Any, split: str, reference: Any, memo: Any):
         if split not in data.splits:
-            raise CompressError(f"{data.source} has no {split!r} split (it has {', '.join(data.splits)}).")
+            held = "" if hasattr(data, "scores") else " (text alone: its held-out texts are --split validation)"
+            raise CompressError(f"{data.source} has no {split!r} split (it has {', '.join(data.splits)}){held}.")
         self.gold = np.asarray(data.scores(split), dtype=np.float64) if hasattr(data, "scores") else None
         if self.gold is not None:
             pairs = data.texts(split)
