@@ -116,6 +116,20 @@ def head_task(config: Mapping[str, Any]) -> Task | None:
     return next((task for task in sharing if task.aspect("data").head_fits(config)), first)
 
 
+def recorded_task(folder: str | Path, config: Mapping[str, Any]) -> Task | None:
+    """The task an artifact's ``compress.json`` records, when it is registered and its head is the one ``config``
+    names: a head class several tasks share is then read as the task that trained it, not the first that fits."""
+    try:
+        meta = json.loads((Path(folder) / "compress.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    name = meta.get("task") if isinstance(meta, dict) else None
+    if not isinstance(name, str) or name not in set(task_names()) | {a for t in task_names() for a in get_task(t).aliases}:
+        return None
+    task = get_task(name)
+    return task if task.has_head(config.get("architectures")) else None
+
+
 def model_head(folder: str | Path) -> tuple[Task | None, int | None, list[str] | None]:
     """``(task, labels, label names)`` of the head a model folder's ``config.json`` names; ``(None, ...)``
     for a bare encoder (or a folder without a readable config: the loader reports that)."""
@@ -125,7 +139,7 @@ def model_head(folder: str | Path) -> tuple[Task | None, int | None, list[str] |
         return None, None, None
     if not isinstance(raw, dict):
         return None, None, None
-    task = head_task(raw)
+    task = recorded_task(folder, raw) or head_task(raw)
     id2label = raw.get("id2label")
     if isinstance(id2label, dict) and id2label:
         names = [str(id2label.get(str(i), id2label.get(i, i))) for i in range(len(id2label))]

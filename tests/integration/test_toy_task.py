@@ -129,10 +129,6 @@ def test_predict_answers_each_pairs_order(trained, int8, capsys):
     assert [line.split("\t")[0] for line in lines] == ["in-order", "swapped"], lines
 
 
-@pytest.mark.xfail(strict=True, reason="a head class two tasks share is told apart by config.json alone, in "
-                   "registration order (compress/tasks/task_choice.py head_task: sequence classification's head_fits "
-                   "takes any multi-label head), and check_model_task (model_head) never reads the task the "
-                   "artifact's compress.json records: /tmp/team/requests.md")
 def test_a_task_sharing_the_classifiers_head_class_is_told_by_its_recorded_task(toy, tmp_path):
     """The same toy task on a ``...ForSequenceClassification`` head (the head class of two built-in tasks): its
     teacher, recorded as its task, is accepted as that task's model (what distill asks of a teacher)."""
