@@ -228,3 +228,26 @@ def test_bench_on_text_names_the_split_of_its_held_out_texts(chain, tmp_path, ca
     assert main(["bench", str(chain.student), "--reference", str(chain.teacher), "--data", str(chain.text),
                  "--quick", "--no-memory", "--out", str(tmp_path / "bench")]) == 2
     assert "--split validation" in capsys.readouterr().err
+
+
+def test_the_server_answers_the_int8_encoders_vectors(int8):
+    """``bert-compress serve`` of the INT8 artifact in the serving install (the training stack unimportable)."""
+    import sys
+
+    import httpx
+
+    from benchmarks.http_server import ServerProcess
+    from compress.runtime.predictor import Predictor
+    from tests.support.paths import ROOT
+    from tests.support.serving_env import BLOCKER, TRAINING_STACK, blocked_env
+
+    launcher = [sys.executable, "-c", BLOCKER + "import runpy\nrunpy.run_module('compress', run_name='__main__')\n",
+                ",".join(TRAINING_STACK)]
+    texts = corpus(3, seed=13)
+    with ServerProcess(int8, ["--threads", "1"], launcher=launcher, env=blocked_env(), cwd=ROOT,
+                       start_timeout=90) as server:
+        answer = httpx.post(f"{server.url}/predict", json={"inputs": texts}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    vectors = np.array(answer.json(), dtype=np.float32)
+    assert vectors.shape == (3, 32)
+    np.testing.assert_allclose(vectors, Predictor.load(int8).encode(texts), atol=1e-5)
