@@ -43,13 +43,29 @@ def run_in_fresh_process(stage: str, config: Any, out: str | os.PathLike, workdi
     error_file.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "compress.run_stage", stage, str(config_file), str(out), "--error-file",
            str(error_file)] + (["--debug"] if debug else [])
-    code = subprocess.run(cmd).returncode
+    code = subprocess.run(cmd, env=child_env()).returncode
     if code != 0:
         message = error_file.read_text(encoding="utf-8").strip() if error_file.exists() else ""
         if code == 130:
             raise KeyboardInterrupt
         raise CompressError(message or f"stage {stage} failed in its own process (exit code {code}); its output "
                                        "is above")
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment, with the modules of the tasks registered from outside ``compress.tasks`` added
+    to :data:`compress.tasks.TASK_MODULES_ENV`, so the child knows every task the parent does."""
+    from compress.tasks import TASK_MODULES_ENV, get_task, task_names
+
+    env = dict(os.environ)
+    named = [m for m in env.get(TASK_MODULES_ENV, "").split(",") if m]
+    for name in task_names():
+        package = get_task(name).package
+        if package and not package.startswith("compress.tasks.") and package not in named:
+            named.append(package)
+    if named:
+        env[TASK_MODULES_ENV] = ",".join(named)
+    return env
 
 
 def main(argv: Sequence[str] | None = None) -> int:
