@@ -229,7 +229,8 @@ class DistillConfig(ConfigBase, KDSettings):
         """One line naming the first setting of :attr:`BEYOND_LOGITS` that is on, for a distillation that does not
         apply it (``what``: ``"a tagger uses soft CE over words plus hard CE only, for now; ... tagging data"``);
         the settings in ``allowed`` are the ones that distillation does apply. The :attr:`CLASSIFIER_ONLY` settings
-        are refused first, each with its own line."""
+        are refused first, each with its own line, and the sentence encoder's (:meth:`refuse_encoder_only`)."""
+        self.refuse_encoder_only("tagging or QA data")
         for name, (kind, off) in self.CLASSIFIER_ONLY.items():
             if getattr(self, name) != off:
                 raise CompressError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: {kind} apply to sentence "
@@ -242,9 +243,20 @@ class DistillConfig(ConfigBase, KDSettings):
             if name not in allowed and getattr(self, name) != off:
                 raise CompressError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: distilling {what}")
 
+    def refuse_encoder_only(self, task: str) -> None:
+        """One line naming the first sentence-encoder setting (:attr:`WHEN_SET`) that is set, for the distillation
+        of ``task``, which does not apply it."""
+        for name, off in self.WHEN_SET.items():
+            if getattr(self, name) != off:
+                raise CompressError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: applies to a sentence "
+                                    f"encoder's distillation (a sentence-transformers teacher) only; leave it out for "
+                                    f"{task}")
+
     def refuse_tagger_only(self, task: str) -> None:
         """One line naming the first :attr:`TAGGER_ONLY` setting that is on, for the distillation of ``task``
-        (``"sentence classification"``, ``"question answering"``), which does not apply it."""
+        (``"sentence classification"``, ``"question answering"``), which does not apply it; and the sentence
+        encoder's settings (:meth:`refuse_encoder_only`)."""
+        self.refuse_encoder_only(task)
         for name, (kind, off) in self.TAGGER_ONLY.items():
             if getattr(self, name) != off:
                 raise CompressError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: {kind} apply to token "

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from compress.cli import main
+from conftest import make_bert
 from tests.support.embedding import corpus, make_st_folder
 from tests.support.similarity import scored_pairs, write_pairs
 
@@ -187,8 +188,6 @@ def test_predict_prints_json_lines_and_writes_npy(chain, int8, tmp_path, capsys)
 
 
 def test_predict_npy_is_refused_for_a_model_without_vectors(tmp_path, capsys):
-    from conftest import make_bert
-
     classifier = make_bert(tmp_path / "classifier", layers=1, head=True, num_labels=2)
     assert main(["predict", "--model", str(classifier), "--format", "npy", "--out", str(tmp_path / "v.npy"),
                  "a text"]) == 2
@@ -251,3 +250,14 @@ def test_the_server_answers_the_int8_encoders_vectors(int8):
     vectors = np.array(answer.json(), dtype=np.float32)
     assert vectors.shape == (3, 32)
     np.testing.assert_allclose(vectors, Predictor.load(int8).encode(texts), atol=1e-5)
+
+
+def test_the_encoders_settings_are_refused_for_a_classifiers_distillation(tmp_path, capsys):
+    from conftest import sentiment_rows, write_csv
+
+    table = write_csv(tmp_path / "sentiment.csv", sentiment_rows(40))
+    teacher = make_bert(tmp_path / "classifier", layers=1, head=True, num_labels=2)
+    assert main(["distill", "--teacher", str(teacher), "--data", str(table), "--student", "1x32", "--init", "random",
+                 "--epochs", "1", "--embedding-loss", "cosine", "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "--embedding-loss 'cosine'" in err and "sentence classification" in err

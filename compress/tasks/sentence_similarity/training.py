@@ -252,6 +252,7 @@ def distill(cfg: Any, out: str | os.PathLike) -> Path:
     from students.factory import build_student
 
     cfg.validate()
+    cfg.refuse_encoder_only("sentence similarity (a cross-encoder)")
     unsupported = [flag for flag, on in (("--unlabeled", cfg.unlabeled),
                                          ("--augment", cfg.augment), ("--ensemble", cfg.ensemble),
                                          ("--gold-labels", cfg.gold_labels), ("--alpha-pooled", cfg.alpha_pooled))
