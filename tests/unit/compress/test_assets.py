@@ -59,3 +59,20 @@ def test_zip_escape_and_symlinks_are_refused(tmp_path):
 def test_unknown_model_folder_message(tmp_path):
     with pytest.raises(CompressError, match="minilm, mpnet-base"):
         assets.resolve_model(str(tmp_path / "nope"))
+
+
+def test_the_sentence_pipeline_files_of_a_published_model_folder_are_kept(tmp_path):
+    """The built-in sentence models' cache folders keep modules.json, 1_Pooling/ and sentence_bert_config.json, which
+    the two-tower task reads their pooling and normalisation from (the same as folder.BUILTIN states)."""
+    from compress.core.assets import _keep_sentence_pipeline
+    from compress.tasks.sentence_embedding.folder import SentenceConfig, sentence_config, write_sentence_config
+
+    src, dst = tmp_path / "published", tmp_path / "cache"
+    src.mkdir()
+    dst.mkdir()
+    write_sentence_config(src, SentenceConfig(pooling="mean", normalize=True, max_seq_length=256), dimension=384)
+    _keep_sentence_pipeline(src, dst)
+    assert sorted(p.name for p in dst.iterdir()) == ["1_Pooling", "modules.json", "sentence_bert_config.json"]
+    got = sentence_config(dst)
+    assert (got.pooling, got.normalize, got.dimension, got.max_seq_length) == ("mean", True, 384, 256)
+    _keep_sentence_pipeline(tmp_path / "nothing-there", dst)  # a package without them: nothing to keep
