@@ -1,7 +1,11 @@
 """The ``scoring`` aspect of a sentence encoder (:mod:`compress.tasks.protocol.scoring`).
 
+Here, as for every task's quality in quantize, optimize, bench and the gate, a metric is a fraction (STS Spearman
+0.85; tables show it x100, the scale of the teacher's and distill's records, :func:`.metrics.sts_scores`), so a
+budget reads as everywhere: ``--max-accuracy-drop 0.005`` is half a point of Spearman.
+
 **One split** (quantize, optimize: :class:`EncoderScorer`): the split's scored pairs, each side embedded alone
-through ``Predictor.encode``, the pairs' cosines against the gold scores: STS Spearman x100, the primary metric.
+through ``Predictor.encode``, the pairs' cosines against the gold scores: STS Spearman, the primary metric.
 A candidate (an INT8 copy) is compared with the model it replaces on the vectors themselves: ``agreement`` is the
 mean cosine between the two models' vectors of the same text (the issue's "INT8 checked on the vectors"), and the
 record adds the lowest such cosine and, with more than ten texts, neighbour recall@10 of the candidate against the
@@ -13,9 +17,9 @@ of the Spearman drop against the reference, neighbour recall@10 against the refe
 per-text recalls (what a gate rule pairs two artifacts on: :func:`.metrics.recall_difference_interval`), and the
 cosine agreement where the widths match. The report shows them in one table.
 
-**Gate**: no quality rule decides a sentence encoder's results yet (``min_neighbour_recall`` and
-``max_spearman_drop`` need deciders in :mod:`benchmarks.gate`); every quality rule is refused in one line, so none
-passes silently on missing numbers.
+**Gate**: ``min_neighbour_recall`` (the mean of the per-text recalls, its interval over texts) and
+``max_spearman_drop`` (the paired bootstrap over pairs, decided as the F1 drops are: :mod:`benchmarks.f1_rules`),
+through :func:`gate_records`.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ class EncoderScorer(Scorer):
 
     def metrics(self, predictions: Any) -> dict[str, Any]:
         a, b = predictions
-        return sts_scores(a, b, self.gold)
+        return _fractions(sts_scores(a, b, self.gold))
 
     def agreement(self, predictions: Any, reference: Any) -> float:
         """The mean cosine between the candidate's and the reference's vector of each text (1: the same vectors)."""
@@ -64,6 +68,11 @@ class EncoderScorer(Scorer):
         if len(texts) > DEFAULT_K:
             out["neighbour_recall"] = neighbour_recall(texts, theirs, DEFAULT_K)
         return out
+
+
+def _fractions(scored: dict[str, Any]) -> dict[str, Any]:
+    """:func:`.metrics.sts_scores`' x100 correlations as fractions, the scale of every task's quality records."""
+    return {k: (v / 100.0 if k in ("spearman", "pearson") else v) for k, v in scored.items()}
 
 
 def _cosines(predictions: Any, reference: Any) -> np.ndarray:
@@ -127,11 +136,12 @@ class BenchQuality:
 
         out: dict[str, Any] = {"n_texts": len(self.texts)}
         if self.gold is not None:
-            out.update(sts_scores(v[self.sides[0]], v[self.sides[1]], self.gold))
+            out.update(_fractions(sts_scores(v[self.sides[0]], v[self.sides[1]], self.gold)))
             out["n_pairs"] = out.pop("n")
             out["units"] = np.c_[self._cosines(v), self.gold].round(6).tolist()  # [cosine, gold] per pair: the gate's
             if ref is not None and not is_reference:
-                out["spearman_drop"] = spearman_drop_interval(self._cosines(ref), self._cosines(v), self.gold).as_dict()
+                out["spearman_drop"] = _fraction(spearman_drop_interval(self._cosines(ref), self._cosines(v),
+                                                                        self.gold)).as_dict()
         if ref is not None:
             recalls = neighbour_recalls(v, ref, DEFAULT_K)
             out["neighbour_recall"] = float(recalls.mean())
@@ -162,12 +172,13 @@ def report_quality(arts: Sequence[dict[str, Any]], ref: dict[str, Any]) -> list[
     for a in arts:
         q = a["quality"]
         drop = q.get("spearman_drop")
-        vs = "-" if drop is None else f"{-drop['estimate']:+.1f} [{-drop['high']:+.1f}, {-drop['low']:+.1f}]"
+        vs = "-" if drop is None else (f"{-100 * drop['estimate']:+.1f} [{-100 * drop['high']:+.1f}, "
+                                       f"{-100 * drop['low']:+.1f}]")
         ci = q.get("neighbour_recall_ci")
         recall = _pct(q.get("neighbour_recall")) + (f" [{_pct(ci['low'])}, {_pct(ci['high'])}]" if ci else "")
         agreement = "-" if q.get("agreement") is None else f"{q['agreement']:.4f} (min {q['min_cosine']:.4f})"
         rows.append([f"`{a['name']}`" + (" (reference)" if a["is_reference"] else ""), a["kind"],
-                     "-" if q.get("spearman") is None else f"{q['spearman']:.1f}", vs, recall, agreement])
+                     "-" if q.get("spearman") is None else f"{100 * q['spearman']:.1f}", vs, recall, agreement])
     header = ["artifact", "kind", "STS Spearman", "vs reference [95%, paired]", "neighbour recall@10 [95%]",
               "cosine to reference"]
     from benchmarks.report import table

@@ -43,8 +43,10 @@ def test_the_split_is_scored_by_the_spearman_of_the_cosines(artifacts, pairs):
     assert scorer.metric == "spearman" and scorer.n == 40
     a, b = scorer.predict(fp32)
     assert a.shape == b.shape == (40, 32)
-    got = scorer.metrics((a, b))
-    assert got == sts_scores(a, b, pairs.scores("validation"))
+    got, x100 = scorer.metrics((a, b)), sts_scores(a, b, pairs.scores("validation"))
+    # a fraction, as every task's metric in quantize and optimize (the teacher's and distill's records: x100)
+    assert got == {"spearman": x100["spearman"] / 100, "pearson": x100["pearson"] / 100, "n": 40}
+    assert -1 <= got["spearman"] <= 1
 
 
 def test_an_int8_copy_is_judged_on_its_vectors(artifacts, pairs):
@@ -57,7 +59,10 @@ def test_an_int8_copy_is_judged_on_its_vectors(artifacts, pairs):
     record = scorer.compare(scorer.predict(int8), reference)
     assert 0.9 < record["min_cosine"] <= record["agreement"] < 1.0
     assert set(record) >= {"spearman", "spearman_drop", "agreement", "n", "min_cosine", "pearson", "neighbour_recall"}
-    assert scorer.failures(record, max_drop=100.0) == []
+    assert scorer.failures(record, max_drop=1.0) == []
+    assert record["spearman_drop"] == pytest.approx(scorer.metrics(reference)["spearman"] - record["spearman"], abs=1e-6)
+    half_a_point = scorer.failures({**record, "spearman_drop": 0.006}, max_drop=0.005)  # the cross-encoder's scale
+    assert half_a_point and "drop 0.0060 > budget 0.005" in half_a_point[0]
 
 
 def test_text_without_scores_is_refused_in_one_line(tmp_path):
@@ -81,6 +86,7 @@ def test_bench_scores_every_artifact_against_the_reference(artifacts, pairs):
     drop = got["spearman_drop"]
     assert drop["low"] <= drop["estimate"] <= drop["high"]
     assert drop["estimate"] == pytest.approx(ref["spearman"] - got["spearman"])
+    assert -1 <= got["spearman"] <= 1 and -1 <= got["pearson"] <= 1  # fractions, as the cross-encoder's
     facts = scoring.check_results_data({"data": section.data_record()}, 2, "results.json")
     assert facts == {"texts": len(section.texts), "pairs": 40} and section.data_record()["metric"] == "spearman"
     scoring.check_results_quality(got, facts, 2, "$.artifacts[1].quality", "results.json")
@@ -94,9 +100,10 @@ def test_bench_scores_every_artifact_against_the_reference(artifacts, pairs):
     assert "use min_neighbour_recall" in scoring.gate_refusal("min_agreement")
     records = scoring.gate_records()
     assert records.mean_units(got).tolist() == got["neighbour_recalls"]
-    assert records.f1(got) == pytest.approx(got["spearman"] / 100, abs=1e-4)  # the gate's scale: a fraction
+    assert records.f1(got) == pytest.approx(got["spearman"], abs=1e-4)  # the gate's scale: a fraction
     interval = records.drop(records.units(ref), records.units(got), 0.95)
-    assert interval.estimate == pytest.approx(drop["estimate"] / 100, abs=1e-4)
+    assert interval.estimate == pytest.approx(drop["estimate"], abs=1e-4)
+    assert f"{100 * got['spearman']:.1f}" in lines[3]  # the table shows it x100
 
 
 def test_the_spearman_drop_interval_is_a_paired_bootstrap_over_pairs():
