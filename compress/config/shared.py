@@ -66,11 +66,12 @@ class DataOptions(ConfigBase):
             raise CompressError(f"--limit must be >= 1 (rows per split), got {self.limit}; leave it out for every row.")
         return self.limit
 
-    def task(self, model: str | None = None) -> str:
+    def task(self, model: str | None = None, as_is: bool = False) -> str:
         """The task the data is for (:func:`compress.tasks.task_choice.data_task`); a task's column flag given (a
         tagging, QA or similarity column) says it. ``model`` (the folder a stage starts from) may claim its own task
-        first (:func:`compress.tasks.task_choice.stage_task`: a sentence-transformers folder)."""
-        return stage_task(self.data, {key: getattr(self, key) for key in column_flags()}, model)
+        first (:func:`compress.tasks.task_choice.stage_task`: a sentence-transformers folder; with ``as_is``, the
+        model used without fine-tuning, a built-in sentence model on scored pairs)."""
+        return stage_task(self.data, {key: getattr(self, key) for key in column_flags()}, model, as_is=as_is)
 
     def load_qa(self, whole: bool = False):
         """Question-answering data (a :class:`compress.tasks.question_answering.data.QATaskData`) with the columns given, carved

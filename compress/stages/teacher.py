@@ -33,8 +33,10 @@ from compress.stages.training import gather_rows, world
 
 def train_teacher(cfg: TeacherConfig, out: str | os.PathLike) -> Path:
     """Fine-tune (if needed) and evaluate a teacher of the data's task (or the model's own: a sentence-transformers
-    folder, :func:`compress.tasks.task_choice.stage_task`); write it as an artifact at ``out``."""
-    return get_task(cfg.data.task(cfg.model)).aspect("training").train_teacher(cfg, out)
+    folder, :func:`compress.tasks.task_choice.stage_task`; ``--finetune no``: the model as it is, which for a bare
+    sentence encoder is a two-tower one); write it as an artifact at ``out``."""
+    task = cfg.data.task(cfg.model, as_is=cfg.finetune is False)
+    return get_task(task).aspect("training").train_teacher(cfg, out)
 
 
 # ----------------------------------------------------------------------------- soft labels

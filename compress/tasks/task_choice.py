@@ -79,13 +79,14 @@ def data_task(spec: str, columns: Mapping[str, Any] | None = None) -> str:
                         "folder or hub dataset one of them reads.")
 
 
-def stage_task(spec: str, columns: Mapping[str, Any] | None = None, model: str | None = None) -> str:
+def stage_task(spec: str, columns: Mapping[str, Any] | None = None, model: str | None = None,
+               as_is: bool = False) -> str:
     """The registered task a stage runs for the data ``spec`` and the ``model`` it starts from (``--model``,
     ``--teacher``, an artifact): the first task whose data aspect claims the model for this data
     (:meth:`~compress.tasks.protocol.data.PROTOCOL.claims_model`: a sentence-transformers folder is a two-tower
-    encoder), else the data's own task (:func:`data_task`)."""
+    encoder; ``as_is``: the model is to be used without fine-tuning), else the data's own task (:func:`data_task`)."""
     if model:
-        source = DataSource(spec, columns)
+        source = DataSource(spec, columns, as_is=as_is)
         for name, data in _data_aspects():
             if data.claims_model(str(model), source):
                 return name

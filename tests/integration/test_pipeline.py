@@ -69,7 +69,7 @@ gate: {{rules: 3}}
 
 
 def test_shipped_recipes_are_valid():
-    for name in ("default", "quick", "prune", "ner", "ner-best", "similarity"):
+    for name in ("default", "quick", "prune", "ner", "ner-best", "similarity", "embedding"):
         recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
         stages = [c.stage for c in plan(recipe)]
         assert stages[:2] == ["teacher", "distill"]
@@ -78,6 +78,12 @@ def test_shipped_recipes_are_valid():
         "teacher", "distill", "export", "optimize", "bench", "gate"]
     assert [c.stage for c in plan(load_recipe(ROOT / "recipes" / "similarity.yaml"))] == [
         "teacher", "distill", "export", "quantize", "optimize", "bench", "gate"]
+    embedding = plan(load_recipe(ROOT / "recipes" / "embedding.yaml"))
+    assert [c.stage for c in embedding] == ["teacher", "distill", "export", "quantize", "optimize", "bench", "gate"]
+    # the same built-in teacher on the same pairs: used as it is, a two-tower encoder; fine-tuned, a cross-encoder
+    for name, task in (("embedding", "sentence-embedding"), ("similarity", "sentence-similarity")):
+        teacher = plan(load_recipe(ROOT / "recipes" / f"{name}.yaml"))[0].config
+        assert teacher.data.task(teacher.model, as_is=teacher.finetune is False) == task
 
 
 def _tiny_recipe(tmp_path, extra: str = "", epochs: int = 2) -> Path:

@@ -70,8 +70,10 @@ class DataSource:
     file itself, or a folder's ``train`` file) and a hub dataset's columns. Each is read once however many tasks
     ask."""
 
-    def __init__(self, spec: str, given: Mapping[str, Any] | None = None):
+    def __init__(self, spec: str, given: Mapping[str, Any] | None = None, as_is: bool = False):
         self.spec = spec
+        #: The model read with this data is to be used as it is, not fine-tuned (``teacher --finetune no``).
+        self.as_is = as_is
         self.given = {key: value for key, value in (given or {}).items() if value}
         self.path = Path(spec).expanduser()
         self.exists = self.path.exists()

@@ -142,21 +142,28 @@ def _recorded_task(folder: Path) -> str | None:
 def claims_model(model: str, source: Any) -> bool:
     """A model this task wrote (its ``compress.json`` records ``sentence-embedding``) always; a sentence-transformers
     folder (``modules.json``) for unlabelled text or scored pairs; a built-in sentence model (``minilm``,
-    ``mpnet-base``) for unlabelled text only, since given scored pairs the built-ins are the cross-encoder's encoder
-    (``recipes/similarity.yaml``). Labelled tables keep a sentence-transformers folder an encoder under a new head."""
+    ``mpnet-base``) for unlabelled text, and for scored pairs only when it is to be used as it is (``teacher
+    --finetune no``, ``source.as_is``: recipes/embedding.yaml), since otherwise given scored pairs the built-ins are
+    the cross-encoder's encoder under a new head (``recipes/similarity.yaml``; a bare encoder kept as it is has no
+    trained head there). Labelled tables keep a sentence-transformers folder an encoder under a new head."""
     from compress.tasks.sentence_embedding import NAME
     from compress.tasks.sentence_embedding.folder import BUILTIN, builtin_name, is_sentence_transformers
-    from compress.tasks.sentence_similarity import data as similarity
 
     folder = Path(model).expanduser()
     if folder.is_dir() and _recorded_task(folder) == NAME:
         return True
     if model in BUILTIN or (folder.is_dir() and builtin_name(folder) is not None):
-        return _text_alone(source)
+        return _text_alone(source) or (getattr(source, "as_is", False) and _scored_pairs(source))
     if not (folder.is_dir() and is_sentence_transformers(folder)):
         return False
-    pairs = source.spec in similarity.builtin_data() or similarity.recognises(source)
-    return pairs or _text_alone(source)
+    return _scored_pairs(source) or _text_alone(source)
+
+
+def _scored_pairs(source: Any) -> bool:
+    """Whether ``source`` is scored sentence pairs (the cross-encoder's data: a built-in set or a recognised table)."""
+    from compress.tasks.sentence_similarity import data as similarity
+
+    return source.spec in similarity.builtin_data() or similarity.recognises(source)
 
 
 def data_kind() -> str:

@@ -37,6 +37,15 @@ def test_a_built_in_sentence_model_claims_unlabelled_text_only(files):
     assert stage_task(files["labelled"], model="minilm") == "sequence-classification"
 
 
+def test_a_built_in_sentence_model_used_as_it_is_claims_scored_pairs(files):
+    """``teacher --model mpnet-base --finetune no`` on pairs: the published two-tower model, scored as it is
+    (recipes/embedding.yaml); a bare encoder has no trained cross-encoder head to keep."""
+    assert stage_task(files["pairs"], model="mpnet-base", as_is=True) == "sentence-embedding"
+    assert stage_task("stsb-captions", model="mpnet-base", as_is=True) == "sentence-embedding"
+    assert stage_task("stsb-captions", model="mpnet-base") == "sentence-similarity"  # recipes/similarity.yaml
+    assert stage_task(files["labelled"], model="mpnet-base", as_is=True) == "sequence-classification"
+
+
 def test_an_artifact_of_the_task_claims_it_and_others_follow_their_data(files):
     artifact = files["tmp"] / "artifact"
     artifact.mkdir()
