@@ -358,14 +358,8 @@ def _seed_group(text: str) -> tuple[str, list[str]]:
     return name.strip(), members
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bert-compress",
-        description="Distil, prune, quantize and export BERT-family models (sentence and sentence-pair "
-                    "classifiers, taggers, extractive QA readers), and measure the result.")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_teacher(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress teacher``."""
     p = sub.add_parser("teacher", help="fine-tune an encoder into the teacher: a classifier, a tagger or a QA reader, as the data says")
     p.add_argument("--model", required=True,
                    help="local model folder, a built-in (minilm, mpnet-base), or a Hugging Face Hub id (org/name)")
@@ -380,6 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_precision_flag(p, "training and evaluation", bf16_alias=True)
     p.set_defaults(func=cmd_stage)
 
+
+def _add_distill(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress distill``."""
     p = sub.add_parser("distill", help="distil a student from a teacher artifact")
     p.add_argument("--teacher", required=True,
                    help="teacher artifact folder (from `bert-compress teacher`), or a fine-tuned classifier's hub id")
@@ -427,6 +424,17 @@ def build_parser() -> argparse.ArgumentParser:
     _option(g, DistillConfig, "keep_checkpoints", "keep the Trainer checkpoints after success")
     _option(g, DistillConfig, "embedding_loss")
     _option(g, DistillConfig, "keep_projection")
+    _add_distill_transfer_flags(p)
+    _add_data_flags(p)
+    _add_train_flags(p, DistillConfig)
+    _add_device_flag(p, "training (student and teacher)")
+    _add_precision_flag(p, "training and the teacher's soft labels", bf16_alias=True)
+    p.set_defaults(func=cmd_stage)
+
+
+def _add_distill_transfer_flags(p: argparse.ArgumentParser) -> None:
+    """distill's transfer-data group: the rows the teacher labels besides --data (unlabelled text, augmentation,
+    soft labels from a teacher copy)."""
     g = p.add_argument_group("transfer data (rows the teacher labels; no hard label)")
     _option(g, DistillConfig, "unlabeled", "unlabelled in-domain text: a .txt file (one text a line), a "
             "csv/tsv/jsonl/parquet file, or a built-in: " + _builtin_corpora() + "; for QA data, questions without "
@@ -444,12 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("soft_labels", "soft_labels_min_agreement"):  # made from the config fields (compress.stages.distill.teacher_copies)
         options = flag_options(DistillConfig, name)
         g.add_argument("--" + name.replace("_", "-"), type=type(options["default"]), **options)
-    _add_data_flags(p)
-    _add_train_flags(p, DistillConfig)
-    _add_device_flag(p, "training (student and teacher)")
-    _add_precision_flag(p, "training and the teacher's soft labels", bf16_alias=True)
-    p.set_defaults(func=cmd_stage)
 
+
+def _add_pretrain(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress pretrain``."""
     p = sub.add_parser("pretrain", help="continue masked-LM training of an encoder on unlabelled in-domain text")
     p.add_argument("--model", required=True, help="local encoder folder, or a built-in: minilm, mpnet-base")
     p.add_argument("--unlabeled", required=True,
@@ -469,10 +475,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_precision_flag(p, "training and the held-out loss", bf16_alias=True)
     p.set_defaults(func=cmd_stage, data=None)
 
+
+def _add_students(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress students``."""
     p = sub.add_parser("students", help="list the student presets with their shapes and parameter counts")
     p.add_argument("--num-labels", type=int, default=2, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_students)
 
+
+def _add_export(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress export``."""
     p = sub.add_parser("export", help="export an fp32 classifier to ONNX, fuse it for ONNX Runtime, check parity")
     p.add_argument("--model", required=True, help="PyTorch fp32 model folder (teacher/distill artifact)")
     p.add_argument("--out", required=True, help="artifact folder to write")
@@ -480,6 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
     _option(p, ExportConfig, "optimize", "apply ONNX Runtime's transformer fusions")
     p.set_defaults(func=cmd_stage)
 
+
+def _add_quantize(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress quantize``."""
     p = sub.add_parser("quantize", help="INT8 (ONNX Runtime or PyTorch) or bf16, checked against fp32 accuracy")
     p.add_argument("--model", required=True, help="PyTorch fp32 folder, or an onnx-fp32 artifact (ort-dynamic, ort-static)")
     p.add_argument("--out", required=True, help="artifact folder to write")
@@ -505,6 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_precision_flag(p, "the accuracy check's PyTorch fp32 model")
     p.set_defaults(func=cmd_stage, data=None)
 
+
+def _add_optimize(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress optimize``."""
     p = sub.add_parser("optimize", help="build every runtime of a model, measure them here, keep the fastest per batch size")
     p.add_argument("--model", required=True, help="PyTorch fp32 artifact (distill, prune or teacher output)")
     p.add_argument("--out", required=True, help="choice artifact folder to write (Predictor.load opens it)")
@@ -530,6 +548,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device_flag(p, "every candidate")
     p.set_defaults(func=cmd_stage)
 
+
+def _add_predict(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress predict``."""
     p = sub.add_parser("predict", help="label texts with any artifact (PyTorch or ONNX, fp32 or INT8)")
     p.add_argument("--model", required=True, help="artifact folder")
     p.add_argument("texts", nargs="*", help="texts to classify or tag (a reader takes --question and --context-file)")
@@ -564,6 +585,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the one chosen on validation, recorded in the artifact; else 0.0)")
     p.set_defaults(func=cmd_predict)
 
+
+def _add_serve(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress serve``."""
     p = sub.add_parser("serve", help="serve an artifact over HTTP with dynamic batching (docs/serving.md)")
     serving = ServeSettings()
     p.add_argument("model", help="artifact folder (ONNX and OpenVINO serve from the slim install, without torch)")
@@ -588,6 +612,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--access-log", action="store_true", help="log every request (off: it costs throughput)")
     p.set_defaults(func=cmd_serve)
 
+
+def _add_run(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress run``."""
     p = sub.add_parser("run", help="run the stages a recipe (YAML) names, skipping finished ones")
     p.add_argument("recipe", help="recipe file, e.g. recipes/default.yaml")
     p.add_argument("--out", default=None, help="output folder (overrides the recipe's out:)")
@@ -603,6 +630,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-only", action="store_true", help="measure, print and record the plan, then stop")
     p.set_defaults(func=cmd_run)
 
+
+def _add_bench(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress bench``."""
     p = sub.add_parser("bench", help="measure latency, throughput, memory, size and accuracy of artifacts side by side")
     p.add_argument("artifacts", nargs="+", metavar="ARTIFACT", help="artifact folders to measure (any kind)")
     p.add_argument("--reference", required=True, help="artifact the others are compared with (speedup, agreement)")
@@ -640,6 +670,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_precision_flag(p, "the PyTorch fp32 artifacts (other kinds keep their own)")
     p.set_defaults(func=cmd_stage)
 
+
+def _add_gate(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress gate``."""
     p = sub.add_parser("gate", help="check benchmark results against thresholds: exit 1 on a failed rule (CI)")
     p.add_argument("results", help="results.json written by bert-compress bench")
     p.add_argument("--rules", required=True, help="gates TOML file (see docs/ci.md)")
@@ -659,6 +692,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare with a --baseline measured on another device (refused by default)")
     p.set_defaults(func=cmd_stage)
 
+
+def _add_prune(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress prune``."""
     p = sub.add_parser("prune", help="remove attention heads and FFN neurons (torch-pruning), recover by distillation")
     p.add_argument("--model", required=True, help="PyTorch fp32 classifier artifact (teacher, distill or prune)")
     p.add_argument("--out", required=True, help="artifact folder to write")
@@ -688,10 +724,34 @@ def build_parser() -> argparse.ArgumentParser:
     _add_precision_flag(p, "recovery (distillation)", bf16_alias=True)
     p.set_defaults(func=cmd_stage)
 
+
+def _add_summary(sub: "argparse._SubParsersAction") -> None:
+    """``bert-compress summary``."""
     p = sub.add_parser("summary", help="print a side-by-side table of artifacts from their compress.json")
     p.add_argument("artifacts", nargs="+", help="artifact folders")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.set_defaults(func=cmd_summary)
+
+
+#: The hand-written commands, in the order ``--help`` lists them.
+_COMMANDS: tuple[Callable[["argparse._SubParsersAction"], None], ...] = (
+    _add_teacher, _add_distill, _add_pretrain, _add_students, _add_export, _add_quantize, _add_optimize, _add_predict,
+    _add_serve, _add_run, _add_bench, _add_gate, _add_prune, _add_summary,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole ``bert-compress`` parser: the global flags, the hand-written commands, then one command per stage
+    registered from outside the package (flags from its config)."""
+    parser = argparse.ArgumentParser(
+        prog="bert-compress",
+        description="Distil, prune, quantize and export BERT-family models (sentence and sentence-pair "
+                    "classifiers, taggers, extractive QA readers), and measure the result.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    for add in _COMMANDS:
+        add(sub)
 
     for stage in all_stages():  # a stage registered from outside the package: flags from its config
         if stage.name not in sub.choices:
