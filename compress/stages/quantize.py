@@ -43,7 +43,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -60,7 +60,7 @@ from compress.stages.ort_static import DEFAULT_CALIBRATION_SIZE
 from compress.core.quiet import quiet_torch_ao
 from compress.runtime.predictor import Predictor, artifact_kind, reading_settings
 from compress.tasks import get_task
-from compress.core.device import device_name, resolve_device, resolve_precision
+from compress.core.device import PrecisionChoice, device_name, resolve_device, resolve_precision
 from compress.runtime.formats.bf16 import save_bf16
 from compress.runtime.formats.openvino import OPENVINO_BIN, OPENVINO_XML, convert_onnx, require_openvino, save_ir
 from compress.runtime.modeling import load_classifier
@@ -178,17 +178,85 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
     ``precision`` (``--precision``) the autocast of a PyTorch fp32 model there (auto: bf16 only where
     the device runs it natively; the default, fp32, as before ``--precision`` existed), decided once,
     printed unless it is that default, and recorded.
+
+    The settings stay one keyword argument per :class:`~compress.config.QuantizeConfig` field because
+    :func:`quantize_stage`, :mod:`compress.stages.optimize`, the teacher copies of distillation and the
+    tests call this by keyword; inside, they travel as that config (``_Job.settings``), which is also what
+    ``compress.json`` records. The steps: the checks (:func:`_check_request`), the fp32 reference and the
+    method's builder (:func:`_fp32_inputs`), the fallback ladder (:func:`_try_candidates`, :func:`_keep_one`),
+    and the artifact (:func:`_quantization_record`, :func:`_artifact_meta`, :func:`_write`).
     """
 
     started = time.perf_counter()
     run_on = device_name(resolve_device(device))
     decided = resolve_precision(precision, run_on, announce=precision != "fp32")
+    settings = QuantizeConfig(model=str(model_dir), method=method, data=data, max_accuracy_drop=max_accuracy_drop,
+                              max_type_f1_drop=max_type_f1_drop, per_channel=per_channel, reduce_range=reduce_range,
+                              graph=graph, op_types=",".join(op_types) if op_types else None,
+                              calibration_size=calibration_size, device=device, precision=precision)
     source = Path(model_dir)
-    requested = {"graph": graph, "op_types": ",".join(op_types) if op_types else None}  # compress.json's config
+    kind, parent_meta, op_types = _check_request(settings, source, out, op_types)
+
+    out_path = Path(out).expanduser().resolve()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.quantize-", dir=out_path.parent))
+    job = _Job(settings, source, kind, parent_meta, op_types, run_on, decided, work)
+    try:
+        inputs = _fp32_inputs(job)
+        candidates, built = _try_candidates(job, inputs)
+        chosen = _keep_one(job, inputs, candidates, built)
+        quantization = _quantization_record(job, inputs, candidates, chosen)
+        job.timings["total_s"] = round(time.perf_counter() - started, 2)
+        chosen_dir = built[chosen["name"]]
+        path = _write(out_path, job, inputs, chosen_dir, _artifact_meta(job, inputs, quantization, chosen, chosen_dir))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _report(path, quantization)
+    return path
+
+
+@dataclass
+class _Job:
+    """One :func:`quantize` run: its settings, what the checks found out about ``--model``, and the
+    timings and notes its steps add for ``compress.json``."""
+
+    settings: QuantizeConfig  # as given (compress.json's config)
+    source: Path
+    kind: str
+    parent_meta: dict[str, Any]
+    op_types: list[str] | None  # the ONNX operator types quantized: the method's default where none was given
+    run_on: str
+    decided: PrecisionChoice
+    work: Path  # scratch folder next to ``out``, removed at the end
+    timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Inputs:
+    """The fp32 reference the candidates are measured against, and how they are built."""
+
+    fp32_dir: Path
+    exported: dict[str, Any] | None  # the export's compress.json when the fp32 graph was exported here
+    graph: str | None  # the ONNX graph actually quantized
+    builder: _Builder
+    fp32: Predictor
+    evaluation: _Evaluation | None  # None without data: nothing measured, no fallback
+
+
+def _check_request(s: QuantizeConfig, source: Path, out: str | os.PathLike,
+                   op_types: Sequence[str] | None) -> tuple[str, dict[str, Any], list[str] | None]:
+    """Refuse, in one line each, what cannot work, before anything is exported or built.
+
+    Returns ``(kind of --model, its compress.json, the operator types)``: for the ONNX methods the
+    ones given or the method's default, otherwise ``op_types`` as given.
+    """
+    method, graph, reduce_range, data, calibration_size = s.method, s.graph, s.reduce_range, s.data, s.calibration_size
     if method not in METHODS:
         raise CompressError(f"--method {method!r} is unknown; use one of {', '.join(METHODS)}.")
-    if not isinstance(max_accuracy_drop, (int, float)) or not math.isfinite(max_accuracy_drop):
-        raise CompressError(f"--max-accuracy-drop must be a finite number (0.01 = one point), got {max_accuracy_drop!r}.")
+    if not isinstance(s.max_accuracy_drop, (int, float)) or not math.isfinite(s.max_accuracy_drop):
+        raise CompressError(f"--max-accuracy-drop must be a finite number (0.01 = one point), got "
+                            f"{s.max_accuracy_drop!r}.")
     if not source.is_dir():
         raise CompressError(f"--model {source} does not exist or is not a folder. Give a PyTorch fp32 artifact or an "
                             "onnx-fp32 artifact from bert-compress export.")
@@ -237,166 +305,195 @@ def quantize(model_dir: str | os.PathLike, out: str | os.PathLike, method: str =
         if unknown:
             raise CompressError(f"--op-types {','.join(unknown)}: {method} cannot quantize these; choose among "
                                 f"{', '.join(sorted(known))}.")
+    return kind, parent_meta, op_types
 
-    out_path = Path(out).expanduser().resolve()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.quantize-", dir=out_path.parent))
-    timings: dict[str, float] = {}
-    notes: list[str] = []
-    try:
-        exported: dict[str, Any] | None = None
-        if method in ONNX_METHODS:
-            fp32_dir, exported, graph = _fp32_graph(source, kind, parent_meta, graph, method, work, timings, notes)
-            builder: _Builder | None = _OrtBuilder(fp32_dir, op_types) if method == "ort-dynamic" else None
-        elif method in OPENVINO_METHODS:
-            # The unfused graph: plain ONNX operators, which OpenVINO fuses its own way and NNCF's transformer
-            # patterns recognise (ORT's com.microsoft fusions would hide the MatMuls from them).
-            fp32_dir, exported, graph = _fp32_graph(source, kind, parent_meta, "unfused", method, work, timings, notes)
-            builder = _OpenVinoBuilder(fp32_dir) if method == "openvino-fp32" else None
-        elif method == "torch-bf16":
-            fp32_dir = source
-            builder = _Bf16Builder(source)
-        else:
-            fp32_dir = source
-            builder = _TorchBuilder(source)
 
-        fp32 = Predictor.load(fp32_dir, device=run_on, precision=decided.precision)
-        evaluation = _Evaluation(data.load_any(model=str(source)), fp32) if data is not None else None
-        if method == "ort-static":
-            from compress.stages.ort_static import calibration_texts
+def _fp32_inputs(job: _Job) -> _Inputs:
+    """The method's fp32 model (an ONNX graph exported here when needed), loaded, measured on validation
+    when there is data, and the builder of its candidates."""
+    s, method, source = job.settings, job.settings.method, job.source
+    exported: dict[str, Any] | None = None
+    graph = s.graph
+    if method in ONNX_METHODS:
+        fp32_dir, exported, graph = _fp32_graph(source, job.kind, job.parent_meta, graph, method, job.work, job.timings,
+                                                job.notes)
+        builder: _Builder | None = _OrtBuilder(fp32_dir, job.op_types) if method == "ort-dynamic" else None
+    elif method in OPENVINO_METHODS:
+        # The unfused graph: plain ONNX operators, which OpenVINO fuses its own way and NNCF's transformer
+        # patterns recognise (ORT's com.microsoft fusions would hide the MatMuls from them).
+        fp32_dir, exported, graph = _fp32_graph(source, job.kind, job.parent_meta, "unfused", method, job.work,
+                                                job.timings, job.notes)
+        builder = _OpenVinoBuilder(fp32_dir) if method == "openvino-fp32" else None
+    elif method == "torch-bf16":
+        fp32_dir = source
+        builder = _Bf16Builder(source)
+    else:
+        fp32_dir = source
+        builder = _TorchBuilder(source)
 
-            builder = _OrtStaticBuilder(fp32_dir, op_types, fp32, calibration_texts(evaluation.data, calibration_size))
-        elif method == "openvino-int8":
-            from compress.stages.ort_static import calibration_texts
+    fp32 = Predictor.load(fp32_dir, device=job.run_on, precision=job.decided.precision)
+    evaluation = _Evaluation(s.data.load_any(model=str(source)), fp32) if s.data is not None else None
+    if method == "ort-static":
+        from compress.stages.ort_static import calibration_texts
 
-            builder = _OpenVinoBuilder(fp32_dir, fp32, calibration_texts(evaluation.data, calibration_size))
-        if evaluation is None:
-            print("warning: no --data given: INT8 accuracy is not measured and no fallback is tried; pass --data to "
-                  "check the accuracy change against fp32", file=sys.stderr)
-        probe = _ProbeTexts(fp32)
+        builder = _OrtStaticBuilder(fp32_dir, job.op_types, fp32, calibration_texts(evaluation.data, s.calibration_size))
+    elif method == "openvino-int8":
+        from compress.stages.ort_static import calibration_texts
 
-        first_per_channel = per_channel
-        if method == "ort-dynamic" and not per_channel and get_task(fp32.task).int8_per_channel:
-            first_per_channel = True
-            notes.append(f"per-channel weight scales from the first candidate: the {fp32.task} default (per-tensor "
+        builder = _OpenVinoBuilder(fp32_dir, fp32, calibration_texts(evaluation.data, s.calibration_size))
+    if evaluation is None:
+        print("warning: no --data given: INT8 accuracy is not measured and no fallback is tried; pass --data to "
+              "check the accuracy change against fp32", file=sys.stderr)
+    return _Inputs(fp32_dir, exported, graph, builder, fp32, evaluation)
+
+
+def _try_candidates(job: _Job, inputs: _Inputs) -> tuple[list[dict[str, Any]], dict[str, Path]]:
+    """Build and measure the candidates of :func:`candidate_plan` in order, stopping at the first within
+    budget (at the first built one without data): ``(every candidate's record, folder of each one built)``.
+
+    A candidate that fails to build is recorded with its error and the next one is tried.
+    """
+    s, fp32, evaluation = job.settings, inputs.fp32, inputs.evaluation
+    probe = _ProbeTexts(fp32)
+    first_per_channel = s.per_channel
+    if s.method == "ort-dynamic" and not s.per_channel and get_task(fp32.task).int8_per_channel:
+        first_per_channel = True
+        job.notes.append(f"per-channel weight scales from the first candidate: the {fp32.task} default (per-tensor "
                          "scales lost more of its metric; compress.tasks)")
-        candidates: list[dict[str, Any]] = []
-        built: dict[str, Path] = {}
-        t0 = time.perf_counter()
-        for i, spec in enumerate(candidate_plan(method, first_per_channel, reduce_range)):
-            folder = work / f"candidate-{i}"
-            record: dict[str, Any] = {"name": spec.name, **asdict(spec)}
-            candidates.append(record)
-            try:
-                c0 = time.perf_counter()
-                record["excluded"] = builder.build(spec, folder)
-                record["size_bytes"] = folder_size_bytes(folder)
-                _record_task(folder, fp32.task)
-                candidate = Predictor.load(folder, max_length=fp32.max_length, device=run_on, stride=fp32.stride,
-                                           pooling=fp32.pooling)
-                record["max_abs_logit_diff"] = probe.max_diff(candidate)
-                if evaluation is not None:
-                    record.update(evaluation.score(candidate))
-                    over = evaluation.scorer.failures(record, max_accuracy_drop, max_type_drop=max_type_f1_drop)
-                    record["within_budget"] = not over
-                    record["failed_checks"] = over  # what the warning and the report name if it is kept anyway
-                record["seconds"] = round(time.perf_counter() - c0, 2)
-            except CompressError:
-                raise
-            except Exception as exc:  # a quantizer failure on one setting must not lose the others
-                record["error"] = describe(exc)
-                print(f"warning: candidate {spec.name} failed: {record['error']}", file=sys.stderr)
-                continue
-            built[spec.name] = folder
-            if evaluation is None or record["within_budget"]:
-                break
-            print(f"quantize: candidate {spec.name}: {'; '.join(over)}; trying the next fallback", file=sys.stderr)
-        timings["candidates_s"] = round(time.perf_counter() - t0, 2)
+    candidates: list[dict[str, Any]] = []
+    built: dict[str, Path] = {}
+    t0 = time.perf_counter()
+    for i, spec in enumerate(candidate_plan(s.method, first_per_channel, s.reduce_range)):
+        folder = job.work / f"candidate-{i}"
+        record: dict[str, Any] = {"name": spec.name, **asdict(spec)}
+        candidates.append(record)
+        try:
+            c0 = time.perf_counter()
+            record["excluded"] = inputs.builder.build(spec, folder)
+            record["size_bytes"] = folder_size_bytes(folder)
+            _record_task(folder, fp32.task)
+            candidate = Predictor.load(folder, max_length=fp32.max_length, device=job.run_on, stride=fp32.stride,
+                                       pooling=fp32.pooling)
+            record["max_abs_logit_diff"] = probe.max_diff(candidate)
+            if evaluation is not None:
+                record.update(evaluation.score(candidate))
+                over = evaluation.scorer.failures(record, s.max_accuracy_drop, max_type_drop=s.max_type_f1_drop)
+                record["within_budget"] = not over
+                record["failed_checks"] = over  # what the warning and the report name if it is kept anyway
+            record["seconds"] = round(time.perf_counter() - c0, 2)
+        except CompressError:
+            raise
+        except Exception as exc:  # a quantizer failure on one setting must not lose the others
+            record["error"] = describe(exc)
+            print(f"warning: candidate {spec.name} failed: {record['error']}", file=sys.stderr)
+            continue
+        built[spec.name] = folder
+        if evaluation is None or record["within_budget"]:
+            break
+        print(f"quantize: candidate {spec.name}: {'; '.join(over)}; trying the next fallback", file=sys.stderr)
+    job.timings["candidates_s"] = round(time.perf_counter() - t0, 2)
+    return candidates, built
 
-        good = [c for c in candidates if c["name"] in built]
-        if not good:
-            errors = "; ".join(f"{c['name']}: {c.get('error')}" for c in candidates)
-            raise CompressError(f"every INT8 candidate for {source} failed ({errors}); nothing was written. "
-                                "Re-export the model (bert-compress export) and try again, or try the other --method.")
-        metric = evaluation.scorer.metric if evaluation else "accuracy"
-        chosen = _choose(good, metric)
-        chosen_dir = built[chosen["name"]]
-        within = chosen.get("within_budget") if evaluation is not None else None
-        if evaluation is not None and not within:
-            # Name what the kept one failed: a tagger's can be a type's loss with the overall drop within budget.
-            notes.append(f"no candidate passed the checks on validation; kept the best one on {metric} "
+
+def _keep_one(job: _Job, inputs: _Inputs, candidates: list[dict[str, Any]], built: dict[str, Path]) -> dict[str, Any]:
+    """The candidate written (:func:`_choose`); refused when none was built, and named in a warning when
+    it is kept although it failed the checks."""
+    evaluation = inputs.evaluation
+    good = [c for c in candidates if c["name"] in built]
+    if not good:
+        errors = "; ".join(f"{c['name']}: {c.get('error')}" for c in candidates)
+        raise CompressError(f"every INT8 candidate for {job.source} failed ({errors}); nothing was written. "
+                            "Re-export the model (bert-compress export) and try again, or try the other --method.")
+    metric = evaluation.scorer.metric if evaluation else "accuracy"
+    chosen = _choose(good, metric)
+    within = chosen.get("within_budget") if evaluation is not None else None
+    if evaluation is not None and not within:
+        # Name what the kept one failed: a tagger's can be a type's loss with the overall drop within budget.
+        job.notes.append(f"no candidate passed the checks on validation; kept the best one on {metric} "
                          f"({chosen['name']}, drop {chosen[evaluation.scorer.drop_key]:.4f}: "
                          f"{'; '.join(chosen['failed_checks'])})")
-            print(f"warning: {notes[-1]}", file=sys.stderr)
+        print(f"warning: {job.notes[-1]}", file=sys.stderr)
+    return chosen
 
-        fp32_size = folder_size_bytes(fp32_dir)
-        quantization: dict[str, Any] = {
-            "method": method, "weight_type": {"torch-bf16": "BF16", "openvino-fp32": "FP32"}.get(method, "QInt8"),
-            "candidates": candidates,
-            "chosen": chosen["name"],
-            "max_accuracy_drop": max_accuracy_drop, "within_budget": within,
-            "failed_checks": chosen.get("failed_checks") or [],
-            **(evaluation.scorer.budgets(max_type_f1_drop) if evaluation else {}),
-            # The task's primary metric: accuracy_fp32/int8/drop for a classifier, entity_f1_... for a tagger.
-            "metric": metric, f"{metric}_fp32": evaluation.fp32 if evaluation else None,
-            f"{metric}_int8": chosen.get(metric), f"{metric}_drop": chosen.get(f"{metric}_drop"),
-            "split": "validation" if evaluation else None,
-            "size_bytes_fp32": fp32_size, "size_bytes_int8": chosen["size_bytes"],
-            "size_ratio": round(chosen["size_bytes"] / fp32_size, 4) if fp32_size else None,
-        }
-        timings["total_s"] = round(time.perf_counter() - started, 2)
-        meta: dict[str, Any] = {
-            "stage": "quantize",
-            "kind": METHOD_KINDS[method],
-            "model_type": getattr(fp32.config, "model_type", None),
-            "parameters": fp32.num_parameters,
-            "max_length": fp32.max_length,
-            "parent": {"path": str(source.resolve()), "kind": kind, "stage": parent_meta.get("stage"),
-                       "weights_sha256": parent_meta.get("weights_sha256") or weights_sha256(source)},
-            "parent_meta": {k: parent_meta.get(k) for k in ("stage", "kind", "data", "metrics", "config", "parent",
-                                                            "onnx", "parity") if k in parent_meta},
-            **reading_settings(parent_meta),
-            "config": QuantizeConfig(model=str(model_dir), method=method, data=data, max_accuracy_drop=max_accuracy_drop,
-                                     max_type_f1_drop=max_type_f1_drop,
-                                     per_channel=per_channel, reduce_range=reduce_range, **requested,
-                                     calibration_size=calibration_size, device=device, precision=precision).to_dict(),
-            "device": run_on,
-            "precision": decided.to_dict(),
-            "data": evaluation.data.describe() if evaluation else parent_meta.get("data"),
-            "task": fp32.task,
-            "quantization": quantization,
-            "timings": timings,
-            "notes": notes,
-        }
-        if evaluation is not None:
-            meta["metrics"] = {"validation": {metric: chosen[metric], "agreement": chosen["agreement"],
-                                              f"fp32_{metric}": evaluation.fp32, "n": evaluation.n,
-                                              **{k: chosen[k] for k in ("per_type_f1", "per_type_f1_drop") if k in chosen}}}
-        if exported is not None:
-            meta["export"] = {k: exported.get(k) for k in ("onnx", "parity", "config")}
-        if method in ONNX_METHODS:
-            meta["onnx"] = {"file": ONNX_FILE, "fused_ops_fp32": count_fused_ops(fp32_dir / ONNX_FILE),
-                            "int8_ops": _int8_op_counts(chosen_dir / ONNX_FILE), "graph": graph, "op_types": op_types,
-                            "optimized": graph == "fused"}
-        if method in OPENVINO_METHODS:
-            meta["openvino"] = builder.describe(chosen)
-        if evaluation is not None:
-            # What a user sees as churn: how many answers the deployed artifact changes against its parent.
-            meta["agreement_with_parent"] = {"split": "validation", "agreement": chosen.get("agreement"),
-                                             "n": evaluation.n}
 
-        def fill(tmp: Path) -> None:
-            for item in chosen_dir.iterdir():
-                if item.is_file():
-                    shutil.copyfile(item, tmp / item.name)
-            carry_model_files(get_task(fp32.task), fp32_dir, tmp)
-            meta["weights_sha256"] = weights_sha256(tmp)
+def _quantization_record(job: _Job, inputs: _Inputs, candidates: list[dict[str, Any]],
+                         chosen: dict[str, Any]) -> dict[str, Any]:
+    """``compress.json``'s ``quantization``: every candidate's numbers, the one kept, and fp32 against it."""
+    s, evaluation = job.settings, inputs.evaluation
+    metric = evaluation.scorer.metric if evaluation else "accuracy"
+    within = chosen.get("within_budget") if evaluation is not None else None
+    fp32_size = folder_size_bytes(inputs.fp32_dir)
+    return {
+        "method": s.method, "weight_type": {"torch-bf16": "BF16", "openvino-fp32": "FP32"}.get(s.method, "QInt8"),
+        "candidates": candidates,
+        "chosen": chosen["name"],
+        "max_accuracy_drop": s.max_accuracy_drop, "within_budget": within,
+        "failed_checks": chosen.get("failed_checks") or [],
+        **(evaluation.scorer.budgets(s.max_type_f1_drop) if evaluation else {}),
+        # The task's primary metric: accuracy_fp32/int8/drop for a classifier, entity_f1_... for a tagger.
+        "metric": metric, f"{metric}_fp32": evaluation.fp32 if evaluation else None,
+        f"{metric}_int8": chosen.get(metric), f"{metric}_drop": chosen.get(f"{metric}_drop"),
+        "split": "validation" if evaluation else None,
+        "size_bytes_fp32": fp32_size, "size_bytes_int8": chosen["size_bytes"],
+        "size_ratio": round(chosen["size_bytes"] / fp32_size, 4) if fp32_size else None,
+    }
 
-        path = write_artifact(out_path, fill, meta)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    _report(path, quantization)
-    return path
+
+def _artifact_meta(job: _Job, inputs: _Inputs, quantization: dict[str, Any], chosen: dict[str, Any],
+                   chosen_dir: Path) -> dict[str, Any]:
+    """The artifact's ``compress.json`` (less ``weights_sha256``, which :func:`_write` adds)."""
+    s, fp32, evaluation, parent_meta = job.settings, inputs.fp32, inputs.evaluation, job.parent_meta
+    method, metric = s.method, quantization["metric"]
+    meta: dict[str, Any] = {
+        "stage": "quantize",
+        "kind": METHOD_KINDS[method],
+        "model_type": getattr(fp32.config, "model_type", None),
+        "parameters": fp32.num_parameters,
+        "max_length": fp32.max_length,
+        "parent": {"path": str(job.source.resolve()), "kind": job.kind, "stage": parent_meta.get("stage"),
+                   "weights_sha256": parent_meta.get("weights_sha256") or weights_sha256(job.source)},
+        "parent_meta": {k: parent_meta.get(k) for k in ("stage", "kind", "data", "metrics", "config", "parent",
+                                                        "onnx", "parity") if k in parent_meta},
+        **reading_settings(parent_meta),
+        "config": s.to_dict(),
+        "device": job.run_on,
+        "precision": job.decided.to_dict(),
+        "data": evaluation.data.describe() if evaluation else parent_meta.get("data"),
+        "task": fp32.task,
+        "quantization": quantization,
+        "timings": job.timings,
+        "notes": job.notes,
+    }
+    if evaluation is not None:
+        meta["metrics"] = {"validation": {metric: chosen[metric], "agreement": chosen["agreement"],
+                                          f"fp32_{metric}": evaluation.fp32, "n": evaluation.n,
+                                          **{k: chosen[k] for k in ("per_type_f1", "per_type_f1_drop") if k in chosen}}}
+    if inputs.exported is not None:
+        meta["export"] = {k: inputs.exported.get(k) for k in ("onnx", "parity", "config")}
+    if method in ONNX_METHODS:
+        meta["onnx"] = {"file": ONNX_FILE, "fused_ops_fp32": count_fused_ops(inputs.fp32_dir / ONNX_FILE),
+                        "int8_ops": _int8_op_counts(chosen_dir / ONNX_FILE), "graph": inputs.graph,
+                        "op_types": job.op_types, "optimized": inputs.graph == "fused"}
+    if method in OPENVINO_METHODS:
+        meta["openvino"] = inputs.builder.describe(chosen)
+    if evaluation is not None:
+        # What a user sees as churn: how many answers the deployed artifact changes against its parent.
+        meta["agreement_with_parent"] = {"split": "validation", "agreement": chosen.get("agreement"),
+                                         "n": evaluation.n}
+    return meta
+
+
+def _write(out_path: Path, job: _Job, inputs: _Inputs, chosen_dir: Path, meta: dict[str, Any]) -> Path:
+    """The kept candidate's files and the task's model files at ``out_path``, with ``meta``."""
+
+    def fill(tmp: Path) -> None:
+        for item in chosen_dir.iterdir():
+            if item.is_file():
+                shutil.copyfile(item, tmp / item.name)
+        carry_model_files(get_task(inputs.fp32.task), inputs.fp32_dir, tmp)
+        meta["weights_sha256"] = weights_sha256(tmp)
+
+    return write_artifact(out_path, fill, meta)
 
 
 def _choose(good: list[dict[str, Any]], metric: str = "accuracy") -> dict[str, Any]:
