@@ -147,6 +147,7 @@ class BenchQuality:
             out["neighbour_recall"] = float(recalls.mean())
             out["neighbour_recall_ci"] = mean_interval(recalls, unit="texts").as_dict()
             out["neighbour_recalls"] = [round(float(r), 4) for r in recalls]
+            out["agreement"] = out["min_cosine"] = None  # vectors of another width: no common space to compare in
             if v.shape == ref.shape:
                 cosines = row_cosines(v, ref)
                 out["agreement"], out["min_cosine"] = float(cosines.mean()), float(cosines.min())

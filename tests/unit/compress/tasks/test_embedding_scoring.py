@@ -118,3 +118,17 @@ def test_the_spearman_drop_interval_is_a_paired_bootstrap_over_pairs():
     expected = 100 * (stats.spearmanr(good, gold).statistic - stats.spearmanr(worse, gold).statistic)
     assert interval.estimate == pytest.approx(expected)
     assert 0 < interval.low < interval.estimate < interval.high
+
+
+def test_a_student_of_another_width_has_no_cosine_agreement(artifacts, pairs, tmp_path):
+    """384 against 768: bench records the agreement as null (no common space), neighbour recall all the same."""
+    from compress.tasks.sentence_embedding import scoring
+
+    fp32, _ = artifacts
+    narrow = Predictor.load(onnx_encoder_artifact(make_st_folder(tmp_path / "st", hidden=16, layers=1),
+                                                  tmp_path / "narrow", max_length=48), threads=1)
+    section = scoring.bench_quality(pairs, "validation", fp32, None)
+    got = section.score({"fp32": fp32, "narrow": narrow}, "fp32", batch_size=16)["narrow"]
+    assert got["agreement"] is None and got["min_cosine"] is None and 0 <= got["neighbour_recall"] <= 1
+    assert "0.0000" not in "\n".join(scoring.report_quality(
+        [{"name": "narrow", "kind": "onnx-fp32", "is_reference": False, "quality": got}], got))
