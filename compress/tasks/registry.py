@@ -24,6 +24,10 @@ from compress.core.errors import CompressError
 
 #: Shape names used in ``Task.outputs`` and ``Task.soft_labels``.
 BATCH, SEQUENCE, LABELS, WORDS = "batch", "sequence", "num_labels", "words"
+#: A BERT-family encoder's inputs and their axes, the same for every task built on one (``token_type_ids`` is fed
+#: only to models whose ``forward`` takes it).
+ENCODER_INPUTS = {"input_ids": (BATCH, SEQUENCE), "attention_mask": (BATCH, SEQUENCE),
+                  "token_type_ids": (BATCH, SEQUENCE)}
 
 
 @dataclass(frozen=True)

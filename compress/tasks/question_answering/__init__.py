@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from compress.tasks.question_answering.metrics import squad_scores
-from compress.tasks.registry import BATCH, SEQUENCE, Task, register_task
+from compress.tasks.registry import BATCH, ENCODER_INPUTS, SEQUENCE, Task, register_task
 
 NAME = "question-answering"
 #: The axis of a question's windows in a cached soft-label entry.
@@ -36,7 +36,7 @@ TASK = register_task(Task(
     description="the span of a passage that answers a question (SQuAD v1.1 / 2.0), scored on exact match and F1",
     auto_model="AutoModelForQuestionAnswering",
     head_suffix="ForQuestionAnswering",
-    inputs={"input_ids": (BATCH, SEQUENCE), "attention_mask": (BATCH, SEQUENCE), "token_type_ids": (BATCH, SEQUENCE)},
+    inputs=ENCODER_INPUTS,
     outputs={"start_logits": (BATCH, SEQUENCE), "end_logits": (BATCH, SEQUENCE)},
     label_unit="window",
     soft_labels=(WINDOWS, SEQUENCE),

@@ -14,7 +14,7 @@ This module imports numpy only (the torch-free runtime reads the registry).
 
 from __future__ import annotations
 
-from compress.tasks.registry import BATCH, SEQUENCE, Task, register_task
+from compress.tasks.registry import BATCH, ENCODER_INPUTS, Task, register_task
 from compress.tasks.sentence_embedding.metrics import score
 
 NAME = "sentence-embedding"
@@ -32,7 +32,7 @@ TASK = register_task(Task(
     # No transformers head names this task (its models are bare encoders, told by modules.json); the suffix
     # matches the in-memory PooledEncoder only, so a bare BertModel is never taken for it.
     head_suffix="PooledEncoder",
-    inputs={"input_ids": (BATCH, SEQUENCE), "attention_mask": (BATCH, SEQUENCE), "token_type_ids": (BATCH, SEQUENCE)},
+    inputs=ENCODER_INPUTS,
     outputs={OUTPUT: (BATCH, HIDDEN)},
     label_unit="text",
     soft_labels=("texts", HIDDEN),

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compress.tasks.registry import BATCH, LABELS, SEQUENCE, Task, register_task
+from compress.tasks.registry import BATCH, ENCODER_INPUTS, LABELS, Task, register_task
 
 NAME = "sentence-similarity"
 
@@ -67,7 +67,7 @@ TASK = register_task(Task(
     description="one similarity score per sentence pair (a cross-encoder, STS), scored on Spearman and Pearson x100",
     auto_model="AutoModelForSequenceClassification",
     head_suffix="ForSequenceClassification",
-    inputs={"input_ids": (BATCH, SEQUENCE), "attention_mask": (BATCH, SEQUENCE), "token_type_ids": (BATCH, SEQUENCE)},
+    inputs=ENCODER_INPUTS,
     outputs={"logits": (BATCH, LABELS)},
     label_unit="example",
     soft_labels=("examples", LABELS),

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from compress.tasks.registry import BATCH, LABELS, SEQUENCE, Task, register_task
+from compress.tasks.registry import BATCH, ENCODER_INPUTS, LABELS, Task, register_task
 
 NAME = "sequence-classification"
 
@@ -40,7 +40,7 @@ TASK = register_task(Task(
     description="one label per text (or text pair): sentiment, topic, intent, entailment",
     auto_model="AutoModelForSequenceClassification",
     head_suffix="ForSequenceClassification",
-    inputs={"input_ids": (BATCH, SEQUENCE), "attention_mask": (BATCH, SEQUENCE), "token_type_ids": (BATCH, SEQUENCE)},
+    inputs=ENCODER_INPUTS,
     outputs={"logits": (BATCH, LABELS)},
     label_unit="example",
     soft_labels=("examples", LABELS),

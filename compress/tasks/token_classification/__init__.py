@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from compress.tasks.token_classification.metrics import entity_scores, token_agreement
-from compress.tasks.registry import BATCH, LABELS, SEQUENCE, WORDS, Task, register_task
+from compress.tasks.registry import BATCH, ENCODER_INPUTS, LABELS, SEQUENCE, WORDS, Task, register_task
 
 NAME = "token-classification"
 
@@ -40,7 +40,7 @@ TASK = register_task(Task(
     description="a tag per word (named entities), BIO/IOB2 or BIOES, scored on entities",
     auto_model="AutoModelForTokenClassification",
     head_suffix="ForTokenClassification",
-    inputs={"input_ids": (BATCH, SEQUENCE), "attention_mask": (BATCH, SEQUENCE), "token_type_ids": (BATCH, SEQUENCE)},
+    inputs=ENCODER_INPUTS,
     outputs={"logits": (BATCH, SEQUENCE, LABELS)},
     label_unit="word",
     soft_labels=(WORDS, LABELS),
